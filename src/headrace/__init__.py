@@ -1,0 +1,60 @@
+"""headrace: tf.data's streaming ``Dataset`` without TensorFlow, inside a hard memory budget.
+
+Public surface::
+
+    import headrace as hr
+    ds = (hr.Dataset.from_tensor_slices((x, y))
+            .map(f, num_parallel_calls=hr.AUTOTUNE)
+            .shuffle(1000, seed=0).batch(32).prefetch(hr.AUTOTUNE)
+            .with_options(hr.Options(memory_budget="512MiB")))
+
+Submodules ``headrace.io`` (TFRecord, tf.train.Example, Parquet, HDF5, image folders) and
+``headrace.image`` load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ._dataset import Dataset
+from ._errors import (
+    DataLossError,
+    HeadraceError,
+    ImageDecodeError,
+    MemoryBudgetError,
+    MemoryBudgetWarning,
+    StateError,
+)
+from ._iterator import Iterator
+from ._memory import parse_bytes
+from ._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Options
+from ._ops.sources import TensorSpec
+
+__version__ = "0.1.0"
+
+_LAZY_SUBMODULES = {"io", "image", "torch", "distribute", "train", "cli", "convert"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'headrace' has no attribute {name!r}")
+
+
+__all__ = [
+    "AUTOTUNE",
+    "INFINITE_CARDINALITY",
+    "UNKNOWN_CARDINALITY",
+    "DataLossError",
+    "Dataset",
+    "HeadraceError",
+    "ImageDecodeError",
+    "Iterator",
+    "MemoryBudgetError",
+    "MemoryBudgetWarning",
+    "Options",
+    "StateError",
+    "TensorSpec",
+    "parse_bytes",
+]

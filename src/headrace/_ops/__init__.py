@@ -1,0 +1,1 @@
+"""One module per transformation; each holds a ``Dataset`` node and its private iterator."""

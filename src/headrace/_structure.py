@@ -1,0 +1,250 @@
+"""Elements: nested structures of numpy values, with tf.data's dtype rules.
+
+An *element* is a nested structure whose containers are ``dict``, ``tuple``, ``list`` and namedtuples and
+whose leaves are numpy arrays, numpy scalars or ``bytes``. Everything a pipeline yields is normalized:
+
+=====================================  ========================================================
+input leaf                             yielded as (tf.data's rule where it has one)
+=====================================  ========================================================
+Python ``bool``                        ``np.bool_``
+Python ``int``                         ``np.int64`` (tf.constant would give int32; headrace keeps
+                                       every integer 64-bit, as ``Dataset.range`` does)
+Python ``float``                       ``np.float32`` (as ``tf.constant``)
+``str``                                ``bytes`` (UTF-8), as ``tf.string`` comes back from tf.data
+``bytes`` / ``bytearray``              ``bytes``
+numpy array / scalar                   unchanged (float32 stays float32, float64 stays float64)
+numpy ``str_`` / unicode arrays        ``bytes`` / object arrays of ``bytes``
+objects with ``__array__`` (torch)     ``np.asarray(obj)``
+=====================================  ========================================================
+
+In *tensor* positions (the arguments of ``from_tensors`` / ``from_tensor_slices``) a ``list`` is a
+tensor, as in tf.data: ``[1, 2, 3]`` becomes ``np.array([1, 2, 3], np.int64)`` and a list of Python
+floats becomes float32. Everywhere else (what a ``map`` function returns) a ``list`` is a structure
+like a tuple. Batches of ``bytes`` are numpy object arrays of ``bytes`` (what tf.data's
+``as_numpy_iterator`` gives for a batched ``tf.string``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+_PASS_TYPES = frozenset({np.ndarray, bytes, np.int64, np.int32, np.float32, np.float64, np.bool_,
+                         np.uint8, np.int8, np.int16, np.uint16, np.uint32, np.uint64, np.float16})
+
+
+def is_namedtuple(x: object) -> bool:
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+def _normalize_leaf(x: Any, where: str) -> Any:
+    t = type(x)
+    if t is np.ndarray:
+        if x.dtype.kind in "US":
+            return _bytes_array(x)
+        return x
+    if t is bool:
+        return np.bool_(x)
+    if t is int:
+        if not -(2**63) <= x < 2**63:
+            raise ValueError(f"{where}: the integer {x} does not fit int64 (range -2**63 .. 2**63-1); "
+                             "pass it as bytes or split it")
+        return np.int64(x)
+    if t is float:
+        return np.float32(x)
+    if t is str:
+        return x.encode("utf-8")
+    if t is bytes:
+        return x
+    if isinstance(x, np.generic):
+        if isinstance(x, np.str_):
+            return str(x).encode("utf-8")
+        if isinstance(x, np.bytes_):
+            return bytes(x)
+        return x
+    if isinstance(x, bytearray | memoryview):
+        return bytes(x)
+    if isinstance(x, complex):
+        return np.complex128(x)
+    if x is None:
+        raise TypeError(f"{where}: None is not a valid element leaf; return a value, an empty array "
+                        "(np.zeros(0)) or b'' instead")
+    if hasattr(x, "__array__"):
+        return np.asarray(x)
+    raise TypeError(f"{where}: unsupported leaf of type {t.__name__}; leaves must be numpy arrays or "
+                    "scalars, Python numbers, str or bytes (nest them in dict / tuple / list)")
+
+
+def _bytes_array(a: np.ndarray) -> np.ndarray:
+    out = np.empty(a.shape, dtype=object)
+    flat_in = a.reshape(-1)
+    flat_out = out.reshape(-1)
+    for i, v in enumerate(flat_in.tolist()):
+        flat_out[i] = v.encode("utf-8") if isinstance(v, str) else bytes(v)
+    return out
+
+
+def normalize(x: Any, where: str = "element") -> Any:
+    """Return ``x`` with every leaf converted by the table in the module docstring.
+
+    Raises ``TypeError`` naming ``where`` for unsupported leaves (``None``, arbitrary objects).
+    """
+    t = type(x)
+    if t is np.ndarray:
+        return _bytes_array(x) if x.dtype.kind in "US" else x
+    if t in _PASS_TYPES:
+        return x
+    if t is tuple:
+        return tuple(normalize(v, where) for v in x)
+    if t is dict:
+        return {k: normalize(v, where) for k, v in x.items()}
+    if t is list:
+        return [normalize(v, where) for v in x]
+    if is_namedtuple(x):
+        return t(*(normalize(v, where) for v in x))
+    if isinstance(x, dict):
+        return {k: normalize(v, where) for k, v in x.items()}
+    return _normalize_leaf(x, where)
+
+
+def _first_scalar(x: Any) -> Any:
+    while isinstance(x, list | tuple) and len(x) > 0:
+        x = x[0]
+    return x
+
+
+def to_tensor(x: Any, where: str) -> Any:
+    """Convert a leaf in *tensor position* (``from_tensors`` / ``from_tensor_slices``) to numpy."""
+    if isinstance(x, list):
+        try:
+            arr = np.asarray(x)
+        except ValueError as e:
+            raise ValueError(f"{where}: a ragged list cannot be a tensor ({e}); pad it to a rectangular "
+                             "shape or yield the rows from Dataset.from_generator") from e
+        if arr.dtype == object:
+            if all(isinstance(v, bytes | str) for v in np.asarray(x, dtype=object).reshape(-1)):
+                return _bytes_array(arr)
+            raise ValueError(f"{where}: a ragged or mixed list cannot be a tensor; pad it to a rectangular "
+                             "shape or yield the rows from Dataset.from_generator")
+        if arr.dtype == np.float64 and type(_first_scalar(x)) is float:
+            arr = arr.astype(np.float32)
+        elif arr.dtype.kind in "US":
+            arr = _bytes_array(arr)
+        return arr
+    return _normalize_leaf(x, where)
+
+
+def normalize_tensors(x: Any, where: str) -> Any:
+    """Normalize a structure whose ``list`` leaves are tensors (see the module docstring)."""
+    t = type(x)
+    if t is tuple:
+        return tuple(normalize_tensors(v, where) for v in x)
+    if isinstance(x, dict):
+        return {k: normalize_tensors(v, where) for k, v in x.items()}
+    if is_namedtuple(x):
+        return t(*(normalize_tensors(v, where) for v in x))
+    return to_tensor(x, where)
+
+
+def flatten(x: Any) -> list[Any]:
+    """Leaves of ``x`` in a fixed order (dict keys sorted, like ``tf.nest``)."""
+    out: list[Any] = []
+    _flatten_into(x, out)
+    return out
+
+
+def _flatten_into(x: Any, out: list[Any]) -> None:
+    if isinstance(x, dict):
+        for k in sorted(x):
+            _flatten_into(x[k], out)
+    elif isinstance(x, tuple | list):
+        for v in x:
+            _flatten_into(v, out)
+    else:
+        out.append(x)
+
+
+def pack_as(structure: Any, leaves: Iterable[Any]) -> Any:
+    """Inverse of :func:`flatten`: put ``leaves`` into the shape of ``structure``."""
+    it = iter(leaves)
+    result = _pack(structure, it)
+    return result
+
+
+def _pack(s: Any, it: Any) -> Any:
+    if isinstance(s, dict):
+        vals = {k: _pack(s[k], it) for k in sorted(s)}
+        return {k: vals[k] for k in s}
+    if is_namedtuple(s):
+        return type(s)(*(_pack(v, it) for v in s))
+    if isinstance(s, tuple):
+        return tuple(_pack(v, it) for v in s)
+    if isinstance(s, list):
+        return [_pack(v, it) for v in s]
+    return next(it)
+
+
+def structure_signature(x: Any) -> Any:
+    """A hashable description of the containers of ``x`` (leaves replaced by ``None``)."""
+    if isinstance(x, dict):
+        return ("dict", tuple((k, structure_signature(x[k])) for k in sorted(x)))
+    if isinstance(x, tuple | list):
+        return (type(x).__name__, tuple(structure_signature(v) for v in x))
+    return None
+
+
+def map_structure(fn: Callable[..., Any], *structures: Any) -> Any:
+    """Apply ``fn`` leaf-wise over structures of the same shape."""
+    first = structures[0]
+    flats = [flatten(s) for s in structures]
+    n = len(flats[0])
+    for s, f in zip(structures[1:], flats[1:]):
+        if len(f) != n or structure_signature(s) != structure_signature(first):
+            raise ValueError("the structures do not match: "
+                             f"{describe(first)} vs {describe(s)}")
+    return pack_as(first, [fn(*leaves) for leaves in zip(*flats)])
+
+
+def describe(x: Any) -> str:
+    """A short human description of an element's structure, shapes and dtypes (for error messages)."""
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k!r}: {describe(v)}" for k, v in x.items()) + "}"
+    if isinstance(x, tuple | list):
+        inner = ", ".join(describe(v) for v in x)
+        return f"({inner})" if isinstance(x, tuple) else f"[{inner}]"
+    if isinstance(x, np.ndarray):
+        return f"{x.dtype}{list(x.shape)}"
+    if isinstance(x, np.generic):
+        return f"{x.dtype}[]"
+    if isinstance(x, bytes):
+        return "bytes"
+    return type(x).__name__
+
+
+def nbytes(x: Any) -> int:
+    """Bytes an element holds: numpy ``nbytes`` plus the lengths of ``bytes`` / ``str`` leaves.
+
+    Object arrays count 8 bytes per slot plus the length of each ``bytes`` item.
+    """
+    t = type(x)
+    if t is np.ndarray:
+        if x.dtype.hasobject:
+            return x.nbytes + sum(len(v) for v in x.reshape(-1) if isinstance(v, bytes | str))
+        return x.nbytes
+    if t is bytes:
+        return len(x)
+    if t is tuple or t is list:
+        return sum(nbytes(v) for v in x)
+    if t is dict:
+        return sum(nbytes(v) for v in x.values())
+    if isinstance(x, np.generic):
+        return x.nbytes
+    if isinstance(x, tuple):
+        return sum(nbytes(v) for v in x)
+    if isinstance(x, dict):
+        return sum(nbytes(v) for v in x.values())
+    if isinstance(x, str):
+        return len(x)
+    return 0
