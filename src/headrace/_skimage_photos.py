@@ -1,0 +1,133 @@
+"""ImageNet-sized JPEGs made from the real photographs that ship inside scikit-image's wheel.
+
+For demos, tests and benchmarks: no download ever happens. The twelve source photographs are the files in
+``skimage/data/`` (read directly from the installed package, never through ``skimage.data``'s fetcher);
+each output image is a random crop (60-100% of the shorter side, aspect ratio of the output), an optional
+horizontal flip and a small brightness change of one photograph, resized to ``size`` and JPEG-encoded
+(4:2:0 chroma subsampling, like most camera and ImageNet JPEGs). The class of an image is *which*
+photograph it came from (``PHOTO_CLASSES[label]``), so a classifier can actually learn the task.
+
+Needs ``scikit-image`` (only for its data files; ``pip install 'headrace[test]'``), ``opencv-python`` and
+``simplejpeg`` (``pip install 'headrace[image]'``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+PHOTO_CLASSES: tuple[str, ...] = (
+    "astronaut", "camera", "chelsea", "coffee", "coins", "grass", "hubble_deep_field", "ihc", "moon",
+    "motorcycle_left", "retina", "rocket",
+)
+"""Class names in label order (sorted, as folder readers sort them): the photographs' file names."""
+
+_FILES = {
+    "astronaut": "astronaut.png", "camera": "camera.png", "chelsea": "chelsea.png",
+    "coffee": "coffee.png", "coins": "coins.png", "hubble_deep_field": "hubble_deep_field.jpg",
+    "ihc": "ihc.png", "moon": "moon.png", "motorcycle_left": "motorcycle_left.png",
+    "retina": "retina.jpg", "rocket": "rocket.jpg", "grass": "grass.png",
+}
+
+
+def skimage_data_dir() -> Path:
+    """The ``data`` folder inside the installed scikit-image package (raises ``ImportError`` if absent)."""
+    spec = importlib.util.find_spec("skimage")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the photo generator reads the photographs bundled with scikit-image; "
+                          "install it with: pip install 'headrace[test]' (or pip install scikit-image)")
+    return Path(next(iter(spec.submodule_search_locations))) / "data"
+
+
+def load_photos() -> list[np.ndarray]:
+    """The twelve photographs as uint8 RGB arrays (H x W x 3), in ``PHOTO_CLASSES`` order."""
+    import cv2
+
+    base = skimage_data_dir()
+    photos = []
+    for name in PHOTO_CLASSES:
+        path = base / _FILES[name]
+        img = cv2.imread(str(path), cv2.IMREAD_COLOR)  # BGR, grey photographs expanded to 3 channels
+        if img is None:
+            raise FileNotFoundError(f"scikit-image's photograph {path} is missing or unreadable; "
+                                    "reinstall scikit-image (pip install --force-reinstall scikit-image)")
+        photos.append(np.ascontiguousarray(img[:, :, ::-1]))
+    return photos
+
+
+def _check_args(n: int, size: tuple[int, int], quality: int) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n={n!r}: the number of images must be an int >= 0")
+    if len(size) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 8 for v in size):
+        raise ValueError(f"size={size!r}: expected (width, height) in pixels, each an int >= 8")
+    if not 1 <= quality <= 100:
+        raise ValueError(f"quality={quality!r}: JPEG quality must be in 1..100 (90 is typical)")
+
+
+def _augment(photo: np.ndarray, size: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
+    import cv2
+
+    out_w, out_h = size
+    h, w = photo.shape[:2]
+    aspect = out_w / out_h
+    # largest crop of the output's aspect ratio that fits, then 60-100% of it
+    crop_h = min(h, int(w / aspect))
+    scale = rng.uniform(0.6, 1.0)
+    ch = max(8, int(crop_h * scale))
+    cw = max(8, min(w, int(ch * aspect)))
+    y = int(rng.integers(0, h - ch + 1))
+    x = int(rng.integers(0, w - cw + 1))
+    crop = photo[y:y + ch, x:x + cw]
+    if rng.random() < 0.5:
+        crop = crop[:, ::-1]
+    interp = cv2.INTER_AREA if cw >= out_w else cv2.INTER_LINEAR
+    img = cv2.resize(np.ascontiguousarray(crop), (out_w, out_h), interpolation=interp)
+    gain = rng.uniform(0.85, 1.15)
+    return np.clip(img.astype(np.float32) * gain, 0, 255).astype(np.uint8)
+
+
+def iter_photo_jpegs(n: int, size: tuple[int, int] = (500, 375), quality: int = 90,
+                     seed: int = 0) -> Iterator[tuple[bytes, int]]:
+    """Yield ``n`` pairs ``(jpeg_bytes, class_index)``; class ``i % 12`` for the ``i``-th image.
+
+    Args:
+        n: how many images.
+        size: ``(width, height)`` of every image in pixels (500 x 375 is ImageNet's most common size).
+        quality: JPEG quality 1..100.
+        seed: the same seed gives byte-identical images.
+
+    Raises:
+        ValueError: bad ``n`` / ``size`` / ``quality``. ImportError: scikit-image is not installed.
+    """
+    import simplejpeg
+
+    _check_args(n, size, quality)
+    photos = load_photos()
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        label = i % len(PHOTO_CLASSES)
+        img = _augment(photos[label], size, rng)
+        yield simplejpeg.encode_jpeg(img, quality=quality, colorspace="RGB", colorsubsampling="420"), label
+
+
+def make_photo_jpegs(out_dir: str | os.PathLike[str], n: int, size: tuple[int, int] = (500, 375),
+                     quality: int = 90, seed: int = 0) -> list[tuple[str, int]]:
+    """Write ``n`` JPEGs as ``out_dir/<class name>/<index:06d>.jpg`` and return ``[(path, class_index)]``.
+
+    The layout is what :func:`headrace.io.image_folder` reads (sorted class folders give the labels,
+    which equal ``PHOTO_CLASSES`` indices only when all twelve classes are present, i.e. ``n >= 12``).
+    See :func:`iter_photo_jpegs` for the arguments and errors.
+    """
+    out = Path(out_dir)
+    written: list[tuple[str, int]] = []
+    for i, (data, label) in enumerate(iter_photo_jpegs(n, size, quality, seed)):
+        folder = out / PHOTO_CLASSES[label]
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{i:06d}.jpg"
+        path.write_bytes(data)
+        written.append((str(path), label))
+    return written
