@@ -1,0 +1,14 @@
+"""The one place ``headrace.train`` imports PyTorch, with the error that names the extra to install."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+
+def import_torch() -> ModuleType:
+    """``import torch``, or ``ImportError`` telling the user to ``pip install 'headrace[torch]'``."""
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - exercised only without torch
+        raise ImportError("headrace.train needs PyTorch: pip install 'headrace[torch]'") from exc
+    return torch
