@@ -28,8 +28,8 @@ from ._errors import (
 )
 from ._iterator import Iterator
 from ._memory import parse_bytes
-from ._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Options
 from ._ops.sources import TensorSpec
+from ._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Options
 
 __version__ = "0.1.0"
 

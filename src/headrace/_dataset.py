@@ -21,6 +21,8 @@ class Dataset:
     """A lazy, streaming dataset with ``tf.data.Dataset``'s API and results (see the README)."""
 
     def __init__(self, inputs: Sequence[Dataset] = ()) -> None:
+        if isinstance(inputs, Dataset):
+            raise TypeError("Dataset.__init__(inputs) takes a sequence of input datasets, not a Dataset")
         self._inputs: tuple[Dataset, ...] = tuple(inputs)
 
     # ---- to implement in each node -------------------------------------------------------------------

@@ -51,4 +51,11 @@ class MemoryBudgetWarning(UserWarning):
     """A configured buffer was shrunk to fit the memory budget (issued once per stage)."""
 
 
-__all__ = ["MemoryBudgetWarning", "DataLossError", "HeadraceError", "ImageDecodeError", "MemoryBudgetError", "StateError"]
+__all__ = [
+    "DataLossError",
+    "HeadraceError",
+    "ImageDecodeError",
+    "MemoryBudgetError",
+    "MemoryBudgetWarning",
+    "StateError",
+]

@@ -71,8 +71,9 @@ class Iterator:
         if self._root is None:
             raise StateError("set_state() on a closed iterator; create a new iterator with iter(dataset)")
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise StateError(f"not a headrace iterator state (format={state.get('format') if isinstance(state, dict) else type(state).__name__!r}); "
-                             "pass the dict returned by Iterator.get_state()")
+            got = state.get("format") if isinstance(state, dict) else type(state).__name__
+            raise StateError(f"not a headrace iterator state (format={got!r}); pass the dict returned by "
+                             "Iterator.get_state()")
         if state.get("version") != STATE_VERSION:
             raise StateError(f"iterator state version {state.get('version')!r} is not supported "
                              f"(this headrace reads version {STATE_VERSION})")

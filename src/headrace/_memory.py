@@ -24,7 +24,8 @@ budget, a stage never waits for bytes another stage holds within its cap: it wai
 consumer to drain it. A stage holding nothing may always take one element if the global total allows, so
 every stage can make progress with a single element.
 
-A stage whose cap is below its configured demand is *shrunk*; it warns once (:class:`~headrace.MemoryBudgetWarning`), naming the stage, the element count it can hold and the budget.
+A stage whose cap is below its configured demand is *shrunk*; it warns once
+(:class:`~headrace.MemoryBudgetWarning`), naming the stage, the element count it can hold and the budget.
 
 An element larger than the whole budget, or a mandatory stage (a batch being assembled) that alone would
 exceed it, raises :class:`~headrace.MemoryBudgetError` naming the stage, the size and the budget.
@@ -172,6 +173,7 @@ class StageAccount:
         self.peak_bytes = 0
         self.max_element_bytes = 0
         self.cap_bytes: float = float(budget.limit_bytes)
+        self.warn_shrink = True  # AUTOTUNE-sized stages shrink silently
         self._warned = False
 
     def demand_bytes(self) -> float:
@@ -258,7 +260,9 @@ class StageAccount:
         self.budget._close_account(self)
 
     def _maybe_warn_shrunk(self) -> None:
-        if self._warned or self.demand is None or self.held_count >= self.demand or self.held_count == 0:
+        if self._warned or not self.warn_shrink or self.demand is None:
+            return
+        if self.held_count == 0 or self.held_count >= self.demand:
             return
         if self.held_bytes + self.max_element_bytes <= self.cap_bytes:
             return

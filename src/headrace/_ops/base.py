@@ -37,15 +37,22 @@ class IteratorContext:
     def __init__(self, options: Options, budget: MemoryBudget) -> None:
         self.options = options
         self.budget = budget
-        self._names: dict[str, int] = {}
+        self._counts: dict[str, int] = {}
+        self._names: dict[tuple[int, str], str] = {}
         self._lock = threading.Lock()
 
-    def stage_name(self, base: str) -> str:
-        """``"map(parse)"``, then ``"map(parse)#2"`` for a second stage with the same name."""
+    def stage_name(self, node: object, base: str) -> str:
+        """A stable, unique name for ``node``'s stage: ``"map(parse)"``, then ``"map(parse)#2"`` for a
+        second node with the same name. The same node keeps its name across re-created iterators
+        (``repeat`` epochs)."""
         with self._lock:
-            n = self._names.get(base, 0) + 1
-            self._names[base] = n
-        return base if n == 1 else f"{base}#{n}"
+            name = self._names.get((id(node), base))
+            if name is None:
+                n = self._counts.get(base, 0) + 1
+                self._counts[base] = n
+                name = base if n == 1 else f"{base}#{n}"
+                self._names[(id(node), base)] = name
+        return name
 
     def account(self, stage: str, demand: int | None, *, mandatory: bool = False) -> StageAccount:
         return self.budget.account(stage, demand, mandatory=mandatory)
@@ -138,3 +145,36 @@ def join_threads(threads: list[threading.Thread], timeout_s: float = JOIN_TIMEOU
         if t is threading.current_thread():
             continue
         t.join(max(0.0, deadline - time.monotonic()))
+
+
+class UnaryIterator(DatasetIterator):
+    """A stage with one input. Subclasses list their settings (checked on restore) and counters (saved).
+
+    ``_settings()`` returns what must match on restore; ``_counters()`` the stage's own position fields,
+    restored by ``_restore_counters(state)``. The input's state is saved under ``"input"``.
+    """
+
+    def __init__(self, ctx: IteratorContext, source: DatasetIterator) -> None:
+        super().__init__(ctx)
+        self._source = source
+        self._next_input = source.__next__
+
+    def _settings(self) -> dict[str, Any]:
+        return {}
+
+    def _counters(self) -> dict[str, Any]:
+        return {}
+
+    def _restore_counters(self, state: dict[str, Any]) -> None:
+        pass
+
+    def get_state(self) -> dict[str, Any]:
+        return {"kind": self.kind, **self._settings(), **self._counters(), "input": self._source.get_state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, self.kind, **self._settings())
+        self._source.set_state(state["input"])
+        self._restore_counters(state)
+
+    def _children(self) -> list[DatasetIterator]:
+        return [self._source]

@@ -44,7 +44,7 @@ def open_file(path: str | bytes | os.PathLike[str], mode: str = "rb") -> IO[Any]
             return fsspec.open(p, mode).open()
         except FileNotFoundError as e:
             raise FileNotFoundError(f"no such file: {p}") from e
-    return open(_local(p), mode)  # noqa: SIM115 - the caller owns the handle
+    return open(_local(p), mode)
 
 
 def file_size(path: str | bytes | os.PathLike[str]) -> int:

@@ -1,0 +1,237 @@
+"""``Dataset.cache``: keep the elements of the first complete pass, in memory or in a file.
+
+``cache()`` (``filename=""``): the first iterator that reads the input to its end publishes the elements
+in memory; later iterators (the next epoch, also inside ``repeat``) read them from there. The cached
+bytes are charged to a mandatory account of every iterator that holds them; if they do not fit the
+budget, ``MemoryBudgetError`` names the stage and suggests ``cache(filename)``. An iterator closed
+before the end publishes nothing (tf.data does the same).
+
+``cache(filename)``: the first complete pass streams elements into ``<filename>.hrcache`` (written under a
+temporary name and renamed when complete, so a crash never leaves a file that looks complete); later
+passes stream from it. Nothing is held in memory beyond one element. The file is a sequence of pickled
+elements (protocol 5) and is only for caches headrace wrote itself: do not point ``filename`` at files
+from untrusted sources. Like tf.data, the cache is not invalidated when the input changes: delete the
+file.
+
+State: the number of elements produced in this pass, with the reader's position (element index, byte
+offset) or, while filling, the input's state. A state taken while filling restores into a reader if the
+cache has been completed since, and a reader's state restores into a filling pass by skipping that many
+input elements; a restored filling pass no longer publishes (its cache would miss the elements before
+the restore point).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+from typing import IO, Any
+
+from .._dataset import Dataset
+from .._memory import StageAccount
+from .._structure import nbytes
+from .base import DatasetIterator, IteratorContext, check_state
+
+CACHE_SUFFIX = ".hrcache"
+
+
+class CacheDataset(Dataset):
+    def __init__(self, input_ds: Dataset, filename: str) -> None:
+        super().__init__([input_ds])
+        if not isinstance(filename, str | os.PathLike):
+            raise TypeError(f"cache(filename={filename!r}): expected a path string, or '' for memory")
+        self.filename = os.fspath(filename)
+        self._memory: list[Any] | None = None
+        self._memory_bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> str:
+        return self.filename + CACHE_SUFFIX
+
+    def cardinality(self) -> int:
+        return self._inputs[0].cardinality()
+
+    def publish(self, elements: list[Any], total: int) -> None:
+        with self._lock:
+            if self._memory is None:
+                self._memory, self._memory_bytes = elements, total
+
+    def _make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+        stage = ctx.stage_name(self, f"cache({self.filename or 'memory'})")
+        return _CacheIterator(ctx, self, stage)
+
+
+class _MemoryReader:
+    def __init__(self, elements: list[Any]) -> None:
+        self._elements = elements
+        self._i = 0
+
+    def read(self) -> Any:
+        i = self._i
+        if i >= len(self._elements):
+            raise StopIteration
+        self._i = i + 1
+        return self._elements[i]
+
+    def position(self) -> dict[str, Any]:
+        return {"index": self._i}
+
+    def seek(self, position: dict[str, Any] | None, produced: int) -> None:
+        self._i = produced
+
+    def close(self) -> None:
+        pass
+
+
+class _FileReader:
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._file: IO[bytes] = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._index = 0
+
+    def read(self) -> Any:
+        try:
+            x = pickle.load(self._file)
+        except EOFError:
+            raise StopIteration from None
+        except (pickle.UnpicklingError, ValueError) as e:
+            raise OSError(f"cache file {self._path} is corrupt at element {self._index} ({e}); delete it to "
+                          "rebuild the cache") from e
+        self._index += 1
+        return x
+
+    def position(self) -> dict[str, Any]:
+        return {"index": self._index, "offset": self._file.tell()}
+
+    def seek(self, position: dict[str, Any] | None, produced: int) -> None:
+        if position is not None and "offset" in position:
+            self._file.seek(int(position["offset"]))
+            self._index = int(position["index"])
+            return
+        self._file.seek(0)
+        self._index = 0
+        for _ in range(produced):
+            self.read()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class _MemorySink:
+    def __init__(self, node: CacheDataset, account: StageAccount) -> None:
+        self._node = node
+        self._account = account
+        self._elements: list[Any] = []
+        self._total = 0
+
+    def write(self, x: Any) -> None:
+        n = nbytes(x)
+        self._account.acquire(n)
+        self._total += n
+        self._elements.append(x)
+
+    def finish(self) -> None:
+        self._node.publish(self._elements, self._total)
+
+    def abandon(self) -> None:
+        self._elements = []
+        self._account.release(self._total)
+        self._total = 0
+
+
+class _FileSink:
+    def __init__(self, node: CacheDataset) -> None:
+        self._node = node
+        self._tmp = f"{node.path}.tmp-{os.getpid()}-{id(self)}"
+        os.makedirs(os.path.dirname(os.path.abspath(self._tmp)), exist_ok=True)
+        self._file: IO[bytes] | None = open(self._tmp, "wb")  # noqa: SIM115 - closed in finish / abandon
+
+    def write(self, x: Any) -> None:
+        if self._file is not None:
+            pickle.dump(x, self._file, protocol=5)
+
+    def finish(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            os.replace(self._tmp, self._node.path)
+
+    def abandon(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            os.remove(self._tmp)
+
+
+class _CacheIterator(DatasetIterator):
+    kind = "cache"
+
+    def __init__(self, ctx: IteratorContext, node: CacheDataset, stage: str) -> None:
+        super().__init__(ctx)
+        self._node = node
+        self._account = ctx.account(stage, None, mandatory=True)
+        self._reader: _MemoryReader | _FileReader | None = None
+        self._source: DatasetIterator | None = None
+        self._sink: _MemorySink | _FileSink | None = None
+        self._produced = 0
+        if node.filename and os.path.exists(node.path):
+            self._reader = _FileReader(node.path)
+        elif not node.filename and node._memory is not None:
+            if node._memory_bytes:
+                self._account.acquire(node._memory_bytes, count=max(len(node._memory), 1))
+            self._reader = _MemoryReader(node._memory)
+        else:
+            self._source = node._inputs[0]._make_iterator(ctx)
+            self._sink = _FileSink(node) if node.filename else _MemorySink(node, self._account)
+
+    def __next__(self) -> Any:
+        if self._reader is not None:
+            x = self._reader.read()
+        else:
+            try:
+                x = self._source.__next__()  # type: ignore[union-attr]
+            except StopIteration:
+                if self._sink is not None:
+                    self._sink.finish()
+                    self._sink = None
+                raise
+            if self._sink is not None:
+                self._sink.write(x)
+        self._produced += 1
+        return x
+
+    def get_state(self) -> dict[str, Any]:
+        return {"kind": self.kind, "filename": self._node.filename, "produced": self._produced,
+                "reader": None if self._reader is None else self._reader.position(),
+                "input": None if self._source is None else self._source.get_state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, self.kind, filename=self._node.filename)
+        produced = int(state["produced"])
+        if self._reader is not None:
+            self._reader.seek(state["reader"], produced)
+        else:
+            if self._sink is not None:
+                self._sink.abandon()
+                self._sink = None
+            if self._source is not None and state["input"] is not None:
+                self._source.set_state(state["input"])
+            else:
+                if self._source is not None:
+                    self._source.close()
+                self._source = self._node._inputs[0]._make_iterator(self.ctx)
+                for _ in range(produced):
+                    self._source.__next__()
+        self._produced = produced
+
+    def _close_self(self) -> None:
+        if self._sink is not None:
+            self._sink.abandon()
+            self._sink = None
+        if self._reader is not None:
+            self._reader.close()
+        self._account.close()
+
+    def _children(self) -> list[DatasetIterator]:
+        return [self._source] if self._source is not None else []

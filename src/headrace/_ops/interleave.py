@@ -1,0 +1,202 @@
+"""``Dataset.interleave`` and ``Dataset.flat_map``.
+
+Order (tf.data's ``InterleaveDataset``): ``cycle_length`` slots, each holding the dataset
+``map_func(x)`` made from one input element. Output takes ``block_length`` elements from the current slot,
+then moves to the next slot. An empty slot is filled with the next input element when the cycle reaches
+it, and read from at once; an exhausted slot is emptied and the cycle moves on. ``flat_map`` is the case
+``cycle_length=1``.
+
+``num_parallel_calls`` (int or ``AUTOTUNE`` = ``cycle_length``) reads every open slot in a background
+thread (a one-worker prefetcher per slot, buffering ``max(2, block_length)`` elements, charged to the
+memory budget). The output order is the same as without parallelism when ``deterministic`` is true; with
+``deterministic=False`` a slot that has nothing ready is passed over for one that has.
+
+State: the cycle position, the input's state, and per open slot the input state just before its element
+plus the slot's own iterator state. Restoring re-reads those input elements (cheap for file-name inputs)
+and restores each slot where it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .._dataset import Dataset
+from .._options import AUTOTUNE
+from .autotune import cpu_count, validate_count, validate_parallel_calls
+from .base import DatasetIterator, IteratorContext, check_state, fn_name, note_error
+from .map import ParallelMapIterator, guarded_call
+from .prefetch import _identity
+
+
+class InterleaveDataset(Dataset):
+    def __init__(self, input_ds: Dataset, fn: Callable[..., Dataset], cycle_length: int | None,
+                 block_length: int | None, num_parallel_calls: int | None, deterministic: bool | None,
+                 name: str | None, kind: str = "interleave") -> None:
+        super().__init__([input_ds])
+        if not callable(fn):
+            raise TypeError(f"{kind}(map_func={fn!r}): map_func must be callable and return a Dataset")
+        if cycle_length is not None:
+            validate_count(cycle_length, f"{kind}(cycle_length)", minimum=1, allow_autotune=True,
+                           fix="use headrace.AUTOTUNE to read as many datasets at once as there are CPUs")
+        if block_length is not None:
+            validate_count(block_length, f"{kind}(block_length)", minimum=1,
+                           fix="use 1 to take one element from each dataset in turn")
+        validate_parallel_calls(num_parallel_calls, kind)
+        self.fn = fn
+        self.cycle_length = cycle_length
+        self.block_length = 1 if block_length is None else int(block_length)
+        self.num_parallel_calls = num_parallel_calls
+        self.deterministic = deterministic
+        self.kind = kind
+        self.label = f"{kind}({name or fn_name(fn)})"
+
+    def _make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+        cycle = self.cycle_length
+        if cycle is None or cycle == AUTOTUNE:
+            cycle = cpu_count()
+        parallel = self.num_parallel_calls is not None
+        return _InterleaveIterator(ctx, self, self._inputs[0]._make_iterator(ctx), int(cycle), parallel,
+                                   ctx.deterministic(self.deterministic), ctx.stage_name(self, self.label))
+
+
+class _Slot:
+    __slots__ = ("before", "iterator")
+
+    def __init__(self, iterator: DatasetIterator, before: Any) -> None:
+        self.iterator = iterator
+        self.before = before
+
+
+class _InterleaveIterator(DatasetIterator):
+    def __init__(self, ctx: IteratorContext, node: InterleaveDataset, source: DatasetIterator, cycle_length: int,
+                 parallel: bool, deterministic: bool, stage: str) -> None:
+        super().__init__(ctx)
+        self.kind = node.kind
+        self._node = node
+        self._source = source
+        self._cycle_length = cycle_length
+        self._block_length = node.block_length
+        self._parallel = parallel
+        self._deterministic = deterministic
+        self._stage = stage
+        self._slots: list[_Slot | None] = [None] * cycle_length
+        self._cycle_index = 0
+        self._block_index = 0
+        self._end_of_input = False
+        self._input_index = 0
+
+    # ---- opening slots -------------------------------------------------------------------------------
+    def _open(self, x: Any, before: Any, slot: int) -> _Slot:
+        i = self._input_index
+        self._input_index += 1
+        try:
+            ds = guarded_call(self._node.fn, x, self._stage)
+        except Exception as e:
+            note_error(e, self._stage, i)
+            raise
+        if not isinstance(ds, Dataset):
+            raise note_error(TypeError(f"{self._stage}: map_func returned {type(ds).__name__}; it must return a "
+                                       "headrace.Dataset (e.g. headrace.io.TFRecordDataset(filename))"),
+                             self._stage, i)
+        it = ds._make_iterator(self.ctx)
+        if self._parallel:
+            window = max(2, self._block_length)
+            it = ParallelMapIterator(self.ctx, it, _identity, f"{self._stage}[slot {slot}]", 1, True,
+                                     kind="interleave_slot", window=window, warn_shrink=False)
+        return _Slot(it, before)
+
+    def _advance(self) -> None:
+        self._block_index = 0
+        self._cycle_index = (self._cycle_index + 1) % self._cycle_length
+
+    def _close_slot(self, index: int) -> None:
+        slot = self._slots[index]
+        self._slots[index] = None
+        if slot is not None:
+            slot.iterator.close()
+
+    # ---- iteration -----------------------------------------------------------------------------------
+    def __next__(self) -> Any:
+        slots = self._slots
+        while not self._end_of_input or any(s is not None for s in slots):
+            slot = slots[self._cycle_index]
+            if slot is not None:
+                if not self._deterministic and self._parallel:
+                    self._prefer_ready_slot()
+                    slot = slots[self._cycle_index] or slot
+                try:
+                    x = slot.iterator.__next__()
+                except StopIteration:
+                    self._close_slot(self._cycle_index)
+                    self._advance()
+                    continue
+                self._block_index += 1
+                if self._block_index >= self._block_length:
+                    self._advance()
+                return x
+            if not self._end_of_input:
+                before = self._source.get_state()
+                try:
+                    x = self._source.__next__()
+                except StopIteration:
+                    self._end_of_input = True
+                    continue
+                slots[self._cycle_index] = self._open(x, before, self._cycle_index)
+            else:
+                self._advance()
+        raise StopIteration
+
+    def _prefer_ready_slot(self) -> None:
+        """deterministic=False: if the current slot has nothing buffered, move to one that has."""
+        current = self._slots[self._cycle_index]
+        if current is None or _has_ready(current.iterator):
+            return
+        n = self._cycle_length
+        for k in range(1, n):
+            j = (self._cycle_index + k) % n
+            s = self._slots[j]
+            if s is not None and _has_ready(s.iterator):
+                self._cycle_index, self._block_index = j, 0
+                return
+
+    # ---- state ----------------------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "cycle_length": self._cycle_length, "block_length": self._block_length,
+            "cycle_index": self._cycle_index, "block_index": self._block_index,
+            "end_of_input": self._end_of_input, "input_index": self._input_index,
+            "input": self._source.get_state(),
+            "slots": [None if s is None else {"before": s.before, "state": s.iterator.get_state()}
+                      for s in self._slots],
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, self.kind, cycle_length=self._cycle_length, block_length=self._block_length)
+        for j in range(self._cycle_length):
+            self._close_slot(j)
+        for j, saved in enumerate(state["slots"]):
+            if saved is None:
+                continue
+            self._source.set_state(saved["before"])
+            x = self._source.__next__()
+            slot = self._open(x, saved["before"], j)
+            slot.iterator.set_state(saved["state"])
+            self._slots[j] = slot
+        self._source.set_state(state["input"])
+        self._cycle_index = int(state["cycle_index"])
+        self._block_index = int(state["block_index"])
+        self._end_of_input = bool(state["end_of_input"])
+        self._input_index = int(state["input_index"])
+
+    def _close_self(self) -> None:
+        for j in range(self._cycle_length):
+            self._close_slot(j)
+
+    def _children(self) -> list[DatasetIterator]:
+        return [self._source]
+
+
+def _has_ready(it: DatasetIterator) -> bool:
+    pool = getattr(it, "_pool", None)
+    return pool is None or pool.has_ready()

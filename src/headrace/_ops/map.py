@@ -1,0 +1,132 @@
+"""``Dataset.map``: apply a function to every element, sequentially or in a thread pool.
+
+Like tf.data, a tuple element is unpacked into positional arguments (``fn(*x)``); any other element
+(dict, namedtuple, array) is passed as one argument. The function's result is normalized (Python ints ->
+int64, floats -> float32, str -> bytes; lists stay structures).
+
+``num_parallel_calls=None`` runs in the consumer's thread; an int or ``AUTOTUNE`` runs that many worker
+threads (``headrace._ops.parallel``), which scale with functions that release the GIL (numpy, OpenCV,
+image decoders). ``deterministic=False`` yields results as they finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .._dataset import Dataset
+from .._structure import normalize
+from .autotune import parallelism, validate_parallel_calls
+from .base import DatasetIterator, IteratorContext, check_state, fn_name, note_error
+from .parallel import ParallelApplier
+
+
+def call_with_element(fn: Callable[..., Any], x: Any) -> Any:
+    """tf.data's calling convention: unpack exact tuples into positional arguments."""
+    return fn(*x) if type(x) is tuple else fn(x)
+
+
+def guarded_call(fn: Callable[..., Any], x: Any, stage: str) -> Any:
+    try:
+        return call_with_element(fn, x)
+    except StopIteration as e:
+        raise RuntimeError(f"{stage}: the function raised StopIteration; return a value or raise another "
+                           "exception (StopIteration would silently end the dataset)") from e
+
+
+class MapDataset(Dataset):
+    def __init__(self, input_ds: Dataset, fn: Callable[..., Any], num_parallel_calls: int | None,
+                 deterministic: bool | None, name: str | None) -> None:
+        super().__init__([input_ds])
+        if not callable(fn):
+            raise TypeError(f"map(map_func={fn!r}): map_func must be callable")
+        validate_parallel_calls(num_parallel_calls, "map")
+        self.fn = fn
+        self.num_parallel_calls = num_parallel_calls
+        self.deterministic = deterministic
+        self.label = f"map({name or fn_name(fn)})"
+
+    def cardinality(self) -> int:
+        return self._inputs[0].cardinality()
+
+    def _make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+        source = self._inputs[0]._make_iterator(ctx)
+        stage = ctx.stage_name(self, self.label)
+        if self.num_parallel_calls is None:
+            return _MapIterator(ctx, source, self.fn, stage)
+        workers = parallelism(self.num_parallel_calls, ctx)
+        return ParallelMapIterator(ctx, source, lambda x: normalize(guarded_call(self.fn, x, stage), stage),
+                                   stage, workers, ctx.deterministic(self.deterministic), kind="map")
+
+
+class _MapIterator(DatasetIterator):
+    kind = "map"
+
+    def __init__(self, ctx: IteratorContext, source: DatasetIterator, fn: Callable[..., Any], stage: str) -> None:
+        super().__init__(ctx)
+        self._source = source
+        self._next_input = source.__next__
+        self._fn = fn
+        self._stage = stage
+        self._index = 0
+
+    def __next__(self) -> Any:
+        x = self._next_input()
+        i = self._index
+        self._index = i + 1
+        try:
+            y = self._fn(*x) if type(x) is tuple else self._fn(x)
+        except StopIteration as e:
+            raise note_error(RuntimeError(
+                f"{self._stage}: the function raised StopIteration; return a value or raise another "
+                "exception (StopIteration would silently end the dataset)"), self._stage, i) from e
+        except Exception as e:
+            note_error(e, self._stage, i)
+            raise
+        return normalize(y, self._stage)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"kind": self.kind, "index": self._index, "input": self._source.get_state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, self.kind)
+        self._source.set_state(state["input"])
+        self._index = int(state["index"])
+
+    def _children(self) -> list[DatasetIterator]:
+        return [self._source]
+
+
+class ParallelMapIterator(DatasetIterator):
+    """A stage applying ``fn`` in ``workers`` threads (map, prefetch and parallel batch share it)."""
+
+    def __init__(self, ctx: IteratorContext, source: DatasetIterator, fn: Callable[[Any], Any], stage: str,
+                 workers: int, deterministic: bool, *, kind: str, window: int | None = None,
+                 release_input: Callable[[Any], None] | None = None, warn_shrink: bool = True) -> None:
+        super().__init__(ctx)
+        self.kind = kind
+        self._source = source
+        window = window if window is not None else 2 * workers
+        self._account = ctx.account(stage, window)
+        self._account.warn_shrink = warn_shrink
+        self._deterministic = deterministic
+        self._pool = ParallelApplier(source, fn, num_workers=workers, window=window,
+                                     deterministic=deterministic, account=self._account, stage=stage,
+                                     thread_name=stage, release_input=release_input)
+
+    def __next__(self) -> Any:
+        return self._pool.next()
+
+    def get_state(self) -> dict[str, Any]:
+        return {"kind": self.kind, **self._pool.state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, self.kind)
+        self._pool.restore(state)
+
+    def _close_self(self) -> None:
+        self._pool.stop()
+        self._account.close()
+
+    def _children(self) -> list[DatasetIterator]:
+        return [self._source]

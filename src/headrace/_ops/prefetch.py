@@ -1,0 +1,41 @@
+"""``Dataset.prefetch``: a background thread produces up to ``buffer_size`` elements ahead.
+
+The buffered elements are charged to the memory budget; ``buffer_size=AUTOTUNE`` starts at
+``PREFETCH_AUTOTUNE_BUFFER`` and shrinks silently to the stage's share of the budget, an explicit size
+shrinks with one warning. ``buffer_size=0`` prefetches nothing (the stage passes elements through).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._dataset import Dataset
+from .._options import AUTOTUNE
+from .autotune import PREFETCH_AUTOTUNE_BUFFER, validate_count
+from .base import DatasetIterator, IteratorContext
+from .map import ParallelMapIterator
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+class PrefetchDataset(Dataset):
+    def __init__(self, input_ds: Dataset, buffer_size: int) -> None:
+        super().__init__([input_ds])
+        validate_count(buffer_size, "prefetch(buffer_size)", minimum=0, allow_autotune=True,
+                       fix="use headrace.AUTOTUNE, or 0 for no prefetching")
+        self.buffer_size = buffer_size
+
+    def cardinality(self) -> int:
+        return self._inputs[0].cardinality()
+
+    def _make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+        source = self._inputs[0]._make_iterator(ctx)
+        if self.buffer_size == 0:
+            return source
+        autotune = self.buffer_size == AUTOTUNE
+        size = PREFETCH_AUTOTUNE_BUFFER if autotune else self.buffer_size
+        stage = ctx.stage_name(self, f"prefetch({'AUTOTUNE' if autotune else size})")
+        return ParallelMapIterator(ctx, source, _identity, stage, 1, True, kind="prefetch", window=size,
+                                   warn_shrink=not autotune)

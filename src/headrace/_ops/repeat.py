@@ -1,0 +1,82 @@
+"""``Dataset.repeat``: iterate the input ``count`` times (``None`` / ``-1``: forever).
+
+Each epoch builds a fresh input iterator (so ``shuffle`` reshuffles). An epoch that yields nothing ends
+the repetition (no infinite loop over an empty dataset).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._dataset import Dataset
+from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
+from .base import DatasetIterator, IteratorContext, check_state
+
+
+class RepeatDataset(Dataset):
+    def __init__(self, input_ds: Dataset, count: int | None) -> None:
+        super().__init__([input_ds])
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < -1):
+            raise ValueError(f"repeat(count={count!r}): count must be None or -1 (forever) or an int >= 0")
+        self.count = -1 if count is None else int(count)
+
+    def cardinality(self) -> int:
+        n = self._inputs[0].cardinality()
+        if self.count == 0 or n == 0:
+            return 0
+        if self.count == -1:
+            return INFINITE_CARDINALITY if n != UNKNOWN_CARDINALITY else UNKNOWN_CARDINALITY
+        if n in (INFINITE_CARDINALITY, UNKNOWN_CARDINALITY):
+            return n
+        return n * self.count
+
+    def _make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+        return _RepeatIterator(ctx, self._inputs[0], self.count)
+
+
+class _RepeatIterator(DatasetIterator):
+    kind = "repeat"
+
+    def __init__(self, ctx: IteratorContext, input_ds: Dataset, count: int) -> None:
+        super().__init__(ctx)
+        self._ds = input_ds
+        self._count = count
+        self._epoch = 0
+        self._in_epoch = 0
+        self._source: DatasetIterator | None = input_ds._make_iterator(ctx) if count != 0 else None
+
+    def __next__(self) -> Any:
+        while self._source is not None:
+            try:
+                x = self._source.__next__()
+            except StopIteration:
+                empty = self._in_epoch == 0
+                self._source.close()
+                self._source = None
+                self._epoch += 1
+                self._in_epoch = 0
+                if empty or (self._count != -1 and self._epoch >= self._count):
+                    break
+                self._source = self._ds._make_iterator(self.ctx)
+                continue
+            self._in_epoch += 1
+            return x
+        raise StopIteration
+
+    def get_state(self) -> dict[str, Any]:
+        return {"kind": self.kind, "count": self._count, "epoch": self._epoch, "in_epoch": self._in_epoch,
+                "input": None if self._source is None else self._source.get_state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, self.kind, count=self._count)
+        if self._source is not None:
+            self._source.close()
+            self._source = None
+        self._epoch = int(state["epoch"])
+        self._in_epoch = int(state["in_epoch"])
+        if state["input"] is not None:
+            self._source = self._ds._make_iterator(self.ctx)
+            self._source.set_state(state["input"])
+
+    def _children(self) -> list[DatasetIterator]:
+        return [self._source] if self._source is not None else []

@@ -1,0 +1,75 @@
+"""``Dataset.shard``: elements ``index, index + num_shards, ...`` (one worker's disjoint share).
+
+An input element that raised an error keeps its position (unlike tf.data, which does not count it): the
+shard owning that position re-raises the error and the other shards skip it, so the shards stay disjoint
+and complete across ranks even when some elements fail.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._dataset import Dataset
+from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
+from .autotune import validate_count
+from .base import DatasetIterator, IteratorContext, UnaryIterator
+
+
+class ShardDataset(Dataset):
+    def __init__(self, input_ds: Dataset, num_shards: int, index: int) -> None:
+        super().__init__([input_ds])
+        validate_count(num_shards, "shard(num_shards)", minimum=1, fix="use num_shards=world size (>= 1)")
+        validate_count(index, "shard(index)", minimum=0, fix="index is the worker's rank, 0 <= index < num_shards")
+        if index >= num_shards:
+            raise ValueError(f"shard(num_shards={num_shards}, index={index}): index must be in "
+                             f"[0, {num_shards - 1}]; pass the worker's rank as index")
+        self.num_shards = int(num_shards)
+        self.index = int(index)
+
+    def cardinality(self) -> int:
+        n = self._inputs[0].cardinality()
+        if n in (INFINITE_CARDINALITY, UNKNOWN_CARDINALITY):
+            return n
+        return n // self.num_shards + (1 if self.index < n % self.num_shards else 0)
+
+    def _make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+        return _ShardIterator(ctx, self._inputs[0]._make_iterator(ctx), self.num_shards, self.index)
+
+
+class _ShardIterator(UnaryIterator):
+    kind = "shard"
+
+    def __init__(self, ctx: IteratorContext, source: DatasetIterator, num_shards: int, index: int) -> None:
+        super().__init__(ctx, source)
+        self._num_shards = num_shards
+        self._index = index
+        self._position = 0  # input elements consumed
+
+    def __next__(self) -> Any:
+        nxt = self._next_input
+        while True:
+            p = self._position
+            mine = p % self._num_shards == self._index
+            try:
+                x = nxt()
+            except StopIteration:
+                raise
+            except Exception:
+                # An element that failed still has a position: the owning shard reports the error,
+                # the others skip it, so shard assignment stays aligned across ranks.
+                self._position = p + 1
+                if mine:
+                    raise
+                continue
+            self._position = p + 1
+            if mine:
+                return x
+
+    def _settings(self) -> dict[str, Any]:
+        return {"num_shards": self._num_shards, "index": self._index}
+
+    def _counters(self) -> dict[str, Any]:
+        return {"position": self._position}
+
+    def _restore_counters(self, state: dict[str, Any]) -> None:
+        self._position = int(state["position"])

@@ -1,0 +1,50 @@
+"""``Dataset.skip``: all but the first ``count`` elements (``count=-1``: skip everything)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._dataset import Dataset
+from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
+from .autotune import validate_count
+from .base import DatasetIterator, IteratorContext, UnaryIterator
+
+
+class SkipDataset(Dataset):
+    def __init__(self, input_ds: Dataset, count: int) -> None:
+        super().__init__([input_ds])
+        validate_count(count, "skip(count)", minimum=-1, fix="use -1 to skip every element")
+        self.count = int(count)
+
+    def cardinality(self) -> int:
+        n = self._inputs[0].cardinality()
+        if n in (INFINITE_CARDINALITY, UNKNOWN_CARDINALITY):
+            return n if self.count != -1 or n == UNKNOWN_CARDINALITY else 0
+        return 0 if self.count == -1 else max(0, n - self.count)
+
+    def _make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+        return _SkipIterator(ctx, self._inputs[0]._make_iterator(ctx), self.count)
+
+
+class _SkipIterator(UnaryIterator):
+    kind = "skip"
+
+    def __init__(self, ctx: IteratorContext, source: DatasetIterator, count: int) -> None:
+        super().__init__(ctx, source)
+        self._count = count
+        self._skipped = 0
+
+    def __next__(self) -> Any:
+        while self._count == -1 or self._skipped < self._count:
+            self._next_input()
+            self._skipped += 1
+        return self._next_input()
+
+    def _settings(self) -> dict[str, Any]:
+        return {"count": self._count}
+
+    def _counters(self) -> dict[str, Any]:
+        return {"skipped": self._skipped}
+
+    def _restore_counters(self, state: dict[str, Any]) -> None:
+        self._skipped = int(state["skipped"])

@@ -1,0 +1,164 @@
+"""Stacking elements into batches and padding them (shared by ``batch``, ``padded_batch``, ``unbatch``).
+
+Batching rules (tf.data's): every leaf gains a leading axis of the batch size; leaves must agree in
+structure, dtype and shape (``padded_batch`` pads shapes); ``bytes`` leaves become object arrays of
+``bytes``; numpy scalars become 1-D arrays of their dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._structure import describe, flatten, pack_as
+
+
+def _is_structure(x: Any) -> bool:
+    return isinstance(x, dict | tuple | list)
+
+
+def stack(items: Sequence[Any], stage: str) -> Any:
+    """Stack ``items`` (elements of one structure) into one batch element."""
+    first = items[0]
+    if not _is_structure(first):
+        return _stack_leaf(items, stage, 0)
+    columns = _columns(items, stage)
+    return pack_as(first, [_stack_leaf(col, stage, k) for k, col in enumerate(columns)])
+
+
+def _columns(items: Sequence[Any], stage: str) -> list[list[Any]]:
+    first = items[0]
+    flat = [flatten(x) for x in items]
+    n = len(flat[0])
+    first_keys = sorted(first) if isinstance(first, dict) else None
+    for i, (x, f) in enumerate(zip(items, flat)):
+        if len(f) != n or (first_keys is not None and sorted(x) != first_keys):
+            raise ValueError(f"{stage}: element {i} has structure {describe(x)} but element 0 has "
+                             f"{describe(first)}; every element of a dataset must have the same structure")
+    return [list(col) for col in zip(*flat)]
+
+
+def _stack_leaf(col: Sequence[Any], stage: str, k: int) -> np.ndarray:
+    f = col[0]
+    if type(f) is bytes:
+        out = np.empty(len(col), dtype=object)
+        for i, v in enumerate(col):
+            if type(v) is not bytes:
+                raise TypeError(f"{stage}: component {k} of element {i} is {describe(v)}, element 0 has bytes")
+            out[i] = v
+        return out
+    try:
+        out = np.stack(col) if type(f) is np.ndarray else np.array(col)
+    except ValueError as e:
+        shapes = [np.shape(v) for v in col]
+        bad = next(i for i, s in enumerate(shapes) if s != shapes[0])
+        raise ValueError(
+            f"{stage}: cannot batch elements with different shapes in component {k}: element 0 has shape "
+            f"{shapes[0]} and element {bad} has shape {shapes[bad]}; use padded_batch() or make the "
+            "shapes equal (e.g. resize) before batching") from e
+    fdt = getattr(f, "dtype", None)
+    if fdt is not None and out.dtype != fdt:
+        bad = next(i for i, v in enumerate(col) if getattr(v, "dtype", None) != fdt)
+        raise TypeError(f"{stage}: component {k} has dtype {fdt} in element 0 but "
+                        f"{getattr(col[bad], 'dtype', type(col[bad]).__name__)} in element {bad}; cast the "
+                        "elements to one dtype before batching")
+    return out
+
+
+def pad_and_stack(items: Sequence[Any], padded_shapes: Any, padding_values: Any, stage: str) -> Any:
+    """Stack ``items`` after padding each component to ``padded_shapes`` (None/-1 dims: batch max)."""
+    first = items[0]
+    columns = _columns(items, stage) if _is_structure(first) else [list(items)]
+    shapes = _per_leaf(padded_shapes, first, len(columns), "padded_shapes", stage, is_shape=True)
+    values = _per_leaf(padding_values, first, len(columns), "padding_values", stage, is_shape=False)
+    stacked = [_pad_leaf(col, shapes[k], values[k], stage, k) for k, col in enumerate(columns)]
+    return pack_as(first, stacked) if _is_structure(first) else stacked[0]
+
+
+def _is_shape_like(x: Any) -> bool:
+    return isinstance(x, tuple | list) and all(v is None or isinstance(v, int | np.integer) for v in x)
+
+
+def _per_leaf(spec: Any, first: Any, n: int, what: str, stage: str, *, is_shape: bool) -> list[Any]:
+    if spec is None:
+        return [None] * n
+    if is_shape and _is_shape_like(spec) and not _is_structure(first):
+        return [tuple(spec)]
+    if not is_shape and not _is_structure(spec):
+        return [spec] * n
+    if is_shape:
+        leaves = _flatten_shapes(spec)
+    else:
+        leaves = flatten(spec)
+    if len(leaves) != n:
+        raise ValueError(f"{stage}: {what} has {len(leaves)} components but the elements have {n} "
+                         f"({describe(first)}); give one entry per component")
+    return leaves
+
+
+def _flatten_shapes(spec: Any) -> list[Any]:
+    if _is_shape_like(spec):
+        return [tuple(spec)]
+    if isinstance(spec, dict):
+        return [s for k in sorted(spec) for s in _flatten_shapes(spec[k])]
+    if isinstance(spec, tuple | list):
+        return [s for v in spec for s in _flatten_shapes(v)]
+    if spec is None:
+        return [None]
+    raise TypeError(f"padded_shapes: {spec!r} is not a shape; use a tuple/list of ints and None")
+
+
+def _pad_leaf(col: Sequence[Any], shape: Any, value: Any, stage: str, k: int) -> np.ndarray:
+    f = col[0]
+    is_bytes = type(f) is bytes or (isinstance(f, np.ndarray) and f.dtype == object)
+    arrays = [np.asarray(v, dtype=object) if is_bytes else np.asarray(v) for v in col]
+    rank = arrays[0].ndim
+    for i, a in enumerate(arrays):
+        if a.ndim != rank:
+            raise ValueError(f"{stage}: component {k} has rank {rank} in element 0 but {a.ndim} in element {i}")
+    max_shape = tuple(max(a.shape[d] for a in arrays) for d in range(rank))
+    if shape is None:
+        target = max_shape
+    else:
+        if len(shape) != rank:
+            raise ValueError(f"{stage}: padded shape {tuple(shape)} for component {k} has rank {len(shape)} "
+                             f"but the elements have rank {rank}")
+        target = tuple(m if (s is None or s == -1) else int(s) for s, m in zip(shape, max_shape))
+        for d, (t, m) in enumerate(zip(target, max_shape)):
+            if m > t:
+                raise ValueError(f"{stage}: component {k} has size {m} in dimension {d}, larger than the padded "
+                                 f"shape {tuple(shape)}; raise padded_shapes or use None to pad to the batch max")
+    if value is None:
+        value = b"" if is_bytes else 0
+    dtype = object if is_bytes else arrays[0].dtype
+    out = np.empty((len(arrays), *target), dtype=dtype)
+    out[...] = value
+    for i, a in enumerate(arrays):
+        if not is_bytes and a.dtype != dtype:
+            raise TypeError(f"{stage}: component {k} has dtype {dtype} in element 0 but {a.dtype} in element {i}")
+        out[(i, *tuple(slice(0, s) for s in a.shape))] = a
+    return out
+
+
+def unstack(batch: Any, stage: str) -> tuple[int, list[Any]]:
+    """Number of rows of a batch element and its leaves, checking every leaf has that many rows."""
+    leaves = flatten(batch)
+    if not leaves:
+        raise ValueError(f"{stage}: the element has no components to unbatch")
+    sizes = []
+    for leaf in leaves:
+        if not isinstance(leaf, np.ndarray) or leaf.ndim == 0:
+            raise ValueError(f"{stage}: cannot unbatch a scalar component ({describe(leaf)}) in "
+                             f"{describe(batch)}; every component needs a leading batch dimension")
+        sizes.append(leaf.shape[0])
+    if any(s != sizes[0] for s in sizes):
+        raise ValueError(f"{stage}: components have different batch sizes {sizes} in {describe(batch)}; "
+                         "they must agree in dimension 0")
+    return sizes[0], leaves
+
+
+def row(leaf: np.ndarray, i: int) -> Any:
+    """Row ``i`` of a batched leaf: a numpy scalar / bytes for 1-D leaves, a copied array otherwise."""
+    return leaf[i] if leaf.ndim == 1 else leaf[i].copy()

@@ -1,0 +1,53 @@
+"""``Dataset.take``: at most the first ``count`` elements (``count=-1``: all of them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._dataset import Dataset
+from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
+from .autotune import validate_count
+from .base import DatasetIterator, IteratorContext, UnaryIterator
+
+
+class TakeDataset(Dataset):
+    def __init__(self, input_ds: Dataset, count: int) -> None:
+        super().__init__([input_ds])
+        validate_count(count, "take(count)", minimum=-1, fix="use -1 to take every element")
+        self.count = int(count)
+
+    def cardinality(self) -> int:
+        n = self._inputs[0].cardinality()
+        if self.count == -1:
+            return n
+        if n == UNKNOWN_CARDINALITY:
+            return UNKNOWN_CARDINALITY
+        return self.count if n == INFINITE_CARDINALITY else min(n, self.count)
+
+    def _make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+        return _TakeIterator(ctx, self._inputs[0]._make_iterator(ctx), self.count)
+
+
+class _TakeIterator(UnaryIterator):
+    kind = "take"
+
+    def __init__(self, ctx: IteratorContext, source: DatasetIterator, count: int) -> None:
+        super().__init__(ctx, source)
+        self._count = count
+        self._taken = 0
+
+    def __next__(self) -> Any:
+        if self._count != -1 and self._taken >= self._count:
+            raise StopIteration
+        x = self._next_input()
+        self._taken += 1
+        return x
+
+    def _settings(self) -> dict[str, Any]:
+        return {"count": self._count}
+
+    def _counters(self) -> dict[str, Any]:
+        return {"taken": self._taken}
+
+    def _restore_counters(self, state: dict[str, Any]) -> None:
+        self._taken = int(state["taken"])
