@@ -1,0 +1,242 @@
+"""TFRecord framing: CRC32C, compression streams, and a checked record reader for one file.
+
+Format (TensorFlow's ``tensorflow/core/lib/io/record_writer.h``; every integer little-endian)::
+
+    uint64  length
+    uint32  masked_crc32c(the 8 length bytes)
+    byte    data[length]
+    uint32  masked_crc32c(data)
+
+    masked_crc32c(x) = ((crc >> 15) | (crc << 17)) + 0xa282ead8   (mod 2**32), crc = CRC32C (Castagnoli)
+
+A compressed file (``"GZIP"`` or ``"ZLIB"``) is this byte stream compressed as one gzip member (zlib
+``windowBits=31``) or one zlib stream (``windowBits=15``); offsets are always offsets in the uncompressed
+stream, and random access needs an uncompressed file.
+
+Errors (all :class:`~headrace.DataLossError` with ``path``, ``offset`` = first byte of the bad record and
+``reason``):
+
+- ``"data_crc"``: the data CRC does not match. The length was good, so the stream is positioned at the
+  next record and reading can go on (the record is lost).
+- ``"length_crc"``: the length CRC does not match; nothing after it can be trusted (``dead``).
+- ``"truncated"``: the file ends inside a record (``dead``).
+- ``"compressed_stream"``: the gzip / zlib stream is damaged or cut (``dead``).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import zlib
+from typing import IO, Any
+
+import google_crc32c
+
+from .._errors import DataLossError
+from . import files
+
+HEADER = struct.Struct("<QI")
+FOOTER = struct.Struct("<I")
+LENGTH = struct.Struct("<Q")
+HEADER_BYTES = HEADER.size  # 12
+FOOTER_BYTES = FOOTER.size  # 4
+OVERHEAD_BYTES = HEADER_BYTES + FOOTER_BYTES
+MASK_DELTA = 0xA282EAD8
+DEFAULT_BUFFER_BYTES = 256 * 1024  # TensorFlow's default TFRecordDataset buffer_size
+_CHUNK_BYTES = 16 * 1024 * 1024  # records longer than this are read in chunks (a bogus length never
+#                                 allocates more than what the file really holds)
+COMPRESSIONS = ("", "GZIP", "ZLIB")
+WBITS = {"GZIP": 31, "ZLIB": 15}
+
+DATA_CRC = "data_crc"
+LENGTH_CRC = "length_crc"
+TRUNCATED = "truncated"
+COMPRESSED_STREAM = "compressed_stream"
+
+
+def masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC32C of ``data`` (a ``bytes`` object), as an unsigned 32-bit int."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
+
+
+def frame(data: bytes) -> tuple[bytes, bytes]:
+    """The 12-byte header and 4-byte footer that surround ``data`` in a TFRecord file."""
+    length = LENGTH.pack(len(data))
+    return length + FOOTER.pack(masked_crc32c(length)), FOOTER.pack(masked_crc32c(data))
+
+
+def normalize_compression(value: Any, where: str = "compression_type") -> str:
+    """``None`` / ``""`` -> ``""``; ``"GZIP"`` / ``"ZLIB"`` (any case) as is; anything else raises."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.upper() in COMPRESSIONS:
+        return value.upper()
+    raise ValueError(f"{where}={value!r} is not supported; use None or '' (uncompressed), 'GZIP' or 'ZLIB'")
+
+
+class _ZlibReader(io.RawIOBase):
+    """Raw stream decompressing a zlib (or gzip) stream from ``raw``, in bounded chunks."""
+
+    def __init__(self, raw: IO[bytes], wbits: int, chunk_bytes: int) -> None:
+        self._raw = raw
+        self._wbits = wbits
+        self._d = zlib.decompressobj(wbits)
+        self._chunk = chunk_bytes
+        self._started = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        want = len(b)
+        while True:
+            if self._d.unconsumed_tail:
+                out = self._d.decompress(self._d.unconsumed_tail, want)
+            elif self._d.eof:
+                rest = self._d.unused_data or self._raw.read(self._chunk)
+                if not rest:
+                    return 0
+                self._d = zlib.decompressobj(self._wbits)  # another gzip member / zlib stream follows
+                out = self._d.decompress(rest, want)
+            else:
+                data = self._raw.read(self._chunk)
+                if not data:
+                    if not self._started:
+                        return 0  # an empty file holds no records
+                    raise EOFError("the compressed stream ends before its end-of-stream marker")
+                self._started = True
+                out = self._d.decompress(data, want)
+            if out:
+                n = len(out)
+                b[:n] = out
+                return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+def open_stream(path: str, compression: str, buffer_size: int) -> tuple[IO[bytes], int | None]:
+    """Open ``path`` for reading records; returns the stream and the file size when it is cheap to know
+    (local uncompressed files), else ``None``."""
+    f = files.open_file(path, "rb")
+    size: int | None = None
+    if compression:
+        return io.BufferedReader(_ZlibReader(f, WBITS[compression], buffer_size), buffer_size), None
+    if isinstance(f, io.BufferedReader):
+        raw = f.detach()
+        size = os.fstat(raw.fileno()).st_size if hasattr(raw, "fileno") else None
+        return io.BufferedReader(raw, buffer_size), size
+    return f, size
+
+
+class RecordReader:
+    """Reads the framed records of one file in order, checking both CRCs of every record.
+
+    ``next_record()`` returns the record's ``bytes``, or ``None`` at the end of the file (and forever
+    after a ``dead`` error). ``offset`` is the byte offset of the next record in the uncompressed stream;
+    ``index`` counts records (good or bad) read so far. Open at ``offset`` > 0 to resume: uncompressed
+    files seek, compressed ones are decompressed and skipped up to it.
+    """
+
+    def __init__(self, path: str, compression: str = "", buffer_size: int = DEFAULT_BUFFER_BYTES,
+                 offset: int = 0, index: int = 0, check_crc: bool = True) -> None:
+        self.path = path
+        self.offset = offset
+        self.index = index
+        self.dead = False
+        self._check = check_crc
+        self._f, self._size = open_stream(path, compression, buffer_size)
+        self._compression = compression
+        if offset:
+            self._skip_to(offset)
+
+    def _skip_to(self, offset: int) -> None:
+        if not self._compression and self._f.seekable():
+            if self._size is not None and offset > self._size:
+                self.close()
+                raise DataLossError(f"cannot resume {self.path} at byte {offset}: the file has only "
+                                    f"{self._size} bytes; restore a state saved from this file",
+                                    path=self.path, offset=offset, reason=TRUNCATED)
+            self._f.seek(offset)
+            return
+        left = offset
+        while left:
+            got = len(self._read_guarded(min(left, _CHUNK_BYTES)))
+            if got == 0:
+                self.close()
+                raise DataLossError(f"cannot resume {self.path} at byte {offset} of its uncompressed "
+                                    f"stream: it ends at byte {offset - left}", path=self.path,
+                                    offset=offset, reason=TRUNCATED)
+            left -= got
+
+    def _read_guarded(self, n: int) -> bytes:
+        try:
+            return self._f.read(n)
+        except (EOFError, zlib.error, OSError) as e:
+            self.dead = True
+            raise DataLossError(
+                f"damaged {self._compression or 'compressed'} stream in {self.path} near uncompressed byte "
+                f"{self.offset} (record {self.index}): {e}; the rest of the file cannot be read",
+                path=self.path, offset=self.offset, reason=COMPRESSED_STREAM) from e
+
+    def _read(self, n: int) -> bytes:
+        """Up to ``n`` bytes, fewer only at the end of the stream; big reads go in chunks."""
+        if n <= _CHUNK_BYTES:
+            data = self._read_guarded(n)
+            if len(data) == n or not data:
+                return data
+            parts = [data]
+            got = len(data)
+        else:
+            parts, got = [], 0
+        while got < n:
+            more = self._read_guarded(min(n - got, _CHUNK_BYTES))
+            if not more:
+                break
+            parts.append(more)
+            got += len(more)
+        return b"".join(parts)
+
+    def _fail(self, reason: str, message: str, dead: bool) -> DataLossError:
+        self.dead = self.dead or dead
+        tail = ("the rest of this file cannot be read" if dead else "the reader continues with the next record")
+        return DataLossError(f"{message} in {self.path} at byte {self.offset} (record {self.index} of the "
+                             f"file); {tail}. Re-create the file, or read past it with on_corrupt='skip' or "
+                             ".ignore_errors()", path=self.path, offset=self.offset, reason=reason)
+
+    def next_record(self) -> bytes | None:
+        if self.dead:
+            return None
+        header = self._read(HEADER_BYTES)
+        if len(header) < HEADER_BYTES:
+            if not header:
+                return None
+            raise self._fail(TRUNCATED, f"truncated record (only {len(header)} of {HEADER_BYTES} header bytes)",
+                             dead=True)
+        length, length_crc = HEADER.unpack(header)
+        if self._check and masked_crc32c(header[:8]) != length_crc:
+            raise self._fail(LENGTH_CRC, "corrupted record: the length field fails its CRC32C", dead=True)
+        if self._size is not None and self.offset + OVERHEAD_BYTES + length > self._size:
+            raise self._fail(TRUNCATED, f"truncated record (length {length} runs past the end of the "
+                             f"{self._size}-byte file)", dead=True)
+        data = self._read(length)
+        footer = self._read(FOOTER_BYTES) if len(data) == length else b""
+        if len(footer) < FOOTER_BYTES:
+            raise self._fail(TRUNCATED, f"truncated record (the file ends inside a record of {length} bytes)",
+                             dead=True)
+        if self._check and masked_crc32c(data) != FOOTER.unpack(footer)[0]:
+            err = self._fail(DATA_CRC, f"corrupted record: the data CRC32C of its {length} bytes (from byte "
+                             f"{self.offset + HEADER_BYTES}) does not match", dead=False)
+            self.offset += OVERHEAD_BYTES + length
+            self.index += 1
+            raise err
+        self.offset += OVERHEAD_BYTES + length
+        self.index += 1
+        return data
+
+    def close(self) -> None:
+        self._f.close()

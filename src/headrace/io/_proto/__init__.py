@@ -1,0 +1,1 @@
+"""tf.train.Example protobuf messages (see example.proto), built without protoc."""

@@ -1,0 +1,293 @@
+"""``TFRecordDataset``: the records of TFRecord files as a :class:`headrace.Dataset` of ``bytes``.
+
+Same arguments and results as ``tf.data.TFRecordDataset``; the file format and its CRC32C checks are
+described in :mod:`headrace.io._framing` (TensorFlow's ``record_writer.h`` layout).
+
+Corrupt data is never returned as if it were good:
+
+- ``on_corrupt="raise"`` (default, TensorFlow's behaviour): every good record before the bad one is
+  yielded, then :class:`~headrace.DataLossError` names the file, the byte offset of the bad record and
+  the reason (``data_crc``, ``length_crc``, ``truncated``, ``compressed_stream``). The iterator stays
+  usable, so ``.ignore_errors()`` works: after a data-CRC failure it continues with the next record;
+  after a bad length, a truncation or a damaged compressed stream the rest of that file is unreadable and
+  it continues with the next file.
+- ``on_corrupt="skip"``: the same records are skipped without raising; each skip is reported by a
+  :class:`CorruptRecordWarning` and appended to ``dataset.skipped_records`` (a list of
+  :class:`SkippedRecord` ``(path, offset, reason, message)``, shared by every iterator of the dataset).
+
+Iterator state: ``{"kind": "tfrecord", "file_index", "offset", "path", ...}``: the file being read and
+the byte offset of its next record in the uncompressed stream. Restoring reopens the file and seeks
+there (GZIP / ZLIB files are decompressed again and skipped up to the offset).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .._dataset import Dataset
+from .._errors import DataLossError
+from .._ops.base import DatasetIterator, IteratorContext, check_state, note_error
+from .._options import UNKNOWN_CARDINALITY
+from . import files
+from ._framing import DEFAULT_BUFFER_BYTES, RecordReader, normalize_compression
+
+ON_CORRUPT = ("raise", "skip")
+
+
+class CorruptRecordWarning(UserWarning):
+    """A corrupt or truncated record was skipped (``on_corrupt="skip"``)."""
+
+
+class SkippedRecord(NamedTuple):
+    """One skipped corrupt region: the file, the byte offset of the bad record, the reason, the message."""
+
+    path: str
+    offset: int
+    reason: str
+    message: str
+
+
+def _name_list(filenames: Any) -> list[str]:
+    if isinstance(filenames, str | bytes | os.PathLike):
+        return [files.to_str_path(filenames)]
+    if isinstance(filenames, np.ndarray):
+        return [files.to_str_path(v) for v in filenames.reshape(-1).tolist()]
+    if isinstance(filenames, Iterable):
+        return [files.to_str_path(v) for v in filenames]
+    raise TypeError(f"TFRecordDataset(filenames={filenames!r}): expected a path (str, bytes, os.PathLike), "
+                    "a list of paths or a Dataset of paths")
+
+
+def _check_positive(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"TFRecordDataset({name}={value!r}): must be None or an int >= 1")
+    return int(value)
+
+
+class TFRecordDataset(Dataset):
+    """A dataset of the records (``bytes``) of one or more TFRecord files, in file order.
+
+    Args:
+        filenames: a path (``str``, ``bytes``, ``os.PathLike``; local or an fsspec URL), a list of them,
+            or a :class:`~headrace.Dataset` whose elements are paths (e.g. ``Dataset.list_files``).
+        compression_type: ``None`` or ``""`` (uncompressed), ``"GZIP"`` or ``"ZLIB"``.
+        buffer_size: read buffer in bytes (default 256 KiB, as TensorFlow).
+        num_parallel_reads: ``None`` / 1 reads the files one after another; ``n > 1`` reads ``n`` files
+            at once in background threads, interleaving their records one by one, as tf.data does:
+            ``names.interleave(TFRecordDataset, cycle_length=n, block_length=1, num_parallel_calls=n)``
+            (deterministic unless ``Options(deterministic=False)``; the iterator state is interleave's).
+        on_corrupt: ``"raise"`` (default) or ``"skip"``; see the module docstring.
+        check_crc: verify both CRC32Cs of every record (default ``True``; turning it off only makes
+            sense for benchmarks).
+
+    Raises:
+        ValueError / TypeError: for bad arguments (message names the argument and the allowed values).
+        FileNotFoundError: on iteration, for a missing file.
+        DataLossError: on iteration, for a corrupt record (``on_corrupt="raise"``).
+    """
+
+    def __init__(self, filenames: Any, compression_type: str | None = None, buffer_size: int | None = None,
+                 num_parallel_reads: int | None = None, name: str | None = None, *,
+                 on_corrupt: str = "raise", check_crc: bool = True) -> None:
+        self._names_ds = filenames if isinstance(filenames, Dataset) else None
+        super().__init__([filenames] if self._names_ds is not None else [])
+        self._names = None if self._names_ds is not None else _name_list(filenames)
+        self.compression_type = normalize_compression(compression_type)
+        self.buffer_size = _check_positive("buffer_size", buffer_size) or DEFAULT_BUFFER_BYTES
+        self.num_parallel_reads = _check_positive("num_parallel_reads", num_parallel_reads) or 1
+        if on_corrupt not in ON_CORRUPT:
+            raise ValueError(f"TFRecordDataset(on_corrupt={on_corrupt!r}): use 'raise' (stop with "
+                             "DataLossError) or 'skip' (skip corrupt records, warn and list them)")
+        self.on_corrupt = on_corrupt
+        self.check_crc = bool(check_crc)
+        self._skipped: list[SkippedRecord] = []
+        self._skipped_lock = threading.Lock()
+
+    @property
+    def skipped_records(self) -> list[SkippedRecord]:
+        """What ``on_corrupt="skip"`` skipped so far, over every iteration of this dataset (a copy)."""
+        with self._skipped_lock:
+            return list(self._skipped)
+
+    def _report_skip(self, err: DataLossError) -> None:
+        rec = SkippedRecord(err.path or "", int(err.offset or 0), err.reason or "", str(err))
+        with self._skipped_lock:
+            self._skipped.append(rec)
+        warnings.warn(f"skipped: {err}", CorruptRecordWarning, stacklevel=3)
+
+    def _single(self, name: Any) -> TFRecordDataset:
+        """A one-file reader with this dataset's settings, sharing its skip list."""
+        ds = TFRecordDataset(name, self.compression_type, self.buffer_size, None, on_corrupt=self.on_corrupt,
+                             check_crc=self.check_crc)
+        ds._skipped, ds._skipped_lock = self._skipped, self._skipped_lock
+        return ds
+
+    def _make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+        if self.num_parallel_reads > 1:
+            names = self._names_ds if self._names_ds is not None else Dataset.from_tensor_slices(
+                np.array(self._names, dtype=object))
+            n = self.num_parallel_reads
+            return names.interleave(self._single, cycle_length=n, block_length=1, num_parallel_calls=n,
+                                    name="TFRecordDataset")._make_iterator(ctx)
+        return TFRecordIterator(ctx, self)
+
+    def cardinality(self) -> int:
+        return UNKNOWN_CARDINALITY
+
+
+class _NameSource:
+    """The file names of a TFRecordDataset, from a list or from a Dataset of names (pulled lazily)."""
+
+    def __init__(self, ctx: IteratorContext, ds: TFRecordDataset) -> None:
+        self._list = ds._names
+        self._it = ds._names_ds._make_iterator(ctx) if ds._names_ds is not None else None
+        self._pulled: list[str] = []  # names pulled from the dataset, by file index (strings are small)
+        self._pulled_states: list[Any] = []
+
+    def get(self, i: int) -> str | None:
+        if self._list is not None:
+            return self._list[i] if i < len(self._list) else None
+        while len(self._pulled) <= i:
+            before = self._it.get_state() if len(self._pulled) == i else None
+            try:
+                name = next(self._it)
+            except StopIteration:
+                return None
+            self._pulled.append(files.to_str_path(name))
+            self._pulled_states.append(before)
+        return self._pulled[i]
+
+    def known(self, i: int) -> str | None:
+        """File ``i``'s name if already known (never pulls from a names dataset)."""
+        names = self._list if self._list is not None else self._pulled
+        return names[i] if i < len(names) else None
+
+    def state(self, i: int) -> Any:
+        """The names iterator's state just before file ``i`` was pulled (None for a list)."""
+        if self._list is not None:
+            return None
+        if i < len(self._pulled_states) and self._pulled_states[i] is not None:
+            return self._pulled_states[i]
+        return self._it.get_state()
+
+    def restore(self, i: int, names_state: Any) -> None:
+        if self._list is not None:
+            return
+        self._it.set_state(names_state)
+        self._pulled = [""] * i
+        self._pulled_states = [None] * i
+
+    def iterator(self) -> DatasetIterator | None:
+        return self._it
+
+
+class TFRecordIterator(DatasetIterator):
+    """Reads the files of a :class:`TFRecordDataset` one after another (see the module docstring)."""
+
+    kind = "tfrecord"
+
+    def __init__(self, ctx: IteratorContext, ds: TFRecordDataset) -> None:
+        super().__init__(ctx)
+        self._ds = ds
+        self._names = _NameSource(ctx, ds)
+        self._file_index = 0
+        self._reader: RecordReader | None = None
+        self._resume_offset = 0
+        self._resume_index = 0
+        self._count = 0
+        self.stage = ctx.stage_name(ds, "TFRecordDataset")
+
+    def _open(self) -> bool:
+        while True:
+            name = self._names.get(self._file_index)
+            if name is None:
+                return False
+            offset, index = self._resume_offset, self._resume_index
+            self._resume_offset = self._resume_index = 0
+            try:
+                self._reader = RecordReader(name, self._ds.compression_type, self._ds.buffer_size, offset,
+                                            index, self._ds.check_crc)
+                return True
+            except DataLossError as e:  # resuming past the end of a damaged compressed file
+                self._file_index += 1
+                if self._ds.on_corrupt == "raise":
+                    raise
+                self._ds._report_skip(e)
+            except OSError:
+                self._file_index += 1  # the next call goes on with the next file
+                raise
+
+    def _finish_file(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        self._file_index += 1
+
+    def __next__(self) -> bytes:
+        if self._closed:
+            raise StopIteration
+        while True:
+            if self._reader is None and not self._open():
+                raise StopIteration
+            reader = self._reader
+            try:
+                record = reader.next_record()
+            except DataLossError as e:
+                if reader.dead:
+                    self._finish_file()
+                if self._ds.on_corrupt == "raise":
+                    raise note_error(e, self.stage, self._count) from None
+                self._ds._report_skip(e)
+                continue
+            if record is None:
+                self._finish_file()
+                continue
+            self._count += 1
+            return record
+
+    def _position(self) -> tuple[int, int, int]:
+        if self._reader is not None:
+            return self._file_index, self._reader.offset, self._reader.index
+        return self._file_index, self._resume_offset, self._resume_index
+
+    def get_state(self) -> dict[str, Any]:
+        file_index, offset, index = self._position()
+        name = self._names.known(file_index)
+        return {"kind": self.kind, "compression_type": self._ds.compression_type, "file_index": file_index,
+                "offset": offset, "record_index": index, "path": name, "count": self._count,
+                "names": self._names.state(file_index)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, self.kind, compression_type=self._ds.compression_type)
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        self._file_index = int(state["file_index"])
+        self._names.restore(self._file_index, state.get("names"))
+        name = self._names.get(self._file_index)
+        if name is not None and state.get("path") is not None and name != state["path"]:
+            from .._errors import StateError
+
+            raise StateError(f"tfrecord state mismatch: file {self._file_index} is {name!r} in this pipeline "
+                             f"but {state['path']!r} in the state; restore into a pipeline reading the same "
+                             "files in the same order")
+        self._resume_offset = int(state["offset"])
+        self._resume_index = int(state.get("record_index", 0))
+        self._count = int(state.get("count", 0))
+
+    def _children(self) -> list[DatasetIterator]:
+        it = self._names.iterator()
+        return [it] if it is not None else []
+
+    def _close_self(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
