@@ -1,0 +1,151 @@
+"""Shared machinery of the columnar readers (Parquet, HDF5): sharding, file lists, rows out of blocks.
+
+A columnar reader reads *blocks*: dicts of numpy arrays with the same length on axis 0 (an Arrow record
+batch, an HDF5 slice). With ``batch_size`` set each block is yielded as it is (the fast path); otherwise
+the reader holds one block and yields its rows one by one. The block in hand is charged to the pipeline's
+memory budget (a mandatory account of one element: it cannot hand out part of what it holds) and every
+yielded row is a copy, so a downstream buffer never keeps a whole block alive through a view.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._errors import StateError
+from .._ops.base import DatasetIterator, IteratorContext
+from .._structure import nbytes
+from . import files
+
+BLOCK_BYTES = 4 * 1024 * 1024
+"""Target size of a block read in row-by-row mode (rows are cut from it one at a time)."""
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def check_shard(num_shards: int, index: int, what: str) -> None:
+    """Raise ``ValueError`` unless ``0 <= index < num_shards``."""
+    for name, v in (("num_shards", num_shards), ("index", index)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise TypeError(f"{what}: {name}={v!r} must be an int")
+    if num_shards < 1 or not 0 <= index < num_shards:
+        raise ValueError(f"{what}: num_shards={num_shards}, index={index}: need num_shards >= 1 and "
+                         f"0 <= index < num_shards (e.g. num_shards=world_size, index=rank)")
+
+
+def check_batch_size(batch_size: int | None, what: str) -> None:
+    if batch_size is None:
+        return
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
+        raise ValueError(f"{what}: batch_size={batch_size!r} must be an int >= 1, or None for one row at a time")
+
+
+def resolve_files(spec: Any, what: str) -> list[str]:
+    """Paths / URLs from one path, a list of them, or glob patterns (expanded, sorted; each must match)."""
+    items = [spec] if isinstance(spec, str | bytes | os.PathLike) or hasattr(spec, "item") else list(spec)
+    out: list[str] = []
+    for item in items:
+        path = files.to_str_path(item)
+        if _GLOB_CHARS & set(path.split("://", 1)[-1]):
+            matched = files.glob(path)
+            if not matched:
+                raise FileNotFoundError(f"{what}: the pattern {path!r} matches no file")
+            out.extend(matched)
+        else:
+            out.append(path)
+    if not out:
+        raise ValueError(f"{what}: no files given; pass a path, a URL, a glob pattern or a list of them")
+    return out
+
+
+def adopt_seed(state: dict[str, Any], seed: int, seed_given: bool, kind: str) -> int:
+    """The shuffling seed to continue with: the state's, unless the user fixed another one."""
+    saved = int(state["seed"])
+    if seed_given and saved != seed:
+        raise StateError(f"state mismatch in {kind}: seed={saved} in the state but seed={seed} in this "
+                         "pipeline; restore into a pipeline built with the same seed (or seed=None)")
+    return saved
+
+
+def row_of(block: dict[str, np.ndarray], i: int) -> dict[str, Any]:
+    """Row ``i`` of a block as independent values (numpy scalars, ``bytes``, copied arrays)."""
+    row = {}
+    for key, col in block.items():
+        v = col[i]
+        row[key] = v.copy() if isinstance(v, np.ndarray) else v
+    return row
+
+
+class BlockRowIterator(DatasetIterator):
+    """Base iterator: subclasses implement ``_read_block()`` (the next block, or ``None`` at the end)
+    and position bookkeeping; this class yields blocks (``batch_size``) or rows and does the accounting.
+
+    ``self._offset`` is the index of the next row to yield inside the current block; subclasses read it
+    for ``get_state`` and set it (after ``_hold``) in ``set_state``.
+    """
+
+    def __init__(self, ctx: IteratorContext, node: object, stage: str, batch_size: int | None) -> None:
+        super().__init__(ctx)
+        self._stage = ctx.stage_name(node, stage)
+        self._batch_size = batch_size
+        self._stop = threading.Event()
+        self._account = ctx.account(self._stage, 1, mandatory=True) if batch_size is None else None
+        self._block: dict[str, np.ndarray] | None = None
+        self._block_rows = 0
+        self._held_bytes = 0
+        self._offset = 0
+
+    def _read_block(self) -> dict[str, np.ndarray] | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _hold(self, block: dict[str, np.ndarray] | None) -> None:
+        """Replace the block in hand (``None``: hold nothing), charging its bytes to the budget."""
+        self._drop()
+        if block is None or self._account is None:
+            return
+        size = nbytes(block)
+        self._account.acquire(size, stop=self._stop)
+        self._block, self._held_bytes = block, size
+        self._block_rows = len(next(iter(block.values()))) if block else 0
+        self._offset = 0
+
+    def _drop(self) -> None:
+        if self._held_bytes and self._account is not None:
+            self._account.release(self._held_bytes)
+        self._block, self._block_rows, self._held_bytes, self._offset = None, 0, 0, 0
+
+    def __next__(self) -> Any:
+        if self._batch_size is not None:
+            block = self._read_block()
+            if block is None:
+                raise StopIteration
+            return block
+        while self._offset >= self._block_rows:
+            block = self._read_block()
+            if block is None:
+                self._drop()
+                raise StopIteration
+            self._hold(block)
+        row = row_of(self._block, self._offset)  # type: ignore[arg-type]
+        self._offset += 1
+        return row
+
+    def _close_self(self) -> None:
+        self._stop.set()
+        self._drop()
+        if self._account is not None:
+            self._account.close()
+
+
+def shard_range(n: int, num_shards: int, index: int) -> tuple[int, int]:
+    """The contiguous ``[start, stop)`` of shard ``index`` of ``n`` rows (sizes differ by at most 1)."""
+    return n * index // num_shards, n * (index + 1) // num_shards
+
+
+def strided(items: Sequence[Any], num_shards: int, index: int) -> list[Any]:
+    """Items ``index, index + num_shards, ...``: disjoint and complete over ``index``."""
+    return list(items[index::num_shards])

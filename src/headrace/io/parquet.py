@@ -1,0 +1,349 @@
+"""``ParquetDataset``: stream Apache Parquet files row group by row group with pyarrow.
+
+Format: Apache Parquet (https://parquet.apache.org/docs/file-format/), read by ``pyarrow.parquet``. A file
+is never read whole: the reader streams one row group at a time with ``ParquetFile.iter_batches``, in
+record batches (``batch_size`` rows, or blocks of about 4 MiB in row-by-row mode).
+
+Column types become numpy values:
+
+==============================================  =================================================
+Arrow type                                      yielded (per row / per batch)
+==============================================  =================================================
+int*, uint*, float*, bool                       numpy scalar / 1-D array of that dtype
+timestamp, date, duration                       ``numpy.datetime64`` / ``timedelta64``
+string, binary (and dictionary-encoded ones)    ``bytes`` / object array of ``bytes`` (UTF-8)
+fixed_size_list<T>[k] (nested)                  array ``(k, ...)`` / ``(n, k, ...)``
+list<T>                                         1-D array per row; per batch ``(n, k)`` if every
+                                                list in the batch has length ``k`` (else an error)
+==============================================  =================================================
+
+Nulls are not silently filled: a null raises ``ValueError`` naming the file, column and row group.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any
+
+import numpy as np
+
+from .._dataset import Dataset
+from .._errors import DataLossError
+from .._ops.base import DatasetIterator, IteratorContext, check_state
+from . import files
+from ._blocks import (
+    BLOCK_BYTES,
+    BlockRowIterator,
+    adopt_seed,
+    check_batch_size,
+    check_shard,
+    resolve_files,
+    strided,
+)
+
+_WHAT = "ParquetDataset"
+
+
+def _pyarrow() -> tuple[Any, Any, Any]:
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+    except ImportError as e:  # pragma: no cover - pyarrow is installed in the test environment
+        raise ImportError("ParquetDataset needs pyarrow: pip install 'headrace[parquet]'") from e
+    return pa, pc, pq
+
+
+def _open(path: str) -> tuple[Any, Any]:
+    """``(ParquetFile, handle-or-None)``; missing files and unreadable footers raise naming ``path``."""
+    pa, _, pq = _pyarrow()
+    handle = files.open_file(path) if files.is_remote(path) else None
+    source = handle if handle is not None else files.to_str_path(path).removeprefix("file://")
+    try:
+        return pq.ParquetFile(source), handle
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{_WHAT}: no such file: {path}") from e
+    except (pa.ArrowException, OSError) as e:
+        if handle is not None:
+            handle.close()
+        raise DataLossError(f"{_WHAT}: {path} is not a readable Parquet file ({e}); check that the file is "
+                            "complete (an interrupted upload?) and really Parquet", path=path,
+                            reason="bad footer") from e
+
+
+class _FileMeta:
+    """What the footer says about one file: row counts per row group, bytes per row of the columns."""
+
+    def __init__(self, path: str, names: list[str], rg_rows: list[int], rg_row_bytes: list[float]) -> None:
+        self.path = path
+        self.names = names
+        self.rg_rows = rg_rows
+        self.rg_row_bytes = rg_row_bytes
+
+
+def _read_meta(path: str, columns: list[str] | None) -> _FileMeta:
+    pf, handle = _open(path)
+    try:
+        names = list(pf.schema_arrow.names)
+        if columns is not None:
+            missing = [c for c in columns if c not in names]
+            if missing:
+                raise ValueError(f"{_WHAT}: column(s) {missing} not in {path}; it has columns {names}. "
+                                 "Fix columns=[...] or the file list")
+        wanted = set(names if columns is None else columns)
+        md = pf.metadata
+        rows, row_bytes = [], []
+        for i in range(md.num_row_groups):
+            rg = md.row_group(i)
+            size = sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
+                       if rg.column(j).path_in_schema.split(".")[0] in wanted)
+            rows.append(rg.num_rows)
+            row_bytes.append(size / max(rg.num_rows, 1))
+        return _FileMeta(path, names, rows, row_bytes)
+    finally:
+        if handle is not None:
+            handle.close()
+
+
+class ParquetDataset(Dataset):
+    """Rows (or record batches) of Parquet files, streamed one row group at a time.
+
+    Args:
+        files: a path or fsspec URL (``s3://``, ``gs://``, ``memory://``, ``file://``), a glob pattern, or a
+            list of them (``bytes`` from ``Dataset.list_files`` work too). Files are read in the given order.
+        columns: column names to read (projection: other columns are never decoded); default all columns
+            of the first file. Every file must have them.
+        batch_size: ``None``: one element per row, a dict ``{column: value}`` (numpy scalar, ``bytes`` or
+            array). An int: one element per record batch, a dict ``{column: array of n rows}`` - the fast
+            path (no per-row Python work). A batch never spans two row groups, so the last batch of each
+            row group may have fewer rows (like ``pyarrow``'s ``iter_batches`` on one row group).
+        shuffle_row_groups: read the row groups (of all files) in a random order, a new order for each
+            iteration (epoch); rows inside a row group keep their order - add ``.shuffle(n)`` to mix them.
+        seed: seed of that order (``None``: random, drawn once when the dataset is created).
+        num_shards, index: read only row groups ``index, index + num_shards, ...`` of the concatenated
+            row-group list (e.g. ``num_shards=world_size, index=rank``): the shards are disjoint and
+            together complete.
+
+    Iterator state: ``{"unit", "file", "row_group", "row"}`` - the position in the row-group order, that
+    row group's file and index, and the next row in it (plus the epoch and settings, checked on restore).
+
+    Raises:
+        FileNotFoundError: a missing file or a pattern matching nothing (naming it).
+        DataLossError: a file that is not readable Parquet (bad footer) or fails while a row group is read.
+        ValueError: a missing column (naming the file and the columns it has), nulls, an unsupported type,
+            bad ``batch_size`` / ``num_shards`` / ``index``.
+    """
+
+    def __init__(self, files: Any, columns: list[str] | tuple[str, ...] | None = None,
+                 batch_size: int | None = None, shuffle_row_groups: bool = False, seed: int | None = None,
+                 num_shards: int = 1, index: int = 0) -> None:
+        super().__init__()
+        check_batch_size(batch_size, _WHAT)
+        check_shard(num_shards, index, _WHAT)
+        if isinstance(columns, str):
+            columns = [columns]
+        self.files = resolve_files(files, _WHAT)
+        self.columns = None if columns is None else list(columns)
+        if self.columns is not None and not self.columns:
+            raise ValueError(f"{_WHAT}: columns=[] selects nothing; pass None for all columns")
+        self.batch_size = None if batch_size is None else int(batch_size)
+        self.shuffle_row_groups = bool(shuffle_row_groups)
+        self.seed_given = seed is not None
+        self.seed = int(np.random.default_rng().integers(2**62)) if seed is None else int(seed)
+        self.num_shards, self.index = int(num_shards), int(index)
+        self._meta: list[_FileMeta] | None = None
+        self._lock = threading.Lock()
+        self._epochs = itertools.count()
+
+    def metadata(self) -> list[_FileMeta]:
+        """Footers of all files, read once (on first use) and cached."""
+        with self._lock:
+            if self._meta is None:
+                metas = [_read_meta(p, self.columns) for p in self.files]
+                if self.columns is None:
+                    self.columns = metas[0].names
+                    for m in metas[1:]:
+                        missing = [c for c in self.columns if c not in m.names]
+                        if missing:
+                            raise ValueError(f"{_WHAT}: {m.path} lacks column(s) {missing} that "
+                                             f"{metas[0].path} has; pass columns=[...] present in every file")
+                self._meta = metas
+            return self._meta
+
+    def units(self, epoch: int = 0, seed: int | None = None) -> list[tuple[int, int]]:
+        """``(file index, row group)`` pairs this shard reads in iteration ``epoch``, in order."""
+        meta = self.metadata()
+        every = [(f, g) for f, m in enumerate(meta) for g in range(len(m.rg_rows))]
+        mine = strided(every, self.num_shards, self.index)
+        if self.shuffle_row_groups:
+            order = np.random.default_rng([self.seed if seed is None else seed, epoch]).permutation(len(mine))
+            mine = [mine[i] for i in order]
+        return mine
+
+    def cardinality(self) -> int:
+        meta = self.metadata()
+        total = 0
+        for f, g in self.units():
+            n = meta[f].rg_rows[g]
+            total += n if self.batch_size is None else -(-n // self.batch_size)
+        return total
+
+    def _make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+        return _ParquetIterator(ctx, self, next(self._epochs) if self.shuffle_row_groups else 0)
+
+
+class _ParquetIterator(BlockRowIterator):
+    kind = "parquet"
+
+    def __init__(self, ctx: IteratorContext, ds: ParquetDataset, epoch: int) -> None:
+        super().__init__(ctx, ds, "parquet", ds.batch_size)
+        self._ds = ds
+        self._meta = ds.metadata()
+        self._columns: list[str] = list(ds.columns or [])
+        self._seed = ds.seed
+        self._start_epoch(epoch)
+        self._pf: Any = None
+        self._pf_file = -1
+        self._handle: Any = None
+
+    def _start_epoch(self, epoch: int) -> None:
+        self._epoch = epoch
+        self._units = self._ds.units(epoch, self._seed)
+        self._u = 0
+        self._gen: Any = None
+        self._next_row = 0     # next row of unit _u the generator will produce
+        self._block_start = 0  # row (in its row group) of the first row of the block in hand
+        self._skip = 0
+
+    # ---- reading -------------------------------------------------------------------------------------
+    def _where(self) -> str:
+        f, g = self._units[self._u]
+        return f"{self._meta[f].path} (row group {g})"
+
+    def _file(self, f: int) -> Any:
+        if f != self._pf_file:
+            self._close_file()
+            self._pf, self._handle = _open(self._meta[f].path)
+            self._pf_file = f
+        return self._pf
+
+    def _open_unit(self, skip: int) -> None:
+        f, g = self._units[self._u]
+        row_bytes = max(self._meta[f].rg_row_bytes[g], 1.0)
+        rows = self._ds.batch_size or int(min(65536, max(1, BLOCK_BYTES // row_bytes)))
+        self._gen = self._file(f).iter_batches(batch_size=rows, row_groups=[g], columns=self._columns,
+                                               use_threads=False)
+        self._next_row, self._skip = 0, skip
+
+    def _read_block(self) -> dict[str, np.ndarray] | None:
+        pa, _, _ = _pyarrow()
+        while True:
+            if self._gen is None:
+                if self._u >= len(self._units):
+                    return None
+                self._open_unit(0)
+            try:
+                batch = next(self._gen)
+            except StopIteration:
+                self._gen, self._u, self._next_row, self._block_start = None, self._u + 1, 0, 0
+                continue
+            except (pa.ArrowException, OSError) as e:
+                raise DataLossError(f"{_WHAT}: cannot read {self._where()}: {e}; the file is corrupt or was "
+                                    "changed while being read", path=self._meta[self._units[self._u][0]].path,
+                                    reason="bad row group") from e
+            if self._skip:
+                cut = min(self._skip, batch.num_rows)
+                self._skip -= cut
+                self._next_row += cut
+                batch = batch.slice(cut)
+                if batch.num_rows == 0:
+                    continue
+            self._block_start = self._next_row
+            self._next_row += batch.num_rows
+            return {name: _to_numpy(batch.column(i), name, self._where(), self._ds.batch_size is not None)
+                    for i, name in enumerate(batch.schema.names)}
+
+    # ---- state ---------------------------------------------------------------------------------------
+    def _settings(self) -> dict[str, Any]:
+        ds = self._ds
+        return {"files": len(ds.files), "columns": self._columns, "batch_size": ds.batch_size,
+                "shuffle_row_groups": ds.shuffle_row_groups, "num_shards": ds.num_shards, "index": ds.index}
+
+    def get_state(self) -> dict[str, Any]:
+        row = self._block_start + self._offset if self._ds.batch_size is None else self._next_row + self._skip
+        f, g = self._units[self._u] if self._u < len(self._units) else (-1, -1)
+        return {"kind": self.kind, **self._settings(), "seed": self._seed, "epoch": self._epoch, "unit": self._u,
+                "file": self._meta[f].path if f >= 0 else None, "row_group": g, "row": row}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, self.kind, **self._settings())
+        self._seed = adopt_seed(state, self._ds.seed, self._ds.seed_given, self.kind)
+        self._drop()
+        self._start_epoch(int(state["epoch"]))
+        u = int(state["unit"])
+        if not 0 <= u <= len(self._units):
+            raise _state_error(f"unit {u} is outside 0..{len(self._units)}")
+        self._u = u
+        if u < len(self._units):
+            f, g = self._units[u]
+            if (self._meta[f].path, g) != (state["file"], state["row_group"]):
+                raise _state_error(f"unit {u} is {self._meta[f].path} row group {g} here but "
+                                   f"{state['file']} row group {state['row_group']} in the state")
+            self._open_unit(int(state["row"]))
+            self._block_start = int(state["row"])
+
+    def _close_file(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+        self._pf, self._handle, self._pf_file = None, None, -1
+
+    def _close_self(self) -> None:
+        super()._close_self()
+        self._gen = None
+        self._close_file()
+
+
+def _state_error(msg: str) -> Exception:
+    from .._errors import StateError
+
+    return StateError(f"state mismatch in parquet: {msg}; restore into a ParquetDataset over the same files")
+
+
+def _to_numpy(col: Any, name: str, where: str, batched: bool) -> np.ndarray:
+    """One Arrow column of a record batch as a numpy array (see the table in the module docstring)."""
+    pa, pc, _ = _pyarrow()
+    if col.null_count:
+        raise ValueError(f"{_WHAT}: column {name!r} of {where} has {col.null_count} null value(s); numpy "
+                         "arrays have no nulls: fill them when writing (pyarrow.compute.fill_null) or leave "
+                         "the column out with columns=[...]")
+    t = col.type
+    if pa.types.is_dictionary(t):
+        return _to_numpy(col.dictionary_decode(), name, where, batched)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        col = col.cast(pa.large_binary())
+        t = col.type
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return col.to_numpy(zero_copy_only=False)
+    if pa.types.is_fixed_size_list(t):
+        values = _to_numpy(col.flatten(), name, where, batched)
+        return values.reshape(len(col), t.list_size, *values.shape[1:])
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
+        values = _to_numpy(col.flatten(), name, where, batched)
+        if len(col) and (lengths == lengths[0]).all():
+            return values.reshape(len(col), int(lengths[0]), *values.shape[1:])
+        if batched:
+            raise ValueError(f"{_WHAT}: column {name!r} of {where} holds lists of different lengths "
+                             f"({int(lengths.min())}..{int(lengths.max())}), which cannot form one array per "
+                             "batch; use batch_size=None (one row at a time) and pad or ragged-batch them")
+        out = np.empty(len(col), dtype=object)
+        for i, part in enumerate(np.split(values, np.cumsum(lengths)[:-1])):
+            out[i] = part
+        return out
+    if (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_temporal(t)):
+        return col.to_numpy(zero_copy_only=False)
+    raise ValueError(f"{_WHAT}: column {name!r} of {where} has type {t}, which headrace does not convert; "
+                     "read the columns of supported types (numbers, bool, time, strings, binary, lists) "
+                     "with columns=[...], or cast it when writing")
