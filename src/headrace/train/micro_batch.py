@@ -69,9 +69,9 @@ def _predict(trials: list[Trial], n: int) -> float | None:
     return fit[1].used_bytes + max(slope, 0.0) * (n - fit[1].size)  # type: ignore[operator]
 
 
-def search_largest(measure: Callable[[int], Trial], cap: int,
-                   limit_bytes: int | None = None) -> tuple[int, list[Trial]]:
-    """The largest ``n`` in ``[1, cap]`` with ``measure(n).fits``, by doubling then bisection.
+def search_largest(measure: Callable[[int], Trial], cap: int, limit_bytes: int | None = None,
+                   start: int = 1) -> tuple[int, list[Trial]]:
+    """The largest ``n`` in ``[start, cap]`` with ``measure(n).fits``, by doubling then bisection.
 
     Assumes fitting is monotone (if ``n`` fits, every smaller size fits). With ``limit_bytes``, a size
     whose usage, extrapolated linearly from the two largest sizes that fit, exceeds the limit is counted
@@ -79,10 +79,11 @@ def search_largest(measure: Callable[[int], Trial], cap: int,
     goes over the budget. Returns ``(n, trials)``.
 
     Raises:
-        MemoryBudgetError: even ``n = 1`` does not fit.
+        MemoryBudgetError: even ``n = start`` does not fit.
     """
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
         raise ValueError(f"cap={cap!r} must be an int >= 1")
+    start = max(1, min(start, cap))
     trials: list[Trial] = []
 
     def fits(n: int) -> bool:
@@ -95,7 +96,7 @@ def search_largest(measure: Callable[[int], Trial], cap: int,
         return t.fits
 
     good, bad = 0, None
-    n = 1
+    n = start
     while True:
         if fits(n):
             good = n
@@ -108,7 +109,7 @@ def search_largest(measure: Callable[[int], Trial], cap: int,
     if good == 0:
         detail = trials[0].error or (f"uses {format_bytes(trials[0].used_bytes)}"
                                      if trials[0].used_bytes is not None else "")
-        raise MemoryBudgetError(f"micro-batch size 1 does not fit the memory budget ({detail}); raise "
+        raise MemoryBudgetError(f"micro-batch size {start} does not fit the memory budget ({detail}); raise "
                                 "memory_budget, use a smaller model or image size, or precision='bf16'")
     while bad - good > 1:
         mid = (good + bad) // 2
@@ -131,7 +132,7 @@ def find_micro_batch_size(model: Any, sample: tuple[Any, Any], loss_fn: Callable
                           budget_bytes: int, cap: int, precision: Precision,
                           base_rss_bytes: int | None = None, reserve_bytes: int = 0,
                           device: Any = "cpu") -> MicroBatchChoice:
-    """Search the largest micro-batch for ``model`` (see the module docstring).
+    """Search the largest micro-batch for ``model`` (see the module docstring; from 2 with BatchNorm).
 
     Args:
         model: the model (its parameters on ``device``; the DDP wrapper is not needed).
@@ -180,7 +181,9 @@ def find_micro_batch_size(model: Any, sample: tuple[Any, Any], loss_fn: Callable
         return Trial(n, used <= budget_bytes, used)
 
     try:
-        size, trials = search_largest(measure, cap, budget_bytes)
+        # BatchNorm cannot train on one element: start at 2 for models that have it.
+        has_bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
+        size, trials = search_largest(measure, cap, budget_bytes, start=2 if has_bn else 1)
     finally:
         with torch.no_grad():
             for live, saved in saved_buffers:

@@ -1,0 +1,77 @@
+"""headrace.torch: to_torch (IterableDataset, worker sharding, zero-copy) and device_prefetch."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import headrace as hr
+from headrace.torch import device_prefetch, element_to_torch, to_torch
+
+
+def test_element_to_torch_shares_writable_arrays_and_copies_read_only() -> None:
+    writable = np.arange(6, dtype=np.float32).reshape(2, 3)
+    read_only = np.arange(4, dtype=np.int64)
+    read_only.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns when handed a read-only array
+        out = element_to_torch({"x": writable, "ids": read_only, "name": b"cat", "n": np.int64(7)})
+    assert isinstance(out["x"], torch.Tensor) and out["x"].dtype == torch.float32
+    assert out["x"].data_ptr() == writable.ctypes.data  # zero-copy
+    assert out["ids"].data_ptr() != read_only.ctypes.data and out["ids"].tolist() == [0, 1, 2, 3]
+    assert out["name"] == b"cat"
+    assert out["n"].ndim == 0 and int(out["n"]) == 7
+
+
+def test_to_torch_yields_tensors_with_dataset_structure() -> None:
+    x = np.random.default_rng(0).normal(size=(10, 3)).astype(np.float32)
+    ds = hr.Dataset.from_tensor_slices((x, np.arange(10))).batch(4)
+    tds = to_torch(ds)
+    batches = list(tds)
+    assert [b[0].shape for b in batches] == [(4, 3), (4, 3), (2, 3)]
+    assert torch.equal(torch.cat([b[0] for b in batches]), torch.from_numpy(x))
+    assert batches[0][1].dtype == torch.int64
+    assert len(tds) == 3
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_dataloader_workers_read_disjoint_complete_shares(num_workers: int) -> None:
+    ds = hr.Dataset.range(23)
+    loader = DataLoader(to_torch(ds), batch_size=None, num_workers=num_workers)
+    seen = [int(v) for v in loader]
+    assert sorted(seen) == list(range(23))
+
+
+def test_dataloader_without_worker_sharding_repeats_data() -> None:
+    loader = DataLoader(to_torch(hr.Dataset.range(5), shard_by_worker=False), batch_size=None, num_workers=2)
+    assert sorted(int(v) for v in loader) == sorted(list(range(5)) * 2)
+
+
+def test_to_torch_rejects_non_datasets() -> None:
+    with pytest.raises(TypeError, match="expected a headrace.Dataset, got list"):
+        to_torch([1, 2, 3])  # type: ignore[arg-type]
+
+
+def test_device_prefetch_on_cpu_passes_through_and_converts_numpy() -> None:
+    t = torch.ones(2)
+    out = list(device_prefetch([(t, np.zeros(3, np.float32))], "cpu"))
+    assert out[0][0] is t
+    assert isinstance(out[0][1], torch.Tensor) and out[0][1].shape == (3,)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_device_prefetch_rejects_bad_buffer_size(bad: object) -> None:
+    with pytest.raises(ValueError, match="buffer_size"):
+        list(device_prefetch([1], "cpu", buffer_size=bad))  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_device_prefetch_on_cuda_keeps_order_and_values() -> None:
+    batches = [(torch.full((1000,), i, dtype=torch.float32), torch.tensor([i])) for i in range(6)]
+    out = list(device_prefetch(iter(batches), "cuda", buffer_size=3))
+    assert [int(b[1]) for b in out] == list(range(6))
+    assert all(b[0].is_cuda and float(b[0].mean()) == i for i, b in enumerate(out))

@@ -1,0 +1,113 @@
+"""headrace.train.fit: learning, epochs/steps, eval, callbacks, metrics.jsonl, precision, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from train_helpers import blobs, mlp
+
+import headrace as hr
+from headrace.train import StepInfo, fit
+
+
+def _data(n: int = 192, seed: int = 0) -> hr.Dataset:
+    x, y = blobs(n, seed=seed)
+    return hr.Dataset.from_tensor_slices((x, y))
+
+
+def _fit(model: torch.nn.Module | None = None, **kwargs: object):  # noqa: ANN202
+    model = model or mlp()
+    args: dict[str, object] = {"loss_fn": torch.nn.CrossEntropyLoss(),
+                               "optimizer": torch.optim.Adam(model.parameters(), lr=0.05),
+                               "global_batch_size": 32, "micro_batch_size": 16, "progress": False}
+    args.update(kwargs)
+    return fit(model, args.pop("dataset", _data().shuffle(64, seed=0)), **args)  # type: ignore[arg-type]
+
+
+def test_fit_learns_and_reports_each_epoch(tmp_path) -> None:  # noqa: ANN001
+    steps_seen: list[StepInfo] = []
+    epochs_seen: list[dict] = []
+
+    class Recorder:
+        def on_step_end(self, info: StepInfo) -> None:
+            steps_seen.append(info)
+
+        def on_epoch_end(self, record: dict) -> None:
+            epochs_seen.append(record)
+
+    result = _fit(epochs=3, eval_dataset=_data(96, seed=0), callbacks=[Recorder()],
+                  checkpoint_dir=tmp_path / "ck", checkpoint_every=4)
+    assert result.steps == 3 * (192 // 32) == len(steps_seen)
+    assert [s.step for s in steps_seen] == list(range(1, 19))
+    assert steps_seen[0].batch[0].shape == (32, 8)
+    assert [r["epoch"] for r in result.history] == [0, 1, 2] and epochs_seen == result.history
+    assert result.history[-1]["eval_accuracy"] > 0.9
+    assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
+    lines = [json.loads(line) for line in (tmp_path / "ck" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["event"] for r in lines].count("epoch") == 3 and lines[-1]["event"] == "end"
+    step_lines = [r for r in lines if r["event"] == "step"]
+    assert [r["step"] for r in step_lines] == [10]  # log_every=10
+    assert {"loss", "samples_per_s", "data_wait_fraction", "rss_bytes"} <= set(step_lines[0])
+    names = sorted(p.name for p in (tmp_path / "ck").glob("ckpt-*.pt"))
+    assert names == ["ckpt-000000016.pt", "ckpt-000000018.pt"]  # every 4 steps + the end; keep 2
+
+
+def test_steps_stop_mid_epoch_and_callable_callbacks() -> None:
+    steps: list[int] = []
+    result = _fit(steps=4, callbacks=[lambda info: steps.append(info.step)])
+    assert result.steps == 4 and steps == [1, 2, 3, 4]
+    assert result.history == []  # the epoch did not finish
+
+
+def test_bf16_autocast_on_cpu_trains() -> None:
+    result = _fit(epochs=2, precision="bf16", eval_dataset=_data(96))
+    assert result.history[-1]["eval_accuracy"] > 0.8
+
+
+def test_fp16_on_cpu_is_refused() -> None:
+    with pytest.raises(ValueError, match="precision='fp16' needs a CUDA device"):
+        _fit(steps=1, precision="fp16", device="cpu")
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"global_batch_size": 0}, "global_batch_size=0"),
+    ({"micro_batch_size": "big"}, "micro_batch_size='big'"),
+    ({"epochs": 0}, "epochs=0"),
+    ({"checkpoint_every": 0}, "checkpoint_every=0"),
+    ({"resume": True}, "resume=True needs checkpoint_dir"),
+    ({"precision": "fp8"}, "precision='fp8' is not one of"),
+    ({"memory_budget": "lots"}, "memory_budget='lots' is not a size"),
+])
+def test_bad_arguments_are_named(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        _fit(steps=1, **kwargs)
+
+
+def test_elements_must_be_input_target_pairs() -> None:
+    ds = hr.Dataset.from_tensor_slices(np.zeros((64, 8), np.float32))
+    with pytest.raises(ValueError, match=r"needs elements \(inputs, targets\)"):
+        _fit(steps=1, dataset=ds)
+
+
+@pytest.mark.parametrize("micro", [16, "auto"])
+def test_dataset_smaller_than_one_batch_is_an_error(micro: object) -> None:
+    with pytest.raises(ValueError, match="fewer than 32 elements"):
+        _fit(epochs=1, dataset=_data(20), micro_batch_size=micro)
+
+
+def test_resume_continues_exactly_where_the_checkpoint_was(tmp_path) -> None:  # noqa: ANN001
+    def run(steps: int, resume: bool, ckpt: str | None) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.3), torch.nn.Linear(16, 3))
+        _fit(model, steps=steps, resume=resume, checkpoint_dir=ckpt, checkpoint_every=5,
+             dataset=_data().shuffle(64, seed=3, reshuffle_each_iteration=False))
+        return [p.detach().clone() for p in model.parameters()]
+
+    straight = run(13, False, None)  # 6 steps per epoch: crosses two epoch boundaries
+    run(5, False, str(tmp_path))
+    resumed = run(13, True, str(tmp_path))
+    for a, b in zip(straight, resumed):  # data order, optimizer state and dropout RNG all restored
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
