@@ -52,7 +52,7 @@ def test_dataloader_without_worker_sharding_repeats_data() -> None:
 
 
 def test_to_torch_rejects_non_datasets() -> None:
-    with pytest.raises(TypeError, match="expected a headrace.Dataset, got list"):
+    with pytest.raises(TypeError, match=r"expected a headrace\.Dataset, got list"):
         to_torch([1, 2, 3])  # type: ignore[arg-type]
 
 

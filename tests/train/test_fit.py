@@ -18,7 +18,7 @@ def _data(n: int = 192, seed: int = 0) -> hr.Dataset:
     return hr.Dataset.from_tensor_slices((x, y))
 
 
-def _fit(model: torch.nn.Module | None = None, **kwargs: object):  # noqa: ANN202
+def _fit(model: torch.nn.Module | None = None, **kwargs: object):
     model = model or mlp()
     args: dict[str, object] = {"loss_fn": torch.nn.CrossEntropyLoss(),
                                "optimizer": torch.optim.Adam(model.parameters(), lr=0.05),
@@ -27,7 +27,7 @@ def _fit(model: torch.nn.Module | None = None, **kwargs: object):  # noqa: ANN20
     return fit(model, args.pop("dataset", _data().shuffle(64, seed=0)), **args)  # type: ignore[arg-type]
 
 
-def test_fit_learns_and_reports_each_epoch(tmp_path) -> None:  # noqa: ANN001
+def test_fit_learns_and_reports_each_epoch(tmp_path) -> None:
     steps_seen: list[StepInfo] = []
     epochs_seen: list[dict] = []
 
@@ -98,7 +98,7 @@ def test_dataset_smaller_than_one_batch_is_an_error(micro: object) -> None:
         _fit(epochs=1, dataset=_data(20), micro_batch_size=micro)
 
 
-def test_resume_continues_exactly_where_the_checkpoint_was(tmp_path) -> None:  # noqa: ANN001
+def test_resume_continues_exactly_where_the_checkpoint_was(tmp_path) -> None:
     def run(steps: int, resume: bool, ckpt: str | None) -> list[torch.Tensor]:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.3), torch.nn.Linear(16, 3))

@@ -104,7 +104,7 @@ def test_fit_auto_accumulates_to_keep_the_global_batch(capsys: pytest.CaptureFix
     assert 1 <= result.micro_batch_size < 64
     assert result.accumulation_steps == math.ceil(64 / result.micro_batch_size)
     out = capsys.readouterr().out
-    assert f"global batch 64 = micro-batch" in out and "auto micro-batch" in out
+    assert "global batch 64 = micro-batch" in out and "auto micro-batch" in out
 
 
 def test_optimizer_state_estimate() -> None:
