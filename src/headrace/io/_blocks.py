@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .._errors import StateError
+from .._errors import DataLossError, StateError
 from .._ops.base import DatasetIterator, IteratorContext
 from .._structure import nbytes
 from . import files
@@ -60,6 +60,37 @@ def resolve_files(spec: Any, what: str) -> list[str]:
     if not out:
         raise ValueError(f"{what}: no files given; pass a path, a URL, a glob pattern or a list of them")
     return out
+
+
+def open_source(path: str, opener: Callable[[Any], Any], errors: tuple[type[BaseException], ...],
+                what: str, fmt: str) -> tuple[Any, Any]:
+    """``(opener(local path or remote file object), remote handle or None)``.
+
+    A missing file raises ``FileNotFoundError`` and an unreadable one (``errors``) ``DataLossError``, both
+    naming ``path``.
+    """
+    handle = files.open_file(path) if files.is_remote(path) else None
+    try:
+        return opener(handle if handle is not None else path.removeprefix("file://")), handle
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{what}: no such file: {path}") from e
+    except errors as e:
+        close_quietly(handle)
+        raise DataLossError(f"{what}: {path} is not a readable {fmt} file ({e}); check that the file is "
+                            f"complete (an interrupted copy or upload?) and really {fmt}", path=path,
+                            reason="bad file") from e
+
+
+def close_quietly(*objs: Any) -> None:
+    """``close()`` each object that is not ``None``."""
+    for obj in objs:
+        if obj is not None:
+            obj.close()
+
+
+def state_error(kind: str, msg: str) -> StateError:
+    return StateError(f"state mismatch in {kind}: {msg}; restore a state saved from the same dataset "
+                      "(same files and arguments)")
 
 
 def adopt_seed(state: dict[str, Any], seed: int, seed_given: bool, kind: str) -> int:

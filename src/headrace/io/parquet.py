@@ -31,14 +31,16 @@ import numpy as np
 from .._dataset import Dataset
 from .._errors import DataLossError
 from .._ops.base import DatasetIterator, IteratorContext, check_state
-from . import files
 from ._blocks import (
     BLOCK_BYTES,
     BlockRowIterator,
     adopt_seed,
     check_batch_size,
     check_shard,
+    close_quietly,
+    open_source,
     resolve_files,
+    state_error,
     strided,
 )
 
@@ -58,18 +60,7 @@ def _pyarrow() -> tuple[Any, Any, Any]:
 def _open(path: str) -> tuple[Any, Any]:
     """``(ParquetFile, handle-or-None)``; missing files and unreadable footers raise naming ``path``."""
     pa, _, pq = _pyarrow()
-    handle = files.open_file(path) if files.is_remote(path) else None
-    source = handle if handle is not None else files.to_str_path(path).removeprefix("file://")
-    try:
-        return pq.ParquetFile(source), handle
-    except FileNotFoundError as e:
-        raise FileNotFoundError(f"{_WHAT}: no such file: {path}") from e
-    except (pa.ArrowException, OSError) as e:
-        if handle is not None:
-            handle.close()
-        raise DataLossError(f"{_WHAT}: {path} is not a readable Parquet file ({e}); check that the file is "
-                            "complete (an interrupted upload?) and really Parquet", path=path,
-                            reason="bad footer") from e
+    return open_source(path, pq.ParquetFile, (pa.ArrowException, OSError), _WHAT, "Parquet")
 
 
 class _FileMeta:
@@ -283,31 +274,24 @@ class _ParquetIterator(BlockRowIterator):
         self._start_epoch(int(state["epoch"]))
         u = int(state["unit"])
         if not 0 <= u <= len(self._units):
-            raise _state_error(f"unit {u} is outside 0..{len(self._units)}")
+            raise state_error(self.kind, f"unit {u} is outside 0..{len(self._units)}")
         self._u = u
         if u < len(self._units):
             f, g = self._units[u]
             if (self._meta[f].path, g) != (state["file"], state["row_group"]):
-                raise _state_error(f"unit {u} is {self._meta[f].path} row group {g} here but "
+                raise state_error(self.kind, f"unit {u} is {self._meta[f].path} row group {g} here but "
                                    f"{state['file']} row group {state['row_group']} in the state")
             self._open_unit(int(state["row"]))
             self._block_start = int(state["row"])
 
     def _close_file(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
+        close_quietly(self._handle)
         self._pf, self._handle, self._pf_file = None, None, -1
 
     def _close_self(self) -> None:
         super()._close_self()
         self._gen = None
         self._close_file()
-
-
-def _state_error(msg: str) -> Exception:
-    from .._errors import StateError
-
-    return StateError(f"state mismatch in parquet: {msg}; restore into a ParquetDataset over the same files")
 
 
 def _to_numpy(col: Any, name: str, where: str, batched: bool) -> np.ndarray:

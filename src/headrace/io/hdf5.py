@@ -1,0 +1,185 @@
+"""``HDF5Dataset``: rows of h5py datasets aligned on axis 0, read in chunk-sized slices.
+
+Format: HDF5 (https://docs.hdfgroup.org/hdf5/develop/_f_m_t3.html) through ``h5py``. The datasets named by
+``keys`` must all have the same length on axis 0 (row ``i`` of each belongs together, like the arrays
+given to ``from_tensor_slices``). Reading goes in slices of whole HDF5 chunks (the dataset's chunk length on
+axis 0; about 4 MiB of rows for contiguous datasets), never the whole dataset; with ``batch_size`` each
+batch is one slice ``[i, i + batch_size)``.
+
+Values: numeric datasets give numpy scalars (1-D datasets) or arrays of the trailing shape; string
+datasets give ``bytes`` (h5py's variable-length strings) or ``numpy.bytes_`` (fixed-length ones).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._dataset import Dataset
+from .._errors import DataLossError
+from .._ops.base import DatasetIterator, IteratorContext, check_state
+from . import files
+from ._blocks import (
+    BLOCK_BYTES,
+    BlockRowIterator,
+    check_batch_size,
+    check_shard,
+    close_quietly,
+    open_source,
+    shard_range,
+    state_error,
+)
+
+_WHAT = "HDF5Dataset"
+_MAX_BLOCK_BYTES = 4 * BLOCK_BYTES
+
+
+def _open(path: str) -> tuple[Any, Any]:
+    """``(h5py.File, handle-or-None)``; missing and non-HDF5 files raise naming ``path``."""
+    try:
+        import h5py
+    except ImportError as e:  # pragma: no cover - h5py is installed in the test environment
+        raise ImportError("HDF5Dataset needs h5py: pip install 'headrace[hdf5]'") from e
+    return open_source(path, lambda src: h5py.File(src, "r"), (OSError,), _WHAT, "HDF5")
+
+
+def _dataset_names(f: Any) -> list[str]:
+    import h5py
+
+    names: list[str] = []
+    f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+    return names
+
+
+def _block_rows(datasets: list[Any]) -> int:
+    """Rows per read in row mode: the longest chunk length on axis 0 among the chunked datasets (the
+    contiguous ones read any slice efficiently), else about ``BLOCK_BYTES``; within ``4 * BLOCK_BYTES``."""
+    row_bytes = sum(max(1, int(np.prod(d.shape[1:], dtype=np.int64)) * d.dtype.itemsize) for d in datasets)
+    chunked = [d.chunks[0] for d in datasets if d.chunks]
+    natural = max(chunked) if chunked else BLOCK_BYTES // row_bytes
+    return int(max(1, min(natural, _MAX_BLOCK_BYTES // row_bytes)))
+
+
+class HDF5Dataset(Dataset):
+    """Rows (or batches) of several HDF5 datasets in one file, aligned on axis 0.
+
+    Args:
+        path: a local path or an fsspec URL (``s3://...``; read through a file object, slower than local).
+        keys: the dataset paths inside the file (``"images"``, ``"train/labels"``); a single ``str`` yields
+            its rows alone, a sequence yields dicts ``{key: row}``.
+        batch_size: ``None``: one row per element. An int: slices of ``batch_size`` rows (the last may be
+            shorter), the fast path.
+        num_shards, index: read only the contiguous rows ``[n * index // num_shards,
+            n * (index + 1) // num_shards)``: disjoint, together complete, sizes differing by at most one.
+
+    Iterator state: ``{"row": next row to read}`` plus the settings, checked on restore.
+
+    Raises:
+        FileNotFoundError: the file does not exist. DataLossError: not a readable HDF5 file.
+        ValueError: a key that is missing (naming the file, the key and the datasets the file has), a group
+            or a scalar, datasets of different lengths (naming each key's length), bad arguments.
+    """
+
+    def __init__(self, path: Any, keys: str | list[str] | tuple[str, ...], batch_size: int | None = None,
+                 num_shards: int = 1, index: int = 0) -> None:
+        super().__init__()
+        check_batch_size(batch_size, _WHAT)
+        check_shard(num_shards, index, _WHAT)
+        self.path = files.to_str_path(path)
+        self.single = isinstance(keys, str)
+        self.keys = [keys] if isinstance(keys, str) else list(keys)
+        if not self.keys or not all(isinstance(k, str) for k in self.keys):
+            raise ValueError(f"{_WHAT}: keys={keys!r} must be a dataset path or a non-empty list of them")
+        self.batch_size = None if batch_size is None else int(batch_size)
+        self.num_shards, self.index = int(num_shards), int(index)
+        f, handle = _open(self.path)
+        try:
+            self.length, self.block_rows = self._check(f)
+        finally:
+            close_quietly(f, handle)
+        self.start, self.stop = shard_range(self.length, self.num_shards, self.index)
+
+    def _check(self, f: Any) -> tuple[int, int]:
+        import h5py
+
+        datasets = []
+        for key in self.keys:
+            obj = f.get(key)
+            if not isinstance(obj, h5py.Dataset):
+                what = "is a group, not a dataset" if obj is not None else "is missing"
+                raise ValueError(f"{_WHAT}: key {key!r} {what} in {self.path}; the file has datasets "
+                                 f"{_dataset_names(f)}")
+            if obj.ndim == 0:
+                raise ValueError(f"{_WHAT}: key {key!r} in {self.path} is a scalar; rows need at least one "
+                                 "dimension (read it with h5py directly)")
+            datasets.append(obj)
+        lengths = {k: d.shape[0] for k, d in zip(self.keys, datasets)}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"{_WHAT}: datasets of {self.path} are misaligned on axis 0: lengths {lengths}; "
+                             "every key must have one row per example")
+        return datasets[0].shape[0], _block_rows(datasets)
+
+    def cardinality(self) -> int:
+        n = self.stop - self.start
+        return n if self.batch_size is None else -(-n // self.batch_size)
+
+    def _make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+        return _HDF5Iterator(ctx, self)
+
+
+class _HDF5Iterator(BlockRowIterator):
+    kind = "hdf5"
+
+    def __init__(self, ctx: IteratorContext, ds: HDF5Dataset) -> None:
+        super().__init__(ctx, ds, "hdf5", ds.batch_size)
+        self._ds = ds
+        self._file: Any = None
+        self._handle: Any = None
+        self._next = ds.start          # next row to read from the file
+        self._block_start = ds.start   # first row of the block in hand
+
+    def _read_block(self) -> dict[str, np.ndarray] | None:
+        ds = self._ds
+        if self._next >= ds.stop:
+            return None
+        if self._file is None:
+            self._file, self._handle = _open(ds.path)
+        start = self._next
+        if ds.batch_size is not None:
+            end = min(ds.stop, start + ds.batch_size)
+        else:  # up to the next multiple of the block length: whole chunks
+            end = min(ds.stop, (start // ds.block_rows + 1) * ds.block_rows)
+        try:
+            block = {key: self._file[key][start:end] for key in ds.keys}
+        except (OSError, RuntimeError) as e:
+            raise DataLossError(f"{_WHAT}: cannot read rows {start}..{end} of {ds.keys} in {ds.path}: {e}",
+                                path=ds.path, reason="bad chunk") from e
+        self._block_start, self._next = start, end
+        return block
+
+    def __next__(self) -> Any:
+        el = super().__next__()
+        return el[self._ds.keys[0]] if self._ds.single else el
+
+    def _settings(self) -> dict[str, Any]:
+        ds = self._ds
+        return {"path": ds.path, "keys": ds.keys, "single_key": ds.single, "batch_size": ds.batch_size,
+                "num_shards": ds.num_shards, "index": ds.index, "length": ds.length}
+
+    def get_state(self) -> dict[str, Any]:
+        row = self._next if self._ds.batch_size is not None else self._block_start + self._offset
+        return {"kind": self.kind, **self._settings(), "row": row}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, self.kind, **self._settings())
+        row = int(state["row"])
+        if not self._ds.start <= row <= self._ds.stop:
+            raise state_error(self.kind, f"row {row} is outside this shard's rows {self._ds.start}..{self._ds.stop}")
+        self._drop()
+        self._next = self._block_start = row
+
+    def _close_self(self) -> None:
+        super()._close_self()
+        close_quietly(self._file, self._handle)
+        self._file = self._handle = None
