@@ -176,7 +176,7 @@ class RecordReader:
     def _read_guarded(self, n: int) -> bytes:
         try:
             return self._f.read(n)
-        except (EOFError, zlib.error, OSError) as e:
+        except (EOFError, zlib.error) as e:
             self.dead = True
             raise DataLossError(
                 f"damaged {self._compression or 'compressed'} stream in {self.path} near uncompressed byte "
