@@ -19,7 +19,7 @@ _NAMES = {
     "TFRecordRandomAccess": "tfrecord_index",
     "ParquetDataset": "parquet",
     "HDF5Dataset": "hdf5",
-    "image_folder": "image_folder",
+    "image_folder": "_image_folder",
     "FixedLenFeature": "example",
     "VarLenFeature": "example",
     "FixedLenSequenceFeature": "example",
@@ -28,7 +28,7 @@ _NAMES = {
     "parse_single_sequence_example": "example",
 }
 _SUBMODULES = {"example", "files", "tfrecord", "tfrecord_writer", "sharded_writer", "tfrecord_index",
-               "parquet", "hdf5", "image_folder"}
+               "parquet", "hdf5"}
 
 
 def __getattr__(name: str) -> Any:

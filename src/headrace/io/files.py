@@ -57,6 +57,12 @@ def file_size(path: str | bytes | os.PathLike[str]) -> int:
     return os.path.getsize(_local(p))
 
 
+def _with_protocol(url: str, paths: list[str]) -> list[str]:
+    """fsspec returns paths without ``protocol://``; put ``url``'s back, sorted."""
+    protocol = url.split("://", 1)[0]
+    return sorted(f"{protocol}://{m}" if "://" not in m else m for m in paths)
+
+
 def glob(pattern: str | bytes) -> list[str]:
     """Sorted matches of a glob pattern; remote matches keep their ``protocol://`` prefix."""
     p = to_str_path(pattern)
@@ -64,9 +70,49 @@ def glob(pattern: str | bytes) -> list[str]:
         import fsspec
 
         fs, fs_path = fsspec.core.url_to_fs(p)
-        protocol = p.split("://", 1)[0]
-        return sorted(f"{protocol}://{m}" if "://" not in m else m for m in fs.glob(fs_path))
+        return _with_protocol(p, fs.glob(fs_path))
     return sorted(_glob.glob(_local(p)))
+
+
+def _remote_dir(url: str) -> tuple[Any, str]:
+    import fsspec
+
+    fs, fs_path = fsspec.core.url_to_fs(url)
+    if not fs.isdir(fs_path):
+        raise FileNotFoundError(f"no such directory: {url}")
+    return fs, fs_path
+
+
+def _local_dir(path: str) -> str:
+    local = _local(path)
+    if not os.path.isdir(local):
+        raise FileNotFoundError(f"no such directory: {path}")
+    return local
+
+
+def find(root: str | bytes) -> list[str]:
+    """Every file under the directory ``root``, recursively, sorted; remote paths keep ``protocol://``.
+
+    Raises ``FileNotFoundError`` naming ``root`` if it is not a directory.
+    """
+    r = to_str_path(root)
+    if is_remote(r):
+        fs, fs_path = _remote_dir(r)
+        return _with_protocol(r, fs.find(fs_path))
+    return sorted(os.path.join(d, n) for d, _, names in os.walk(_local_dir(r)) for n in names)
+
+
+def subdirs(root: str | bytes) -> list[str]:
+    """Names (not paths) of the directories directly inside ``root``, sorted.
+
+    Raises ``FileNotFoundError`` naming ``root`` if it is not a directory.
+    """
+    r = to_str_path(root)
+    if is_remote(r):
+        fs, fs_path = _remote_dir(r)
+        return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(fs_path, detail=True)
+                      if e["type"] == "directory")
+    return sorted(e.name for e in os.scandir(_local_dir(r)) if e.is_dir())
 
 
 def rename(src: str, dst: str) -> None:
