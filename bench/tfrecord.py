@@ -196,8 +196,9 @@ def main() -> None:
     parse_results = [bench_parse("image (2 features)", *image_records(2048)),
                      bench_parse("tabular (20 features)", *tabular_records(4096))]
     for r in io_results:
-        print(f"records of {r['record_bytes']:>7} B: read {r['read_GB_s']:.2f} GB/s ({r['read_records_s']:,.0f} rec/s), "
-              f"write {r['write_GB_s']:.2f} GB/s ({r['write_records_s']:,.0f} rec/s)")
+        print(f"records of {r['record_bytes']:>7} B: read {r['read_GB_s']:.2f} GB/s "
+              f"({r['read_records_s']:,.0f} rec/s), write {r['write_GB_s']:.2f} GB/s "
+              f"({r['write_records_s']:,.0f} rec/s)")
     big = io_results[0]["read_GB_s"]
     print(f"raw read with CRC, 100 KB records: {big:.2f} GB/s (target >= {TARGET_READ_GB_S} GB/s on one core): "
           f"{'PASS' if big >= TARGET_READ_GB_S else 'FAIL'}")
