@@ -140,3 +140,13 @@ def test_header_cut_short_is_truncation(tmp_path):
             next(it)
         assert e.value.offset == 16
         assert list(it) == []
+
+
+def test_check_crc_false_returns_the_damaged_record_unchecked():
+    got = list(TFRecordDataset(fixture("corrupt-data-crc.tfrecord"), check_crc=False))
+    assert len(got) == 8 and got[3] != GOOD[3] and got[:3] + got[4:] == GOOD[:3] + GOOD[4:]
+
+
+def test_public_names():
+    assert hr.io.CorruptRecordWarning is CorruptRecordWarning
+    assert hr.io.SkippedRecord._fields == ("path", "offset", "reason", "message")

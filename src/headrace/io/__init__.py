@@ -26,6 +26,9 @@ _NAMES = {
     "parse_single_example": "example",
     "parse_example": "example",
     "parse_single_sequence_example": "example",
+    "VarLenBatch": "example",
+    "CorruptRecordWarning": "tfrecord",
+    "SkippedRecord": "tfrecord",
 }
 _SUBMODULES = {"example", "files", "tfrecord", "tfrecord_writer", "sharded_writer", "tfrecord_index",
                "parquet", "hdf5"}
