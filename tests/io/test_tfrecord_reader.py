@@ -176,3 +176,14 @@ def test_resuming_past_the_end_of_a_file_is_an_error(tmp_path):
         it.set_state(state)
         with pytest.raises(hr.DataLossError, match="10000"):
             next(it)
+
+
+def test_parallel_reads_with_corrupt_files_raise_or_ignore():
+    names = [fixture("corrupt-data-crc.tfrecord"), fixture("truncated.tfrecord"), fixture("raw.tfrecord")]
+    good = sorted(list(TFRecordDataset(names[0]).ignore_errors()) + list(TFRecordDataset(names[1]).ignore_errors())
+                  + list(TFRecordDataset(names[2])))
+    assert len(good) == 7 + 6 + 4
+    assert sorted(TFRecordDataset(names, num_parallel_reads=2).ignore_errors()) == good
+    with pytest.raises(hr.DataLossError) as e:
+        list(TFRecordDataset(names, num_parallel_reads=2))
+    assert (e.value.path, e.value.offset) == (names[0], 3863)
