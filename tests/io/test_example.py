@@ -255,3 +255,11 @@ def test_empty_batch():
 
 def test_public_names_from_headrace_io():
     assert hr.io.FixedLenFeature is FixedLenFeature and hr.io.parse_example is ex.parse_example
+
+
+def test_empty_list_of_another_kind_is_caught_in_batches():
+    records = [ex.encode({"v": FloatList([1.0])}), ex.encode({"v": Int64List([])}), ex.encode({"w": 1})]
+    with pytest.raises(ValueError, match=r"'v' in record 1 is a int64_list"):
+        ex.parse_example(records, {"v": VarLenFeature("float32")})
+    ok = ex.parse_example([records[0], records[2], ex.encode({"v": FloatList([])})], {"v": VarLenFeature("float32")})
+    assert ok["v"].values.tolist() == [1.0] and ok["v"].row_lengths.tolist() == [1, 0, 0]

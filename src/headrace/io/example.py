@@ -251,8 +251,13 @@ def _fast_column(fmaps: list[Any], key: str, spec: Spec) -> Any:
             return None
         values = list(map(itemgetter(0), vs)) if spec.scalar else list(chain.from_iterable(vs))
         return _array(values, spec.dtype).reshape((len(vs), *spec.shape))
-    if 0 in lens or (type(spec) is FixedLenSequenceFeature and any(n % spec.size for n in lens)):
+    if type(spec) is FixedLenSequenceFeature and any(n % spec.size for n in lens):
         return None
+    if 0 in lens:  # empty or missing: fine unless it is another kind (or a required sequence)
+        if type(spec) is FixedLenSequenceFeature and not spec.allow_missing:
+            return None
+        if any(fmaps[i][key].WhichOneof("kind") not in (None, spec.field) for i, n in enumerate(lens) if not n):
+            return None
     values = _array(list(chain.from_iterable(vs)), spec.dtype)
     lengths = np.array(lens, dtype=np.int64)
     if type(spec) is VarLenFeature:
