@@ -54,9 +54,14 @@ def test_spec_is_read_from_the_fixture():
     assert repr(SPEC["embedding"]) == "FixedLenFeature(shape=[4], dtype='float32')"
 
 
+FILES = {"examples.tfrecord": None, "examples.tfrecord.gz": "GZIP", "examples.tfrecord.zlib": "ZLIB"}
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
 @pytest.mark.parametrize("i", range(8))
-def test_parse_single_example_matches_tensorflow_exactly(i):
-    got = ex.parse_single_example(RECORDS[i], SPEC)
+def test_parse_single_example_matches_tensorflow_exactly(name, i):
+    record = list(TFRecordDataset(fixture(name), FILES[name]))[i]
+    got = ex.parse_single_example(record, SPEC, source=name, record_index=i)
     expected = EXPECTED["examples"][i]
     assert list(got) == list(SPEC)
     for key, spec in SPEC.items():
