@@ -187,3 +187,18 @@ def test_parallel_reads_with_corrupt_files_raise_or_ignore():
     with pytest.raises(hr.DataLossError) as e:
         list(TFRecordDataset(names, num_parallel_reads=2))
     assert (e.value.path, e.value.offset) == (names[0], 3863)
+
+
+def test_endless_dataset_of_names(tmp_path):
+    for i in range(2):
+        write_records(tmp_path / f"{i}.tfrecord", [f"{i}-{j}".encode() for j in range(2)])
+    names = hr.Dataset.list_files(str(tmp_path / "*.tfrecord"), shuffle=False).repeat()
+    ds = TFRecordDataset(names)
+    with iter(ds) as it:
+        first = [next(it) for _ in range(9)]
+        state = json.loads(json.dumps(it.get_state()))
+        after = [next(it) for _ in range(5)]
+    assert first == [b"0-0", b"0-1", b"1-0", b"1-1"] * 2 + [b"0-0"]
+    with iter(ds) as it:
+        it.set_state(state)
+        assert [next(it) for _ in range(5)] == after == [b"0-1", b"1-0", b"1-1", b"0-0", b"0-1"]

@@ -144,46 +144,47 @@ class TFRecordDataset(Dataset):
 
 
 class _NameSource:
-    """The file names of a TFRecordDataset, from a list or from a Dataset of names (pulled lazily)."""
+    """The file names of a TFRecordDataset: a list, or a Dataset of names pulled lazily, one at a time
+    (only the current name and the names iterator's state just before it are kept, so an endless
+    ``list_files(...).repeat()`` holds nothing more as it goes)."""
 
     def __init__(self, ctx: IteratorContext, ds: TFRecordDataset) -> None:
         self._list = ds._names
         self._it = ds._names_ds._make_iterator(ctx) if ds._names_ds is not None else None
-        self._pulled: list[str] = []  # names pulled from the dataset, by file index (strings are small)
-        self._pulled_states: list[Any] = []
+        self._index = -1  # file index of the last name pulled from the dataset
+        self._name: str | None = None
+        self._before: Any = None  # the names iterator's state just before that name was pulled
 
     def get(self, i: int) -> str | None:
+        """File ``i``'s name, or None past the end (files are visited in order: ``i`` never goes back)."""
         if self._list is not None:
             return self._list[i] if i < len(self._list) else None
-        while len(self._pulled) <= i:
-            before = self._it.get_state() if len(self._pulled) == i else None
+        while self._index < i:
+            before = self._it.get_state()
             try:
                 name = next(self._it)
             except StopIteration:
                 return None
-            self._pulled.append(files.to_str_path(name))
-            self._pulled_states.append(before)
-        return self._pulled[i]
+            self._index, self._name, self._before = self._index + 1, files.to_str_path(name), before
+        return self._name if self._index == i else None
 
     def known(self, i: int) -> str | None:
         """File ``i``'s name if already known (never pulls from a names dataset)."""
-        names = self._list if self._list is not None else self._pulled
-        return names[i] if i < len(names) else None
+        if self._list is not None:
+            return self._list[i] if i < len(self._list) else None
+        return self._name if i == self._index else None
 
     def state(self, i: int) -> Any:
-        """The names iterator's state just before file ``i`` was pulled (None for a list)."""
+        """The names iterator's state just before file ``i`` is pulled (None for a list)."""
         if self._list is not None:
             return None
-        if i < len(self._pulled_states) and self._pulled_states[i] is not None:
-            return self._pulled_states[i]
-        return self._it.get_state()
+        return self._before if i == self._index else self._it.get_state()
 
     def restore(self, i: int, names_state: Any) -> None:
         if self._list is not None:
             return
         self._it.set_state(names_state)
-        self._pulled = [""] * i
-        self._pulled_states = [None] * i
+        self._index, self._name, self._before = i - 1, None, None
 
     def iterator(self) -> DatasetIterator | None:
         return self._it
