@@ -1,0 +1,316 @@
+"""The image pipeline benchmark: ImageNet-sized JPEGs -> TFRecord shards -> decode + resize 224 -> batches.
+
+Data: ``--n`` JPEGs of 500x375 pixels, quality 90, made from crops and flips of the twelve real photographs
+inside scikit-image's wheel (``headrace._skimage_photos``), written once to ``--workdir`` both as TFRecord
+shards of ``tf.train.Example`` (``image/encoded``, ``image/class/label``) and as a class-folder tree.
+
+Measured, each in a fresh subprocess (so peak RSS is the pipeline's own), on the same data in one run:
+
+- **bare limit**: ``headrace.image.decode_and_resize(jpeg, (224, 224))`` alone, on JPEG bytes already in
+  memory, in a thread pool (the best of ``cpu_count`` and ``2 * cpu_count`` threads);
+- **headrace**: the seeds' pipeline, exactly::
+
+      list_files(shards) -> interleave(TFRecordDataset, AUTOTUNE) -> map(parse + decode_and_resize 224
+      + float32 / 255, AUTOTUNE) -> shuffle(1000) -> batch(64) -> prefetch(AUTOTUNE)
+      with Options(memory_budget="256MiB")
+
+  (the 1,000 float32 images of the shuffle buffer would take 602 MB; the budget shrinks that buffer and
+  says so with a ``MemoryBudgetWarning`` - that is the budget doing its job);
+- **headrace image_folder**: the same from the folder tree (``image_folder(image_size=(224, 224))``);
+- **torch DataLoader** (if torch is installed): a map-style dataset reading the files, Pillow decode +
+  bilinear resize + float / 255, ``DataLoader(batch_size=64, shuffle=True, num_workers=cpu_count)``;
+  TensorFlow / grain are measured the same way when installed (not needed by anything else).
+
+Throughput counts images from the end of the first batch to the end of the epoch (start-up excluded).
+
+Targets (issue 4, 2-core machine): headrace >= 2,000 img/s, >= 90% of the bare limit, peak RSS <= 500 MB.
+
+Usage: ``python bench/image_pipeline.py [--n 5000] [--workdir DIR] [--out bench/results/image_pipeline.json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TARGET_IMG_S = 2000.0
+TARGET_RATIO = 0.90
+TARGET_RSS_MB = 500.0
+SIZE = (224, 224)
+BATCH = 64
+SHUFFLE = 1000
+BUDGET = "256MiB"
+SHARDS = 16
+
+
+# ---- data -----------------------------------------------------------------------------------------------
+def make_data(workdir: Path, n: int) -> dict[str, Any]:
+    """Write the JPEGs as TFRecord shards and as a folder tree, once (reused when already there)."""
+    from headrace._skimage_photos import make_photo_jpegs
+    from headrace.io import TFRecordWriter
+    from headrace.io.example import encode
+
+    done = workdir / "DONE.json"
+    if done.exists():
+        info = json.loads(done.read_text())
+        if info["n"] == n:
+            return info
+    t = time.perf_counter()
+    written = make_photo_jpegs(workdir / "folder", n, size=(500, 375), quality=90, seed=0)
+    shard_dir = workdir / "shards"
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    writers = [TFRecordWriter(str(shard_dir / f"train-{s:05d}-of-{SHARDS:05d}.tfrecord")) for s in range(SHARDS)]
+    total = 0
+    for i, (path, label) in enumerate(written):
+        data = Path(path).read_bytes()
+        total += len(data)
+        writers[i % SHARDS].write(encode({"image/encoded": data, "image/class/label": label}))
+    for w in writers:
+        w.close()
+    info = {"n": n, "mean_jpeg_bytes": total / max(n, 1), "make_s": time.perf_counter() - t,
+            "shards": str(shard_dir / "train-*.tfrecord"), "folder": str(workdir / "folder")}
+    done.write_text(json.dumps(info))
+    return info
+
+
+# ---- the measured runs (each in its own process) ----------------------------------------------------------
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _timed_epoch(batches: Any) -> dict[str, Any]:
+    """Iterate an epoch of batches; images/s from the end of the first batch to the end."""
+    t0 = time.perf_counter()
+    it = iter(batches)
+    first = next(it)
+    n_first = len(first[0])
+    t1 = time.perf_counter()
+    n = 0
+    for images, _ in it:
+        n += len(images)
+    t2 = time.perf_counter()
+    shape, dtype = tuple(first[0].shape[1:]), str(first[0].dtype)
+    return {"img_s": n / (t2 - t1), "images": n + n_first, "first_batch_s": t1 - t0, "epoch_s": t2 - t0,
+            "element_shape": shape, "dtype": dtype}
+
+
+def run_bare(info: dict[str, Any]) -> dict[str, Any]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from headrace import image as himg
+    from headrace._ops.autotune import cpu_count
+
+    datas = [p.read_bytes() for p in sorted(Path(info["folder"]).rglob("*.jpg"))]
+    fn = himg.decode_and_resize
+    best: dict[str, Any] = {"img_s": 0.0}
+    for threads in (cpu_count(), 2 * cpu_count()):
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda d: fn(d, SIZE), datas[:200]))  # warm up
+            for _ in range(2):
+                t = time.perf_counter()
+                for _ in pool.map(lambda d: fn(d, SIZE), datas, chunksize=16):
+                    pass
+                rate = len(datas) / (time.perf_counter() - t)
+                if rate > best["img_s"]:
+                    best = {"img_s": rate, "threads": threads}
+    # single-thread cost and whether the function releases the GIL (2 threads vs 1)
+    t = time.perf_counter()
+    for d in datas[:500]:
+        fn(d, SIZE)
+    best["ms_per_image_1_thread"] = (time.perf_counter() - t) / min(500, len(datas)) * 1e3
+    best["speedup_vs_1_thread"] = best["img_s"] * best["ms_per_image_1_thread"] / 1e3  # GIL released: ~cores
+    best["peak_rss_mb"] = _peak_rss_mb()
+    return best
+
+
+def _parse_fn() -> Any:
+    from headrace import image as himg
+    from headrace.io import FixedLenFeature, parse_single_example
+
+    spec = {"image/encoded": FixedLenFeature([], "string"), "image/class/label": FixedLenFeature([], "int64")}
+
+    def parse_and_decode(record: bytes) -> tuple[Any, Any]:
+        ex = parse_single_example(record, spec)
+        image = himg.decode_and_resize(ex["image/encoded"], SIZE)
+        return himg.normalize(image), ex["image/class/label"]  # float32 / 255
+
+    return parse_and_decode
+
+
+def run_headrace(info: dict[str, Any]) -> dict[str, Any]:
+    import warnings
+
+    import headrace as hr
+    from headrace.io import TFRecordDataset
+
+    warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
+    files = hr.Dataset.list_files(info["shards"], shuffle=True, seed=0)
+    ds = (files.interleave(TFRecordDataset, cycle_length=hr.AUTOTUNE, num_parallel_calls=hr.AUTOTUNE)
+          .map(_parse_fn(), num_parallel_calls=hr.AUTOTUNE)
+          .shuffle(SHUFFLE, seed=0)
+          .batch(BATCH)
+          .prefetch(hr.AUTOTUNE)
+          .with_options(hr.Options(memory_budget=BUDGET)))
+    with iter(ds) as it:
+        out = _timed_epoch(it)
+        out["budget_peak_bytes"] = it.memory_stats()["peak_bytes"]
+    out["peak_rss_mb"] = _peak_rss_mb()
+    return out
+
+
+def run_image_folder(info: dict[str, Any]) -> dict[str, Any]:
+    import warnings
+
+    import headrace as hr
+    from headrace import image as himg
+    from headrace.io import image_folder
+
+    warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
+    ds = (image_folder(info["folder"], image_size=SIZE, seed=0)
+          .map(lambda img, label: (himg.normalize(img), label))
+          .shuffle(SHUFFLE, seed=0).batch(BATCH).prefetch(hr.AUTOTUNE)
+          .with_options(hr.Options(memory_budget=BUDGET)))
+    with iter(ds) as it:
+        out = _timed_epoch(it)
+    out["peak_rss_mb"] = _peak_rss_mb()
+    return out
+
+
+def run_torch(info: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from headrace._ops.autotune import cpu_count
+
+    paths = sorted(str(p) for p in Path(info["folder"]).rglob("*.jpg"))
+
+    class Folder(torch.utils.data.Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return len(paths)
+
+        def __getitem__(self, i: int) -> tuple[Any, int]:
+            with Image.open(paths[i]) as im:
+                img = np.asarray(im.convert("RGB").resize(SIZE[::-1], Image.BILINEAR))
+            return torch.from_numpy(img).float().div_(255), 0
+
+    torch.set_num_threads(1)
+    loader = torch.utils.data.DataLoader(Folder(), batch_size=BATCH, shuffle=True, num_workers=cpu_count())
+    out = _timed_epoch(loader)
+    out["peak_rss_mb"] = _peak_rss_mb()  # the main process only (workers are separate processes)
+    return out
+
+
+def run_tensorflow(info: dict[str, Any]) -> dict[str, Any]:
+    import tensorflow as tf
+
+    spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
+            "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(record: Any) -> Any:
+        ex = tf.io.parse_single_example(record, spec)
+        img = tf.image.resize(tf.io.decode_jpeg(ex["image/encoded"], channels=3), SIZE)
+        return tf.cast(img, tf.float32) / 255.0, ex["image/class/label"]
+
+    files = tf.data.Dataset.list_files(info["shards"], shuffle=True, seed=0)
+    ds = (files.interleave(tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE)
+          .map(parse, num_parallel_calls=tf.data.AUTOTUNE).shuffle(SHUFFLE, seed=0).batch(BATCH)
+          .prefetch(tf.data.AUTOTUNE))
+    out = _timed_epoch(ds.as_numpy_iterator())
+    out["peak_rss_mb"] = _peak_rss_mb()
+    return out
+
+
+RUNS = {"bare": run_bare, "headrace": run_headrace, "image_folder": run_image_folder, "torch": run_torch,
+        "tensorflow": run_tensorflow}
+OPTIONAL = {"torch": "torch", "tensorflow": "tensorflow"}
+
+
+def _child(name: str, info: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", name, "--info", json.dumps(info)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout_s:.0f} s"}
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=5000, help="number of JPEGs (default 5000)")
+    ap.add_argument("--workdir", default=None, help="where the data is written and kept between runs")
+    ap.add_argument("--out", default="bench/results/image_pipeline.json")
+    ap.add_argument("--only", default=None, help="comma-separated runs: " + ",".join(RUNS))
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--info", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(RUNS[args.child](json.loads(args.info))))
+        return
+
+    workdir = Path(args.workdir or Path(tempfile.gettempdir()) / f"headrace-bench-images-{args.n}")
+    info = make_data(workdir, args.n)
+    load = os.getloadavg()
+    print(f"data: {args.n} JPEGs 500x375 q90, mean {info['mean_jpeg_bytes'] / 1e3:.1f} KB, {SHARDS} TFRecord "
+          f"shards + folder tree in {workdir}")
+    print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} CPUs, Python "
+          f"{platform.python_version()}, load average before: {load[0]:.2f}")
+    names = args.only.split(",") if args.only else list(RUNS)
+    results: dict[str, Any] = {}
+    for name in names:
+        if name in OPTIONAL and not _installed(OPTIONAL[name]):
+            print(f"{name:>13}: not installed, skipped")
+            continue
+        r = results[name] = _child(name, info, args.timeout)
+        if "error" in r:
+            print(f"{name:>13}: ERROR {r['error']}")
+            continue
+        extra = (f", {r['ms_per_image_1_thread']:.3f} ms/image on 1 thread, best with {r['threads']} threads "
+                 f"= {r['speedup_vs_1_thread']:.2f}x one thread (the GIL is released)"
+                 if name == "bare" else f", first batch after {r['first_batch_s']:.2f} s")
+        print(f"{name:>13}: {r['img_s']:7.0f} img/s, peak RSS {r['peak_rss_mb']:5.0f} MB{extra}")
+    summary = _summary(results)
+    for line in summary["lines"]:
+        print(line)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"n": args.n, "machine": {"arch": platform.machine(), "cpus": os.cpu_count(),
+                                                        "python": platform.python_version(),
+                                                        "load_before": load[0]},
+                               "results": results, "targets": summary["targets"]}, indent=2, default=str))
+
+
+def _summary(results: dict[str, Any]) -> dict[str, Any]:
+    hr_run, bare = results.get("headrace", {}), results.get("bare", {})
+    if "img_s" not in hr_run or "img_s" not in bare:
+        return {"lines": ["targets: not evaluated (a run failed)"], "targets": {}}
+    ratio = hr_run["img_s"] / bare["img_s"]
+    checks = {
+        "img_s": (hr_run["img_s"], f">= {TARGET_IMG_S:.0f} img/s", hr_run["img_s"] >= TARGET_IMG_S),
+        "ratio_to_bare": (ratio, f">= {TARGET_RATIO:.0%} of the bare limit", ratio >= TARGET_RATIO),
+        "peak_rss_mb": (hr_run["peak_rss_mb"], f"<= {TARGET_RSS_MB:.0f} MB", hr_run["peak_rss_mb"] <= TARGET_RSS_MB),
+    }
+    lines = [f"target {k}: {v:.2f} (target {t}) {'MET' if ok else 'MISSED'}" for k, (v, t, ok) in checks.items()]
+    return {"lines": lines, "targets": {k: {"value": v, "target": t, "met": ok} for k, (v, t, ok) in checks.items()}}
+
+
+if __name__ == "__main__":
+    main()
