@@ -156,6 +156,25 @@ def test_decode_corrupt_raises_naming_the_file(make_bad) -> None:  # type: ignor
         himg.decode(bad)
 
 
+def test_python_jpeg_header_walk_agrees_with_libjpeg() -> None:
+    rgb = _photo(30, 44)
+    cmyk = io.BytesIO()
+    Image.fromarray(rgb).convert("CMYK").save(cmyk, "JPEG", quality=95)
+    exif = Image.Exif()
+    exif[0x010E] = "x" * 3000  # a large APP1 segment before the frame header
+    with_exif = io.BytesIO()
+    Image.fromarray(rgb).save(with_exif, "JPEG", exif=exif)
+    samples = [simplejpeg.encode_jpeg(rgb), cv2.imencode(".jpg", rgb, [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])[1].tobytes(),
+               simplejpeg.encode_jpeg(np.ascontiguousarray(rgb[:, :, :1]), colorspace="GRAY"), cmyk.getvalue(),
+               with_exif.getvalue()]
+    for data in samples:
+        h, w, space, _ = simplejpeg.decode_jpeg_header(data)
+        assert himg._sof(data) == (h, w, "CMYK" if space == "YCCK" else space)
+    rgb_from_cmyk = himg.decode(cmyk.getvalue())  # CMYK goes through OpenCV
+    assert rgb_from_cmyk.shape == (30, 44, 3) and np.abs(rgb_from_cmyk.astype(int) - rgb).mean() < 8
+    assert himg._sof(samples[0][:40]) is None  # cut before the frame header: libjpeg reports the error
+
+
 def test_decode_bad_channels() -> None:
     with pytest.raises(ValueError, match="channels=2"):
         himg.decode(b"\xff\xd8\xff", channels=2)

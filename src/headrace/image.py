@@ -103,9 +103,36 @@ def _check_channels(channels: int) -> None:
         raise ValueError(f"channels={channels!r}: must be 0 (as stored), 1 (grey), 3 (RGB) or 4 (RGBA)")
 
 
+_SOF_MARKERS = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+_COMPONENTS = {1: "Gray", 3: "YCbCr", 4: "CMYK"}
+
+
+def _sof(buf: bytes | memoryview) -> tuple[int, int, str] | None:
+    """(height, width, colorspace) from the JPEG's start-of-frame segment, walking the marker segments in
+    Python: a few microseconds holding the GIL, cheaper in a busy thread pool than a C call that releases
+    and re-acquires it. ``None`` if the walk fails (then libjpeg-turbo reads the header and reports)."""
+    n, i = len(buf), 2
+    while i + 9 < n:
+        if buf[i] != 0xFF:
+            return None
+        marker = buf[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in _SOF_MARKERS:
+            space = _COMPONENTS.get(buf[i + 9])
+            return None if space is None else ((buf[i + 5] << 8) | buf[i + 6], (buf[i + 7] << 8) | buf[i + 8],
+                                               space)
+        i += 2 + ((buf[i + 2] << 8) | buf[i + 3])
+    return None
+
+
 def _jpeg_header(buf: bytes | memoryview, name: str | None) -> tuple[int, int, str]:
     import simplejpeg
 
+    found = _sof(buf)
+    if found is not None and found[0] > 0 and found[1] > 0:
+        return found
     try:
         h, w, colorspace, _ = simplejpeg.decode_jpeg_header(buf)
     except ValueError as e:
