@@ -370,7 +370,8 @@ def normalize(image: np.ndarray, mean: float | Sequence[float] = 0.0, std: float
     std_arr = np.asarray(std, dtype=dtype)
     if np.any(std_arr == 0):
         raise ValueError(f"normalize: std={std!r} contains 0; every std must be non-zero")
-    out = np.divide(image, np.asarray(max_value, dtype=dtype), dtype=dtype)
+    out = np.asarray(image).astype(dtype)  # a SIMD cast, then an in-place divide: one fresh array
+    out /= np.asarray(max_value, dtype=dtype)
     mean_arr = np.asarray(mean, dtype=dtype)
     if np.any(mean_arr != 0):
         out -= mean_arr
