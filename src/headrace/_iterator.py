@@ -54,7 +54,12 @@ class Iterator:
         root = self._root
         if root is None:
             raise StopIteration
-        return root.__next__()
+        budget = self._budget
+        budget.consumer_waiting += 1
+        try:
+            return root.__next__()
+        finally:
+            budget.consumer_waiting -= 1
 
     next = __next__
 

@@ -24,6 +24,16 @@ budget, a stage never waits for bytes another stage holds within its cap: it wai
 consumer to drain it. A stage holding nothing may always take one element if the global total allows, so
 every stage can make progress with a single element.
 
+An account that has not seen an element yet is assumed to hold elements as large as the largest seen
+anywhere in the pipeline, so buffers that fill first leave room for the stages after them.
+
+Stall breaker: if, despite the caps, a stage waits on the *global* limit (it is within its own cap) while
+the consumer is blocked in ``next()`` and no bytes have been released anywhere for ``STALL_S`` seconds, the
+pipeline cannot progress without it: the stage takes its element as an *overdraft* (counted in
+``memory_stats()["overdraft_bytes"]``, warned once) instead of hanging. The element already exists in
+memory, so accounting for it over the limit is the honest report; it happens only when caps were
+recomputed while other stages held more than their new share.
+
 A stage whose cap is below its configured demand is *shrunk*; it warns once
 (:class:`~headrace.MemoryBudgetWarning`), naming the stage, the element count it can hold and the budget.
 
@@ -38,7 +48,9 @@ from __future__ import annotations
 import math
 import re
 import threading
+import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -46,6 +58,7 @@ import psutil
 from ._errors import MemoryBudgetError, MemoryBudgetWarning
 
 WAIT_SLICE_S = 0.05
+STALL_S = 1.0
 
 _UNITS = {
     "": 1, "b": 1,
@@ -109,16 +122,26 @@ class MemoryBudget:
         self._accounts: list[StageAccount] = []
         self.total_bytes = 0
         self.peak_bytes = 0
+        self.overdraft_bytes = 0
+        self.consumer_waiting = 0
+        self.last_release_s = time.monotonic()
+        self.assumed_element_bytes = 0
+        self._overdraft_warned = False
 
-    def account(self, stage: str, demand: int | None, *, mandatory: bool = False) -> StageAccount:
-        """Open an account for ``stage`` wanting to hold up to ``demand`` elements (None = unbounded)."""
-        acc = StageAccount(self, stage, demand, mandatory)
+    def account(self, stage: str, demand: int | None, *, mandatory: bool = False,
+                hint: str = "make elements smaller (e.g. resize earlier)") -> StageAccount:
+        """Open an account for ``stage`` wanting to hold up to ``demand`` elements (None = unbounded).
+
+        ``hint`` completes the ``MemoryBudgetError`` message: how to make this stage fit.
+        """
+        acc = StageAccount(self, stage, demand, mandatory, hint)
         with self._cv:
             self._accounts.append(acc)
         return acc
 
     def _recompute_caps(self) -> None:
         """Max-min fair shares; called with the lock held when a demand estimate grows."""
+        self.assumed_element_bytes = max((a.max_element_bytes for a in self._accounts), default=0)
         remaining = float(self.limit_bytes)
         mandatory = [a for a in self._accounts if a.mandatory]
         elastic = [a for a in self._accounts if not a.mandatory]
@@ -157,14 +180,15 @@ class MemoryBudget:
                     "cap_bytes": None if math.isinf(a.cap_bytes) else int(a.cap_bytes),
                 }
             return {"limit_bytes": self.limit_bytes, "current_bytes": self.total_bytes,
-                    "peak_bytes": self.peak_bytes, "stages": stages}
+                    "peak_bytes": self.peak_bytes, "overdraft_bytes": self.overdraft_bytes, "stages": stages}
 
 
 class StageAccount:
     """The bytes one stage holds. Thread-safe; all waits are timed and honour a stop event."""
 
-    def __init__(self, budget: MemoryBudget, stage: str, demand: int | None, mandatory: bool) -> None:
+    def __init__(self, budget: MemoryBudget, stage: str, demand: int | None, mandatory: bool, hint: str) -> None:
         self.budget = budget
+        self.hint = hint
         self.stage = stage
         self.demand = demand
         self.mandatory = mandatory
@@ -177,37 +201,48 @@ class StageAccount:
         self._warned = False
 
     def demand_bytes(self) -> float:
-        if self.max_element_bytes == 0:
+        size = self.max_element_bytes or self.budget.assumed_element_bytes
+        if size == 0:
             return 0.0
         if self.demand is None:
             return math.inf
-        return float(self.demand) * self.max_element_bytes
+        return float(self.demand) * size
 
     def _observe(self, nbytes: int, count: int) -> None:
-        per = -(-nbytes // max(count, 1))
+        if count == 0:  # a top-up of bytes already counted as elements
+            return
+        per = -(-nbytes // count)
         if per > self.max_element_bytes:
             self.max_element_bytes = per
             self.budget._recompute_caps()
 
-    def _fits(self, nbytes: int) -> bool:
+    def _within_cap(self, nbytes: int, urgent: Callable[[], bool] | None = None) -> bool:
+        return (self.held_count == 0 or self.held_bytes + nbytes <= self.cap_bytes
+                or (urgent is not None and urgent()))
+
+    def _fits(self, nbytes: int, urgent: Callable[[], bool] | None = None) -> bool:
         b = self.budget
-        if b.total_bytes + nbytes > b.limit_bytes:
-            return False
-        return self.held_count == 0 or self.held_bytes + nbytes <= self.cap_bytes
+        return b.total_bytes + nbytes <= b.limit_bytes and self._within_cap(nbytes, urgent)
+
+    def _stalled(self, nbytes: int, urgent: Callable[[], bool] | None) -> bool:
+        """Waiting on the global limit only, with the consumer blocked and no release for STALL_S."""
+        b = self.budget
+        return (b.consumer_waiting > 0 and self._within_cap(nbytes, urgent)
+                and time.monotonic() - b.last_release_s >= STALL_S)
 
     def _check_possible(self, nbytes: int) -> None:
         limit = self.budget.limit_bytes
+        if self.mandatory and self.held_bytes + nbytes > limit:
+            total = self.held_bytes + nbytes
+            raise MemoryBudgetError(
+                f"{self.stage}: holding {format_bytes(total)} ({total} bytes) would exceed the whole memory "
+                f"budget of {format_bytes(limit)} ({limit} bytes); raise Options(memory_budget=...) or "
+                f"{self.hint}")
         if nbytes > limit:
             raise MemoryBudgetError(
                 f"{self.stage}: an element of {format_bytes(nbytes)} ({nbytes} bytes) is larger than the "
                 f"whole memory budget of {format_bytes(limit)} ({limit} bytes); raise "
-                "Options(memory_budget=...) or make elements smaller (e.g. batch fewer, resize earlier)")
-        if self.mandatory and self.held_bytes + nbytes > limit:
-            raise MemoryBudgetError(
-                f"{self.stage}: holding {format_bytes(self.held_bytes + nbytes)} "
-                f"({self.held_count + 1} elements) would exceed the whole memory budget of "
-                f"{format_bytes(limit)} ({limit} bytes); raise Options(memory_budget=...) or use a smaller "
-                "batch_size")
+                f"Options(memory_budget=...) or {self.hint}")
 
     def _take(self, nbytes: int, count: int) -> None:
         b = self.budget
@@ -231,21 +266,39 @@ class StageAccount:
             self._maybe_warn_shrunk()
             return False
 
-    def acquire(self, nbytes: int, stop: threading.Event | None = None, count: int = 1) -> None:
+    def acquire(self, nbytes: int, stop: threading.Event | None = None, count: int = 1,
+                urgent: Callable[[], bool] | None = None) -> None:
         """Wait (in timed slices) until ``nbytes`` fit, then take them.
 
+        ``urgent()`` true lets this element past the stage's own cap (the element the consumer waits for
+        in an ordered buffer that out-of-order results have filled); the global limit still holds.
         Raises ``MemoryBudgetError`` if they can never fit, ``Cancelled`` if ``stop`` is set meanwhile.
         """
         b = self.budget
         with b._cv:
             self._check_possible(nbytes)
             self._observe(nbytes, count)
-            while not self._fits(nbytes):
+            while not self._fits(nbytes, urgent):
                 self._maybe_warn_shrunk()
                 if stop is not None and stop.is_set():
                     raise Cancelled()
+                if self._stalled(nbytes, urgent):
+                    self._overdraft(nbytes)
+                    break
                 b._cv.wait(WAIT_SLICE_S)
             self._take(nbytes, count)
+
+    def _overdraft(self, nbytes: int) -> None:
+        b = self.budget
+        b.overdraft_bytes += max(0, b.total_bytes + nbytes - b.limit_bytes)
+        if not b._overdraft_warned:
+            b._overdraft_warned = True
+            holders = ", ".join(f"{a.stage}={format_bytes(a.held_bytes)}" for a in b._accounts if a.held_bytes)
+            warnings.warn(
+                f"headrace: {self.stage} needed {format_bytes(nbytes)} while the memory budget of "
+                f"{format_bytes(b.limit_bytes)} was held by buffers that cannot drain first ({holders}); it "
+                "went over the budget instead of deadlocking. Raise Options(memory_budget=...) or lower buffer "
+                "sizes.", MemoryBudgetWarning, stacklevel=3)
 
     def release(self, nbytes: int, count: int = 1) -> None:
         b = self.budget
@@ -253,6 +306,7 @@ class StageAccount:
             self.held_bytes -= nbytes
             self.held_count -= count
             b.total_bytes -= nbytes
+            b.last_release_s = time.monotonic()
             b._cv.notify_all()
 
     def close(self) -> None:

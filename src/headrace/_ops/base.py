@@ -54,8 +54,11 @@ class IteratorContext:
                 self._names[(id(node), base)] = name
         return name
 
-    def account(self, stage: str, demand: int | None, *, mandatory: bool = False) -> StageAccount:
-        return self.budget.account(stage, demand, mandatory=mandatory)
+    def account(self, stage: str, demand: int | None, *, mandatory: bool = False,
+                hint: str | None = None) -> StageAccount:
+        if hint is None:
+            return self.budget.account(stage, demand, mandatory=mandatory)
+        return self.budget.account(stage, demand, mandatory=mandatory, hint=hint)
 
     def deterministic(self, value: bool | None) -> bool:
         return self.options.is_deterministic() if value is None else bool(value)

@@ -56,14 +56,14 @@ def make_batcher(ctx: IteratorContext, node: Dataset, source: DatasetIterator, s
                  deterministic: bool | None) -> DatasetIterator:
     """A sequential batcher, or a gatherer feeding ``combine`` in a thread pool."""
     bs, drop = node.batch_size, node.drop_remainder  # type: ignore[attr-defined]
-    account = ctx.account(f"{stage} assembly", 1, mandatory=True)
+    account = ctx.account(f"{stage} assembly", bs, mandatory=True, hint="use a smaller batch_size")
     if num_parallel_calls is None:
         return _BatchIterator(ctx, source, account, bs, drop, stage, combine)
     workers = parallelism(num_parallel_calls, ctx)
     gatherer = _BatchIterator(ctx, source, account, bs, drop, stage, None)
 
     def release_group(group: list[Any]) -> None:
-        account.release(gatherer.charge_of(group))
+        account.release(gatherer.charge_of(group), count=bs)
 
     def combine_group(group: list[Any]) -> Any:
         return combine(group, stage)
@@ -106,11 +106,11 @@ class _BatchIterator(DatasetIterator):
                 x = nxt()
                 if not items:
                     self._charged = nbytes(x) * bs
-                    self._account.acquire(self._charged)
+                    self._account.acquire(self._charged, count=bs)
                 items.append(x)
         except StopIteration:
             if not items or self._drop:
-                self._account.release(self._charged)
+                self._release(self._charged)
                 self._partial, self._charged, self._done = [], 0, True
                 raise
         self._partial = []
@@ -118,13 +118,17 @@ class _BatchIterator(DatasetIterator):
         if self._combine is None:
             actual = sum(nbytes(x) for x in items)
             if actual > charged:
-                self._account.acquire(actual - charged)
+                self._account.acquire(actual - charged, count=0)
             self._charges[id(items)] = max(actual, charged)
             return items
         try:
             return self._combine(items, self._stage)
         finally:
-            self._account.release(charged)
+            self._release(charged)
+
+    def _release(self, charged: int) -> None:
+        if charged:
+            self._account.release(charged, count=self._bs)
 
     def get_state(self) -> dict[str, Any]:
         return {"kind": self.kind, "batch_size": self._bs, "drop_remainder": self._drop,
@@ -132,7 +136,7 @@ class _BatchIterator(DatasetIterator):
 
     def set_state(self, state: dict[str, Any]) -> None:
         check_state(state, self.kind, batch_size=self._bs, drop_remainder=self._drop)
-        self._account.release(self._charged)
+        self._release(self._charged)
         self._partial, self._charged = [], 0
         self._source.set_state(state["input"])
         self._done = bool(state["done"])

@@ -170,7 +170,8 @@ class _CacheIterator(DatasetIterator):
     def __init__(self, ctx: IteratorContext, node: CacheDataset, stage: str) -> None:
         super().__init__(ctx)
         self._node = node
-        self._account = ctx.account(stage, None, mandatory=True)
+        self._account = ctx.account(stage, None, mandatory=True,
+                                    hint="use cache(filename) to cache in a file instead of memory")
         self._reader: _MemoryReader | _FileReader | None = None
         self._source: DatasetIterator | None = None
         self._sink: _MemorySink | _FileSink | None = None

@@ -139,7 +139,7 @@ class ParallelApplier:
                     n = nbytes(value)
                     if self.release_input is not None:
                         self.release_input(x)
-                    self.account.acquire(n, stop)
+                    self.account.acquire(n, stop, urgent=self._is_next_needed(seq))
                 except Cancelled:
                     return
                 except Exception as e:
@@ -151,6 +151,12 @@ class ParallelApplier:
                     return
                 self._results[seq] = _Result(value, n, state, error)
                 cv.notify_all()
+
+    def _is_next_needed(self, seq: int) -> Callable[[], bool] | None:
+        """For ordered delivery: true while ``seq`` is the result the consumer waits for."""
+        if not self.deterministic:
+            return None
+        return lambda: self._prefix == seq
 
     def _roll_prefix(self) -> None:
         while self._prefix in self._beyond:
@@ -176,7 +182,11 @@ class ParallelApplier:
         if result.error is None:
             self.account.release(result.nbytes)
             return result.value
-        raise result.error
+        error, result = result.error, None
+        try:
+            raise error
+        finally:
+            del error  # no frame -> exception -> traceback -> frame cycle keeping the pipeline alive
 
     def has_ready(self) -> bool:
         """Whether ``next()`` would return without waiting (a result is ready, or the stream ended)."""

@@ -16,7 +16,6 @@ restoring re-draws that many numbers, which is cheap (no data is read).
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -26,7 +25,7 @@ import numpy as np
 from .._dataset import Dataset
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .base import DatasetIterator, IteratorContext, check_state
-from .shuffle import fresh_seed, iteration_seed
+from .shuffle import IterationCounter, fresh_seed, iteration_seed
 
 
 def _check_datasets(datasets: Sequence[Dataset], what: str) -> list[Dataset]:
@@ -95,7 +94,7 @@ class SampleDataset(Dataset):
         self.seed = fresh_seed() if seed is None else int(seed)
         self.rerandomize = True if rerandomize_each_iteration is None else bool(rerandomize_each_iteration)
         self.stop_on_empty = bool(stop_on_empty_dataset)
-        self._iterations = itertools.count()
+        self.iterations = IterationCounter()
 
     def cardinality(self) -> int:
         cards = [d.cardinality() for d in self._inputs]
@@ -106,20 +105,20 @@ class SampleDataset(Dataset):
         return UNKNOWN_CARDINALITY
 
     def _make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
-        iteration = next(self._iterations) if self.rerandomize else 0
-        return _SampleIterator(ctx, [d._make_iterator(ctx) for d in self._inputs], self.weights,
-                               iteration_seed(self.seed, iteration), self.stop_on_empty)
+        iteration = self.iterations.claim() if self.rerandomize else 0
+        return _SampleIterator(ctx, self, [d._make_iterator(ctx) for d in self._inputs], iteration)
 
 
 class _SampleIterator(_MultiSourceIterator):
     kind = "sample_from_datasets"
 
-    def __init__(self, ctx: IteratorContext, sources: list[DatasetIterator], weights: list[float], seed: int,
-                 stop_on_empty: bool) -> None:
-        super().__init__(ctx, sources, stop_on_empty)
-        self._weights = weights
-        self._seed = seed
-        self._rng = random.Random(seed)
+    def __init__(self, ctx: IteratorContext, node: SampleDataset, sources: list[DatasetIterator],
+                 iteration: int) -> None:
+        super().__init__(ctx, sources, node.stop_on_empty)
+        self._node = node
+        self._weights = node.weights
+        self._iteration = iteration
+        self._rng = random.Random(iteration_seed(node.seed, iteration))
         self._draws = 0
 
     def _draw(self) -> int | None:
@@ -146,12 +145,15 @@ class _SampleIterator(_MultiSourceIterator):
         raise StopIteration
 
     def get_state(self) -> dict[str, Any]:
-        return {**self._base_state(), "seed": self._seed, "draws": self._draws, "weights": self._weights}
+        return {**self._base_state(), "seed": self._node.seed, "iteration": self._iteration, "draws": self._draws,
+                "weights": self._weights}
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._restore_base(state, weights=self._weights)
-        self._seed = int(state["seed"])
-        self._rng = random.Random(self._seed)
+        self._node.seed = int(state["seed"])
+        self._iteration = int(state["iteration"])
+        self._node.iterations.restored(self._iteration)
+        self._rng = random.Random(iteration_seed(self._node.seed, self._iteration))
         for _ in range(int(state["draws"])):
             self._rng.random()
         self._draws = int(state["draws"])

@@ -18,8 +18,8 @@ random-access source (``Dataset.from_random_access(..., shuffle=True)``).
 
 from __future__ import annotations
 
-import itertools
 import random
+import threading
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,28 @@ from .base import DatasetIterator, IteratorContext, check_state
 def iteration_seed(seed: int, iteration: int) -> int:
     """A 63-bit seed for one iteration, derived from the dataset seed (numpy ``SeedSequence``)."""
     return int(np.random.SeedSequence([seed, iteration]).generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+class IterationCounter:
+    """Numbers the iterators made from one dataset node (epochs), for per-iteration seeds.
+
+    A restored iterator moves the counter past the iteration it restores, so the epochs after it draw
+    the same seeds as in the run the state came from.
+    """
+
+    def __init__(self) -> None:
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def claim(self) -> int:
+        with self._lock:
+            n = self._next
+            self._next += 1
+            return n
+
+    def restored(self, iteration: int) -> None:
+        with self._lock:
+            self._next = iteration + 1
 
 
 def fresh_seed() -> int:
@@ -51,33 +73,34 @@ class ShuffleDataset(Dataset):
         self.buffer_size = int(buffer_size)
         self.seed = fresh_seed() if seed is None else int(seed)
         self.reshuffle = True if reshuffle_each_iteration is None else bool(reshuffle_each_iteration)
-        self._iterations = itertools.count()
+        self.iterations = IterationCounter()
 
     def cardinality(self) -> int:
         return self._inputs[0].cardinality()
 
     def _make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         source = self._inputs[0]._make_iterator(ctx)
-        iteration = next(self._iterations) if self.reshuffle else 0
+        iteration = self.iterations.claim() if self.reshuffle else 0
         stage = ctx.stage_name(self, f"shuffle({self.buffer_size})")
-        return _ShuffleIterator(ctx, source, self.buffer_size, iteration_seed(self.seed, iteration), stage)
+        return _ShuffleIterator(ctx, self, source, iteration, stage)
 
 
 class _ShuffleIterator(DatasetIterator):
     kind = "shuffle"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, buffer_size: int, seed: int,
+    def __init__(self, ctx: IteratorContext, node: ShuffleDataset, source: DatasetIterator, iteration: int,
                  stage: str) -> None:
         super().__init__(ctx)
+        self._node = node
         self._source = source
-        self._buffer_size = buffer_size
-        self._account = ctx.account(stage, buffer_size)
+        self._buffer_size = node.buffer_size
+        self._account = ctx.account(stage, node.buffer_size)
         self._base_state = source.get_state()
-        self._reset(seed, [])
+        self._reset(iteration, [])
 
-    def _reset(self, seed: int, shrinks: list[list[int]]) -> None:
-        self._seed = seed
-        self._rng = random.Random(seed)
+    def _reset(self, iteration: int, shrinks: list[list[int]]) -> None:
+        self._iteration = iteration
+        self._rng = random.Random(iteration_seed(self._node.seed, iteration))
         self._buf: list[tuple[Any, int]] = []
         self._pending: Any = None
         self._has_pending = False
@@ -134,7 +157,8 @@ class _ShuffleIterator(DatasetIterator):
         return x
 
     def get_state(self) -> dict[str, Any]:
-        return {"kind": self.kind, "buffer_size": self._buffer_size, "seed": self._seed,
+        return {"kind": self.kind, "buffer_size": self._buffer_size, "seed": self._node.seed,
+                "iteration": self._iteration,
                 "input": self._base_state, "produced": self._produced,
                 "shrinks": [list(s) for s in self._shrinks]}
 
@@ -144,7 +168,9 @@ class _ShuffleIterator(DatasetIterator):
             self._account.release(n)
         self._source.set_state(state["input"])
         self._base_state = state["input"]
-        self._reset(int(state["seed"]), [list(s) for s in state["shrinks"]])
+        self._node.seed = int(state["seed"])  # a pipeline built with seed=None adopts the saved seed
+        self._node.iterations.restored(int(state["iteration"]))
+        self._reset(int(state["iteration"]), [list(s) for s in state["shrinks"]])
         target = int(state["produced"])
         self._replaying = True
         try:

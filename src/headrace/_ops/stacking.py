@@ -84,6 +84,8 @@ def _is_shape_like(x: Any) -> bool:
 def _per_leaf(spec: Any, first: Any, n: int, what: str, stage: str, *, is_shape: bool) -> list[Any]:
     if spec is None:
         return [None] * n
+    if is_shape and isinstance(spec, int | np.integer):
+        spec = (int(spec),)
     if is_shape and _is_shape_like(spec) and not _is_structure(first):
         return [tuple(spec)]
     if not is_shape and not _is_structure(spec):
@@ -99,6 +101,8 @@ def _per_leaf(spec: Any, first: Any, n: int, what: str, stage: str, *, is_shape:
 
 
 def _flatten_shapes(spec: Any) -> list[Any]:
+    if isinstance(spec, int | np.integer):
+        return [(int(spec),)]
     if _is_shape_like(spec):
         return [tuple(spec)]
     if isinstance(spec, dict):

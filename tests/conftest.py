@@ -1,0 +1,72 @@
+"""Shared test helpers: comparing elements strictly (values, dtypes, structure)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO.parent / "shared" / "fixtures"
+
+
+def py(x: Any) -> Any:
+    """Nested numpy -> plain Python (lists, ints, floats, bytes) for readable equality checks."""
+    if isinstance(x, dict):
+        return {k: py(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        return tuple(py(v) for v in x)
+    if isinstance(x, list):
+        return [py(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def assert_same(a: Any, b: Any) -> None:
+    """Equal structure, values and dtypes."""
+    assert type(a) is type(b), (type(a), type(b))
+    if isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            assert_same(a[k], b[k])
+    elif isinstance(a, tuple | list):
+        assert len(a) == len(b)
+        for u, v in zip(a, b):
+            assert_same(u, v)
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
+        assert np.array_equal(a, b)
+    else:
+        assert a == b and getattr(a, "dtype", None) == getattr(b, "dtype", None)
+
+
+def headrace_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("headrace-")]
+
+
+def wait_no_threads(timeout_s: float = 1.0) -> list[threading.Thread]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = [t for t in headrace_threads() if t.is_alive()]
+        if not alive:
+            return []
+        time.sleep(0.01)
+    return [t for t in headrace_threads() if t.is_alive()]
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_threads():
+    """Every test must leave no headrace thread running (iterators closed or collected)."""
+    yield
+    import gc
+
+    gc.collect()
+    leaked = wait_no_threads(2.0)
+    assert not leaked, f"threads left running: {[t.name for t in leaked]}"

@@ -1,0 +1,123 @@
+"""The byte budget: parsing, accounting, backpressure, shrinking with one warning, clear errors."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import psutil
+import pytest
+
+import headrace as hr
+from headrace._memory import MemoryBudget, parse_bytes
+
+D = hr.Dataset
+MiB = 1024**2
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("512MiB", 512 * MiB), ("2GB", 2 * 10**9), ("1.5 GiB", int(1.5 * 1024**3)), ("1024", 1024),
+    (4096, 4096), ("10kib", 10240),
+])
+def test_parse_bytes(text, expected):
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["12 parsecs", "", "-5MiB", 0, "MiB"])
+def test_parse_bytes_rejects_bad_values(bad):
+    with pytest.raises(ValueError, match="memory_budget"):
+        parse_bytes(bad)
+    with pytest.raises(ValueError):
+        hr.Options(memory_budget=bad)
+
+
+def test_default_budget_is_half_of_available_memory():
+    available = psutil.virtual_memory().available
+    with iter(D.range(3)) as it:
+        limit = it.memory_stats()["limit_bytes"]
+    assert 0.4 * available < limit < 0.6 * available
+
+
+def test_options_merge_later_wins():
+    ds = D.range(3).with_options(hr.Options(memory_budget="1MiB", deterministic=False))
+    ds = ds.with_options(hr.Options(memory_budget="2MiB"))
+    assert ds.options() == hr.Options(memory_budget="2MiB", deterministic=False)
+    with iter(ds) as it:
+        assert it.memory_stats()["limit_bytes"] == 2 * MiB
+
+
+def test_element_larger_than_budget_names_stage_size_and_budget():
+    ds = D.range(3).map(lambda x: np.zeros(2 * MiB, np.uint8), name="big").prefetch(2)
+    ds = ds.with_options(hr.Options(memory_budget="1MiB"))
+    with pytest.raises(hr.MemoryBudgetError, match=r"prefetch\(2\).*2\.0 MiB.*1\.0 MiB"):
+        list(ds)
+
+
+def test_batch_larger_than_budget_raises():
+    ds = D.range(100).map(lambda x: np.zeros(100_000, np.uint8)).batch(32)
+    ds = ds.with_options(hr.Options(memory_budget="1MiB"))
+    with pytest.raises(hr.MemoryBudgetError, match=r"batch\(32\).*batch_size"):
+        list(ds)
+
+
+def test_competing_buffers_shrink_with_one_warning_and_never_exceed_budget():
+    budget = 4 * MiB
+    ds = (D.range(400).map(lambda x: np.full(64 * 1024, x, np.uint8), num_parallel_calls=2)
+          .shuffle(1000, seed=0).prefetch(100).with_options(hr.Options(memory_budget=budget)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with iter(ds) as it:
+            values = sorted(int(x[0]) for x in it)
+            stats = it.memory_stats()
+    assert values == sorted(v % 256 for v in range(400))
+    assert stats["peak_bytes"] <= budget and stats["overdraft_bytes"] == 0
+    shrunk = [w for w in caught if issubclass(w.category, hr.MemoryBudgetWarning)]
+    assert len(shrunk) >= 1
+    assert len({str(w.message) for w in shrunk}) == len(shrunk), "each stage warns at most once"
+    assert any("shuffle(1000)" in str(w.message) for w in shrunk)
+
+
+def test_no_deadlock_with_tiny_budget_and_many_buffers():
+    ds = (D.range(300).map(lambda x: np.full(10_000, x % 100, np.int32), num_parallel_calls=3)
+          .shuffle(500, seed=1).batch(4).prefetch(50)
+          .interleave(lambda b: D.from_tensor_slices(b).batch(2), cycle_length=2, num_parallel_calls=2)
+          .unbatch().batch(3).with_options(hr.Options(memory_budget="600KiB")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
+        total = sum(len(b) for b in ds)
+    assert total == 300
+
+
+def test_memory_stats_per_stage():
+    ds = D.range(50).map(lambda x: np.zeros(1000, np.float32), num_parallel_calls=2).shuffle(10, seed=0).prefetch(3)
+    with iter(ds) as it:
+        for _ in range(20):
+            next(it)
+        stats = it.memory_stats()
+    assert set(stats) == {"limit_bytes", "current_bytes", "peak_bytes", "overdraft_bytes", "stages"}
+    assert stats["overdraft_bytes"] == 0
+    assert {"map(<lambda>)", "shuffle(10)", "prefetch(3)"} <= set(stats["stages"])
+    shuffle = stats["stages"]["shuffle(10)"]
+    assert shuffle["peak_bytes"] >= 10 * 4000 and shuffle["held_elements"] <= 10
+    assert stats["peak_bytes"] >= max(s["peak_bytes"] for s in stats["stages"].values())
+
+
+def test_budget_accounting_invariants_under_threads():
+    budget = MemoryBudget(1000)
+    a = budget.account("a", 10)
+    b = budget.account("b", 10)
+    assert a.try_acquire(100)
+    assert b.try_acquire(100)
+    assert budget.stats()["current_bytes"] == 200
+    a.release(100)
+    b.close()
+    assert budget.stats()["current_bytes"] == 0
+    with pytest.raises(hr.MemoryBudgetError, match="larger than the whole memory budget"):
+        a.acquire(2000)
+
+
+def test_cache_in_memory_too_large_for_budget():
+    ds = D.range(50).map(lambda x: np.zeros(100_000, np.uint8)).cache()
+    ds = ds.with_options(hr.Options(memory_budget="1MiB"))
+    with pytest.raises(hr.MemoryBudgetError, match=r"cache\(memory\)"):
+        list(ds)

@@ -1,0 +1,130 @@
+"""One generic save/restore test over every transformation: restore at many points, compare the rest.
+
+For each pipeline: iterate once fully (the reference); then for positions k = 0..n, take k elements from
+a fresh iterator, save ``get_state()`` (which must survive ``json.dumps``), restore it into a *new*
+iterator of a *freshly built* identical pipeline, and require the rest to equal the reference from k on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import headrace as hr
+from tests.conftest import assert_same
+
+D = hr.Dataset
+
+
+def _sub(x):
+    return D.range(int(x) * 10, int(x) * 10 + int(x) % 3 + 1)
+
+
+def _fail_on_multiples_of_4(x):
+    if x % 4 == 0:
+        raise ValueError(f"bad element {x}")
+    return x
+
+
+def _files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("files")
+    for i in range(4):
+        (d / f"f{i}.txt").write_text(str(i))
+    return str(d / "*.txt")
+
+
+PIPELINES: dict[str, Callable[[object], hr.Dataset]] = {
+    "range": lambda _: D.range(3, 20, 2),
+    "from_tensor_slices": lambda _: D.from_tensor_slices({"a": np.arange(7), "b": np.arange(14).reshape(7, 2)}),
+    "from_tensors": lambda _: D.from_tensors((1, "x")),
+    "from_generator": lambda _: D.from_generator(lambda: (i * i for i in range(9))),
+    "map": lambda _: D.range(9).map(lambda x: (x, x * 2)),
+    "map_parallel": lambda _: D.range(20).map(lambda x: x * 3, num_parallel_calls=3),
+    "map_parallel_nondeterministic": lambda _: D.range(20).map(lambda x: x * 3, num_parallel_calls=3,
+                                                               deterministic=False),
+    "filter": lambda _: D.range(20).filter(lambda x: x % 3 == 0),
+    "flat_map": lambda _: D.range(5).flat_map(_sub),
+    "interleave": lambda _: D.range(7).interleave(_sub, cycle_length=3, block_length=2),
+    "interleave_parallel": lambda _: D.range(7).interleave(_sub, cycle_length=3, block_length=2,
+                                                           num_parallel_calls=2),
+    "shuffle": lambda _: D.range(25).shuffle(6, seed=3),
+    "shuffle_repeat": lambda _: D.range(6).shuffle(4, seed=1).repeat(3),
+    "batch": lambda _: D.range(11).batch(3),
+    "batch_parallel": lambda _: D.range(11).batch(3, num_parallel_calls=2),
+    "padded_batch": lambda _: D.range(7).map(lambda x: np.arange(x)).padded_batch(3),
+    "unbatch": lambda _: D.range(11).batch(4).unbatch(),
+    "prefetch": lambda _: D.range(15).prefetch(3),
+    "repeat": lambda _: D.range(4).repeat(3),
+    "take": lambda _: D.range(10).take(6),
+    "skip": lambda _: D.range(10).skip(4),
+    "shard": lambda _: D.range(20).shard(3, 1),
+    "enumerate": lambda _: D.range(5, 10).enumerate(2),
+    "take_while": lambda _: D.range(10).take_while(lambda x: x < 6),
+    "concatenate": lambda _: D.range(4).concatenate(D.range(10, 13)),
+    "zip": lambda _: D.zip({"a": D.range(5), "b": D.range(10, 20).batch(2)}),
+    "sample_from_datasets": lambda _: D.sample_from_datasets([D.range(6), D.range(100, 104)], [0.3, 0.7], seed=5),
+    "choose_from_datasets": lambda _: D.choose_from_datasets([D.range(5), D.range(10, 15)],
+                                                             D.from_tensor_slices([0, 1, 1, 0, 1, 0])),
+    "cache_memory": lambda _: D.range(6).map(lambda x: x + 1).cache().repeat(2),
+    "cache_file": lambda path: D.range(6).map(lambda x: x + 1).cache(path).repeat(2),
+    "ignore_errors": lambda _: D.range(10).map(_fail_on_multiples_of_4).ignore_errors(),
+    "list_files": lambda pattern: D.list_files(pattern, seed=2),
+    "with_options": lambda _: D.range(5).prefetch(2).with_options(hr.Options(memory_budget="1MiB")),
+    "seed_pipeline": lambda _: (D.from_tensor_slices((np.arange(40.0).reshape(20, 2), np.arange(20)))
+                                .map(lambda x, y: (x * 2, y), num_parallel_calls=2)
+                                .shuffle(8, seed=0).batch(4).prefetch(2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_restore_at_every_position(name, tmp_path, tmp_path_factory):
+    arg = os.path.join(tmp_path, "cache") if name == "cache_file" else None
+    if name == "list_files":
+        arg = _files(tmp_path_factory)
+
+    def build() -> hr.Dataset:
+        return PIPELINES[name](arg)
+
+    reference = list(build())
+    assert reference, "the pipeline must produce elements"
+    for k in range(len(reference) + 1):
+        ds = build()
+        with iter(ds) as it:
+            for _ in range(k):
+                next(it)
+            state = json.loads(json.dumps(it.get_state()))
+        with iter(build()) as restored:
+            restored.set_state(state)
+            rest = list(restored)
+        assert len(rest) == len(reference) - k, f"{name}: restored at {k}"
+        for a, b in zip(rest, reference[k:]):
+            assert_same(a, b)
+
+
+def test_mismatched_settings_fail_loudly():
+    it = iter(D.range(10).shuffle(5, seed=1).batch(2))
+    next(it)
+    state = it.get_state()
+    with pytest.raises(hr.StateError, match="batch_size"):
+        iter(D.range(10).shuffle(5, seed=1).batch(3)).set_state(state)
+    with pytest.raises(hr.StateError, match="buffer_size"):
+        iter(D.range(10).shuffle(6, seed=1).batch(2)).set_state(state)
+    with pytest.raises(hr.StateError, match="map"):
+        iter(D.range(10).map(lambda x: x).batch(2)).set_state(state)
+    with pytest.raises(hr.StateError, match="not a headrace iterator state"):
+        iter(D.range(3)).set_state({"pipeline": {}})
+    with pytest.raises(hr.StateError, match="version"):
+        iter(D.range(3)).set_state({**state, "version": 99})
+
+
+def test_state_is_small_for_large_buffers():
+    ds = D.range(100_000).map(lambda x: np.zeros(100, np.float32)).shuffle(5_000, seed=0).prefetch(4)
+    with iter(ds) as it:
+        for _ in range(6_000):
+            next(it)
+        blob = json.dumps(it.get_state())
+    assert len(blob) < 2_000, f"state of {len(blob)} bytes copies buffered data"

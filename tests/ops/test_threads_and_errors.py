@@ -1,0 +1,148 @@
+"""Threads stop on close / with / GC / exit in < 1 s; user errors surface with stage and element; no hangs."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import headrace as hr
+from tests.conftest import headrace_threads, wait_no_threads
+
+D = hr.Dataset
+
+
+def _busy_pipeline() -> hr.Dataset:
+    return (D.range(10**9)
+            .interleave(lambda x: D.range(x, x + 1000), cycle_length=3, num_parallel_calls=3)
+            .map(lambda x: np.full(1000, x), num_parallel_calls=hr.AUTOTUNE)
+            .batch(8, num_parallel_calls=2)
+            .prefetch(4))
+
+
+def _all_named_daemons() -> None:
+    threads = headrace_threads()
+    assert threads, "the pipeline should run background threads"
+    for t in threads:
+        assert t.daemon and t.name.startswith("headrace-")
+
+
+def test_close_stops_every_thread_within_a_second():
+    it = iter(_busy_pipeline())
+    for _ in range(5):
+        next(it)
+    _all_named_daemons()
+    t0 = time.monotonic()
+    it.close()
+    assert wait_no_threads(1.0) == []
+    assert time.monotonic() - t0 < 1.0
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_with_block_and_garbage_collection_stop_threads():
+    with iter(_busy_pipeline()) as it:
+        next(it)
+    assert wait_no_threads(1.0) == []
+    it = iter(_busy_pipeline())
+    next(it)
+    del it
+    gc.collect()
+    assert wait_no_threads(1.0) == []
+
+
+def test_interpreter_exit_with_open_iterator_does_not_hang():
+    code = textwrap.dedent("""
+        import headrace as hr
+        it = iter(hr.Dataset.range(10**9).map(lambda x: x, num_parallel_calls=2).prefetch(8))
+        print(int(next(it)))
+    """)
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0"
+    assert time.monotonic() - t0 < 15
+
+
+def _fails_at_5(x):
+    if x == 5:
+        raise ValueError("bad value 5")
+    return x
+
+
+@pytest.mark.parametrize("parallel", [None, 3])
+def test_user_error_names_stage_and_element_and_pipeline_continues(parallel):
+    it = iter(D.range(10).map(_fails_at_5, num_parallel_calls=parallel))
+    got = [int(next(it)) for _ in range(5)]
+    with pytest.raises(ValueError, match="bad value 5") as info:
+        next(it)
+    assert "in map(_fails_at_5) at element 5" in info.value.__notes__
+    got += [int(x) for x in it]
+    assert got == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+
+
+def test_error_in_filter_interleave_and_batch_input():
+    with pytest.raises(TypeError, match="scalar bool") as info:
+        list(D.range(3).filter(lambda x: np.array([True, False])))
+    assert "in filter(<lambda>) at element 0" in info.value.__notes__
+    with pytest.raises(TypeError, match=r"must return a headrace\.Dataset"):
+        list(D.range(3).interleave(lambda x: [1, 2], cycle_length=1))
+    with pytest.raises(ZeroDivisionError) as info:
+        list(D.range(3).interleave(lambda x: D.range(3).map(lambda y: 1 // 0), cycle_length=2,
+                                   num_parallel_calls=2))
+    assert any("map(<lambda>)" in n for n in info.value.__notes__)
+
+
+def test_batch_keeps_elements_gathered_before_an_error():
+    it = iter(D.range(8).map(_fails_at_5).batch(3))
+    assert next(it).tolist() == [0, 1, 2]
+    with pytest.raises(ValueError):
+        next(it)
+    assert next(it).tolist() == [3, 4, 6]
+    assert next(it).tolist() == [7]
+
+
+def test_ignore_errors_drops_only_failing_elements(caplog):
+    ds = D.range(10).map(_fails_at_5, num_parallel_calls=2).ignore_errors(log_warning=True)
+    with caplog.at_level("WARNING", logger="headrace"):
+        assert [int(x) for x in ds] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+    assert "bad value 5" in caplog.text and "at element 5" in caplog.text
+
+
+def test_stop_iteration_inside_map_is_an_error_not_the_end():
+    def stop(x):
+        raise StopIteration
+
+    with pytest.raises(RuntimeError, match="raised StopIteration"):
+        list(D.range(3).map(stop))
+
+
+def test_parallel_map_runs_calls_concurrently():
+    # Two calls must be inside the function at the same time to pass the barrier (no timing assumptions;
+    # the speed-up itself is measured by bench/parallel_map.py).
+    barrier = threading.Barrier(2, timeout=2)
+
+    def meet(x):
+        barrier.wait()
+        return x
+
+    assert [int(x) for x in D.range(6).map(meet, num_parallel_calls=2)] == list(range(6))
+    barrier.reset()
+    with pytest.raises(threading.BrokenBarrierError):
+        list(D.range(2).map(meet))
+
+
+def test_non_deterministic_map_yields_every_element_once():
+    def slow_on_even(x):
+        if x % 2 == 0:
+            time.sleep(0.002)
+        return x
+
+    got = [int(x) for x in D.range(200).map(slow_on_even, num_parallel_calls=4, deterministic=False)]
+    assert sorted(got) == list(range(200))
