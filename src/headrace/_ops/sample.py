@@ -190,8 +190,8 @@ class _ChooseIterator(_MultiSourceIterator):
             i = self._index
             self._index += 1
             if not isinstance(c, np.integer | int) or isinstance(c, bool | np.bool_) or not 0 <= int(c) < n:
-                raise ValueError(f"choose_from_datasets: choice element {i} is {c!r}; expected an int64 scalar "
-                                 f"in [0, {n - 1}] (one index per dataset)")
+                raise ValueError(f"choose_from_datasets: choice element {i} is {c} ({type(c).__name__}); "
+                                 f"expected an int64 scalar in [0, {n - 1}] (one index per dataset)")
             if self._exhausted[int(c)]:
                 continue
             ok, x = self._pull(int(c))
