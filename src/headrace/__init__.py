@@ -33,7 +33,7 @@ from ._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Optio
 
 __version__ = "0.1.0"
 
-_LAZY_SUBMODULES = {"io", "image", "torch", "distribute", "train", "cli", "convert"}
+_LAZY_SUBMODULES = {"io", "image", "torch", "distribute", "train", "cli", "convert", "data"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,16 @@
+"""``headrace.data``: the names of ``tf.data`` in one place, so tf.data code runs with only the import changed.
+
+``from tensorflow.data import Dataset, AUTOTUNE, Options, TFRecordDataset`` becomes
+``from headrace.data import Dataset, AUTOTUNE, Options, TFRecordDataset`` (and ``tf.data.X`` becomes
+``headrace.data.X``).
+"""
+
+from __future__ import annotations
+
+from ._dataset import Dataset
+from ._iterator import Iterator
+from ._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Options
+from .io.tfrecord import TFRecordDataset
+
+__all__ = ["AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "Dataset", "Iterator", "Options",
+           "TFRecordDataset"]
