@@ -96,13 +96,16 @@ class ResNet18(nn.Module):
 def build_model(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
     """A fresh model by name: ``"resnet18"`` or ``"small-cnn"`` (keyword arguments go to its class).
 
+    ``"resnet18"`` defaults to the small variant the CLI and the demo train: ``width=32, stem_stride=2``
+    (2.8 M parameters, ~0.33 GFLOPs per 96x96 image); pass ``width=64, stem_stride=1`` for the full one.
+
     Raises:
         ValueError: an unknown name (the message lists the known ones) or ``num_classes < 1``.
     """
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"num_classes={num_classes!r} must be an int >= 1")
     if name == "resnet18":
-        return ResNet18(num_classes, **kwargs)
+        return ResNet18(num_classes, **({"width": 32, "stem_stride": 2} | kwargs))
     if name == "small-cnn":
         return SmallCNN(num_classes, **kwargs)
     raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODEL_NAMES)} (or pass any "

@@ -34,16 +34,18 @@ class MetricsLog:
 
 
 class Progress:
-    """A rich progress bar on stderr (or nothing when ``enabled`` is False)."""
+    """A rich progress bar on stderr when ``enabled``; otherwise messages are plain lines on stdout
+    (``headrace.fit: ...``), and nothing at all when ``quiet`` (ranks other than 0)."""
 
     def __init__(self, enabled: bool, total_steps: int | None, budget_bytes: int | None,
-                 base_rss_bytes: int) -> None:
-        self.enabled = enabled
+                 base_rss_bytes: int, quiet: bool = False) -> None:
+        self.enabled = enabled and not quiet
+        self.quiet = quiet
         self.budget_bytes = budget_bytes
         self.base_rss_bytes = base_rss_bytes
         self._bar: Any = None
         self._task: Any = None
-        if not enabled:
+        if not self.enabled:
             return
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -68,10 +70,10 @@ class Progress:
         self._bar.update(self._task, completed=step, description=text)
 
     def message(self, text: str) -> None:
-        if not self.enabled:
-            return
         if self._bar is not None:
             self._bar.console.print(text, highlight=False, markup=False)
+        elif not self.quiet:
+            print(f"headrace.fit: {text}", flush=True)
 
     def close(self) -> None:
         if self._bar is not None:

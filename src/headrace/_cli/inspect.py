@@ -1,0 +1,187 @@
+"""``headrace inspect PATH``: what a dataset on disk holds, without loading it.
+
+Formats, detected from the path: TFRecord (``*.tfrecord``, ``*.tfrecords``, ``*.tfrec``, optionally
+``.gz`` / ``.zlib``; records counted by reading the framing, features from the first ``sample``
+``tf.train.Example`` records), Parquet (``*.parquet``; from the footer), HDF5 (``*.h5``, ``*.hdf5``;
+datasets and shapes) and image folders (a directory of class sub-directories of images).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any
+
+from ..io import files
+
+_TFRECORD = (".tfrecord", ".tfrecords", ".tfrec")
+_COMPRESSED = {".gz": "GZIP", ".zlib": "ZLIB"}
+_IMAGES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+
+
+def _kind_of(name: str) -> str | None:
+    low = name.lower()
+    for suffix in _COMPRESSED:
+        if low.endswith(suffix):
+            low = low[: -len(suffix)]
+    if low.endswith(_TFRECORD):
+        return "tfrecord"
+    if low.endswith(".parquet"):
+        return "parquet"
+    if low.endswith((".h5", ".hdf5")):
+        return "hdf5"
+    return None
+
+
+def detect(path: str) -> tuple[str, list[str]]:
+    """``(format, files)`` for ``path`` (a file, a directory or a glob pattern).
+
+    Raises:
+        FileNotFoundError: the path does not exist or holds no dataset file.
+        ValueError: a file of a format headrace does not read.
+    """
+    if any(c in path for c in "*?["):
+        found = files.glob(path)
+        if not found:
+            raise FileNotFoundError(f"{path}: no file matches the pattern")
+    elif os.path.isdir(path):
+        names = sorted(f for f in os.listdir(path) if not f.startswith("."))
+        found = [os.path.join(path, f) for f in names if _kind_of(f)]
+        if not found:
+            subdirs = [os.path.join(path, f) for f in names if os.path.isdir(os.path.join(path, f))]
+            if any(f.lower().endswith(_IMAGES) for d in subdirs for f in os.listdir(d)):
+                return "image_folder", [path]
+            raise FileNotFoundError(f"{path}: no TFRecord, Parquet or HDF5 files and no class folders of "
+                                    "images in this directory")
+    elif os.path.isfile(path):
+        found = [path]
+    else:
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    kinds = {_kind_of(os.path.basename(f)) for f in found}
+    if len(kinds) != 1 or None in kinds:
+        raise ValueError(f"{path}: cannot tell the format of {found[0]!r}; expected *.tfrecord, *.parquet, "
+                         "*.h5 / *.hdf5 files or an image folder")
+    return kinds.pop(), found  # type: ignore[return-value]
+
+
+def _example_features(records: list[bytes]) -> dict[str, dict[str, Any]] | None:
+    from ..io.example import decode
+
+    out: dict[str, dict[str, Any]] = {}
+    for record in records:
+        try:
+            feats = decode(record)
+        except ValueError:
+            return None
+        for key, values in feats.items():
+            kind = "string" if values.dtype == object else str(values.dtype)
+            entry = out.setdefault(key, {"dtype": kind, "min_len": len(values), "max_len": len(values),
+                                         "present": 0})
+            entry["min_len"] = min(entry["min_len"], len(values))
+            entry["max_len"] = max(entry["max_len"], len(values))
+            entry["present"] += 1
+    for entry in out.values():
+        lo, hi = entry.pop("min_len"), entry.pop("max_len")
+        entry["shape"] = [lo] if lo == hi else f"[{lo}..{hi}] (variable)"
+        entry["in_records"] = f"{entry.pop('present')}/{len(records)}"
+    return out
+
+
+def _inspect_tfrecord(found: list[str], sample: int) -> dict[str, Any]:
+    from ..io.tfrecord import TFRecordDataset
+
+    shards, first = [], []
+    for f in found:
+        low = f.lower()
+        compression = next((c for s, c in _COMPRESSED.items() if low.endswith(s)), None)
+        n = 0
+        for record in TFRecordDataset(f, compression_type=compression):
+            if len(first) < sample:
+                first.append(record)
+            n += 1
+        shards.append({"path": f, "records": n, "bytes": files.file_size(f), "compression": compression})
+    features = _example_features(first) if first else None
+    return {"format": "tfrecord", "shards": shards, "records": sum(s["records"] for s in shards),
+            "bytes": sum(s["bytes"] for s in shards),
+            "features": features if features is not None else "records are not tf.train.Example (raw bytes)",
+            "features_from_records": len(first)}
+
+
+def _inspect_parquet(found: list[str]) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    shards, schema = [], None
+    for f in found:
+        meta = pq.ParquetFile(f)
+        schema = schema or {field.name: str(field.type) for field in meta.schema_arrow}
+        shards.append({"path": f, "records": meta.metadata.num_rows, "row_groups": meta.num_row_groups,
+                       "bytes": files.file_size(f)})
+    return {"format": "parquet", "shards": shards, "records": sum(s["records"] for s in shards),
+            "bytes": sum(s["bytes"] for s in shards), "features": {k: {"dtype": v} for k, v in schema.items()}}
+
+
+def _hdf5_dataset_names(h: Any, h5py: Any) -> list[str]:
+    names: list[str] = []
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            names.append(name)
+
+    h.visititems(visit)
+    return names
+
+
+def _inspect_hdf5(found: list[str]) -> dict[str, Any]:
+    import h5py
+
+    shards, features = [], {}
+    for f in found:
+        with h5py.File(f, "r") as h:
+            names = _hdf5_dataset_names(h, h5py)
+            for name in names:
+                d = h[name]
+                features.setdefault(name, {"dtype": str(d.dtype), "shape": list(d.shape[1:])})
+            rows = {h[n].shape[0] for n in names if h[n].shape}
+        shards.append({"path": f, "records": max(rows) if rows else 0, "bytes": files.file_size(f)})
+    return {"format": "hdf5", "shards": shards, "records": sum(s["records"] for s in shards),
+            "bytes": sum(s["bytes"] for s in shards), "features": features}
+
+
+def _inspect_image_folder(root: str) -> dict[str, Any]:
+    counts: Counter[str] = Counter()
+    total = 0
+    for cls in sorted(os.listdir(root)):
+        d = os.path.join(root, cls)
+        if not os.path.isdir(d) or cls.startswith("."):
+            continue
+        for f in os.listdir(d):
+            if f.lower().endswith(_IMAGES):
+                counts[cls] += 1
+                total += os.path.getsize(os.path.join(d, f))
+    return {"format": "image_folder", "shards": [{"path": root, "records": sum(counts.values()),
+                                                   "bytes": total}],
+            "records": sum(counts.values()), "bytes": total, "classes": dict(counts),
+            "features": {"image": {"dtype": "string (encoded image)"}, "label": {"dtype": "int64",
+                                                                               "shape": []}}}
+
+
+def inspect_path(path: str, sample: int = 100) -> dict[str, Any]:
+    """A JSON-friendly summary of the dataset at ``path`` (module docstring); errors as :func:`detect`.
+
+    Raises:
+        ValueError: the dataset has no records (an empty dataset), besides :func:`detect`'s errors.
+    """
+    kind, found = detect(path)
+    if kind == "tfrecord":
+        out = _inspect_tfrecord(found, sample)
+    elif kind == "parquet":
+        out = _inspect_parquet(found)
+    elif kind == "hdf5":
+        out = _inspect_hdf5(found)
+    else:
+        out = _inspect_image_folder(found[0])
+    out["path"] = path
+    if out["records"] == 0:
+        raise ValueError(f"{path}: the dataset is empty ({len(found)} {kind} file(s), 0 records)")
+    return out
+

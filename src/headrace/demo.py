@@ -1,0 +1,243 @@
+"""``headrace demo``: the whole job on real photographs, inside a memory budget.
+
+1. Make ``images`` JPEGs (500 x 375, random crops of the twelve photographs bundled in scikit-image's
+   wheel; the class is *which* photograph, chance level 1/12 = 8.3%) and write them as sharded TFRecords
+   of ``tf.train.Example`` (``image/encoded``, ``image/class/label``): 90% train, 10% eval.
+2. Stream the shards through a headrace pipeline (parallel decode + resize to ``image_size``) and train
+   the small ResNet-18 with :func:`headrace.train.fit` under ``memory_budget``: the data pipeline gets a
+   quarter of it, the micro-batch is chosen automatically to fit the rest, and gradient accumulation keeps
+   the global batch.
+3. Print accuracy per epoch, throughput and peak RSS against the budget; write ``demo.png`` (loss and RSS
+   over time) and ``metrics.jsonl`` to ``output``; end with one JSON line::
+
+       {"accuracy": ..., "images_per_s": ..., "peak_rss_bytes": ..., "memory_budget_bytes": ..., ...}
+
+``peak_rss_bytes`` is the process's resident high-water mark from the start of step 1 to the end (the
+kernel's ``VmHWM``); ``base_rss_bytes`` is the RSS before step 1 (Python, torch, the model). The budget
+holds if ``peak_rss_bytes <= base_rss_bytes + memory_budget_bytes``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._memory import format_bytes, parse_bytes
+
+SOURCE_SIZE = (500, 375)  # (width, height) of the generated JPEGs
+NUM_CLASSES = 12
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """The demo's knobs (the CLI's options)."""
+
+    images: int = 5000
+    epochs: int = 4
+    image_size: int = 96
+    memory_budget: int | str = "384MiB"
+    output: str = "demo_output"
+    global_batch_size: int = 64
+    model: str = "resnet18"
+    seed: int = 0
+    eval_fraction: float = 0.1
+    num_shards: int = 16
+    learning_rate: float = 0.05
+    progress: bool | None = None
+
+    def validate(self) -> None:
+        for name in ("images", "epochs", "image_size", "global_batch_size", "num_shards"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}={v!r} must be an int >= 1")
+        if self.image_size < 16:
+            raise ValueError(f"image_size={self.image_size} must be at least 16 pixels")
+        n_eval = int(self.images * self.eval_fraction)
+        if self.images - n_eval < self.global_batch_size or n_eval < 1:
+            raise ValueError(f"images={self.images} is too few: the demo needs at least one global batch "
+                             f"({self.global_batch_size}) of training images plus 10% for evaluation; "
+                             f"use --images {max(2 * self.global_batch_size, 24)} or more")
+        parse_bytes(self.memory_budget)
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def write_dataset(cfg: DemoConfig, data_dir: Path) -> dict[str, Any]:
+    """Generate the photos and write ``train-*.tfrecord`` / ``eval-*.tfrecord`` (reused if present)."""
+    from ._skimage_photos import iter_photo_jpegs
+    from .io.example import encode
+    from .io.sharded_writer import ShardedWriter
+
+    marker = data_dir / "dataset.json"
+    want = {"images": cfg.images, "seed": cfg.seed, "size": list(SOURCE_SIZE), "num_shards": cfg.num_shards,
+            "eval_fraction": cfg.eval_fraction}
+    if marker.exists():
+        info = json.loads(marker.read_text())
+        if info.get("config") == want:
+            _say(f"reusing {info['train_records']} + {info['eval_records']} records in {data_dir}")
+            return info
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for old in data_dir.glob("*.tfrecord*"):
+        old.unlink()
+    n_eval = int(cfg.images * cfg.eval_fraction)
+    eval_ids = set(np.random.default_rng(cfg.seed + 1).choice(cfg.images, n_eval, replace=False).tolist())
+    t0 = time.perf_counter()
+    jpeg_bytes = 0
+    eval_shards = max(1, cfg.num_shards // 8)
+    with ShardedWriter(data_dir, "train", num_shards=cfg.num_shards) as train, \
+            ShardedWriter(data_dir, "eval", num_shards=eval_shards) as evals:
+        for i, (jpeg, label) in enumerate(iter_photo_jpegs(cfg.images, SOURCE_SIZE, seed=cfg.seed)):
+            record = encode({"image/encoded": jpeg, "image/class/label": label,
+                             "image/format": b"jpeg"})
+            (evals if i in eval_ids else train).write(record)
+            jpeg_bytes += len(jpeg)
+    info = {"config": want, "train_records": train.records, "eval_records": evals.records,
+            "jpeg_bytes": jpeg_bytes, "decoded_bytes": cfg.images * SOURCE_SIZE[0] * SOURCE_SIZE[1] * 3,
+            "seconds": time.perf_counter() - t0}
+    marker.write_text(json.dumps(info))
+    _say(f"wrote {train.records} train + {evals.records} eval JPEGs ({format_bytes(jpeg_bytes)}) as "
+         f"{cfg.num_shards} + {eval_shards} TFRecord shards in {info['seconds']:.1f} s -> {data_dir}")
+    return info
+
+
+class _Recorder:
+    """Collects (time, step, loss, RSS) for the plot."""
+
+    def __init__(self, budget: int, base: int) -> None:
+        self.budget = budget
+        self.base = base
+        self.t0 = time.perf_counter()
+        self.rows: list[tuple[float, int, float, int]] = []
+
+    def on_step_end(self, info: Any) -> None:
+        self.rows.append((time.perf_counter() - self.t0, info.step, info.loss, info.rss_bytes))
+
+
+
+def plot(path: Path, recorder: _Recorder, budget: int, base: int) -> None:
+    """Loss per step and RSS over time (with the budget line) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [r[0] for r in recorder.rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    ax1.plot([r[1] for r in recorder.rows], [r[2] for r in recorder.rows], lw=0.8)
+    ax1.set_xlabel("optimizer step")
+    ax1.set_ylabel("training loss")
+    ax1.set_title("loss")
+    ax2.plot(t, [r[3] / 2**20 for r in recorder.rows], lw=0.8, label="process RSS")
+    ax2.axhline((base + budget) / 2**20, color="r", ls="--", label="base + memory budget")
+    ax2.axhline(base / 2**20, color="gray", ls=":", label="base (python + torch + model)")
+    ax2.set_xlabel("seconds")
+    ax2.set_ylabel("MiB")
+    ax2.set_title("memory")
+    ax2.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+PREPARE_TIMEOUT_S = 3600
+
+
+def _prepare_main(config_json: str, data_dir: str) -> None:
+    """Entry point of the data-preparation subprocess."""
+    write_dataset(DemoConfig(**json.loads(config_json)), Path(data_dir))
+
+
+def _prepare_in_subprocess(cfg: DemoConfig, data_dir: Path) -> dict[str, Any]:
+    """Run :func:`write_dataset` in a fresh Python process (its memory is not the trainer's)."""
+    code = "import sys; from headrace.demo import _prepare_main; _prepare_main(sys.argv[1], sys.argv[2])"
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(dataclasses.asdict(cfg)), str(data_dir)],
+                          stdout=sys.stdout, stderr=subprocess.PIPE, text=True, timeout=PREPARE_TIMEOUT_S)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"preparing the demo dataset in {data_dir} failed: {last}")
+    return json.loads((data_dir / "dataset.json").read_text())
+
+
+def _import_pipeline_modules() -> None:
+    """Import what the pipeline uses (OpenCV, simplejpeg, protobuf...) so the base RSS includes them."""
+    import simplejpeg
+
+    from . import image
+    from .io import example, tfrecord
+
+    image.decode_and_resize(simplejpeg.encode_jpeg(np.zeros((16, 16, 3), np.uint8), colorspace="RGB"), (8, 8))
+    del example, tfrecord
+
+
+def run_demo(cfg: DemoConfig) -> dict[str, Any]:
+    """Run the demo (module docstring); returns the final JSON record (also printed as the last line)."""
+    cfg.validate()
+    budget = parse_bytes(cfg.memory_budget)
+    import torch
+
+    from .train import fit
+    from .train.data import image_classification_dataset
+    from .train.memory import PeakRSS, release_free_memory, rss_bytes
+    from .train.models import build_model
+
+    out = Path(cfg.output)
+    out.mkdir(parents=True, exist_ok=True)
+    # Step 1 is data preparation, a job of its own (as a Beam conversion would be): a separate process, so
+    # the training process's memory is only what training needs.
+    info = _prepare_in_subprocess(cfg, out / "data")
+    _import_pipeline_modules()
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, NUM_CLASSES)
+    release_free_memory()
+    base = rss_bytes()
+    with PeakRSS() as peak:
+        train_files = sorted(str(p) for p in (out / "data").glob("train-*.tfrecord"))
+        eval_files = sorted(str(p) for p in (out / "data").glob("eval-*.tfrecord"))
+        train_ds = image_classification_dataset(train_files, cfg.image_size, training=True, seed=cfg.seed)
+        eval_ds = image_classification_dataset(eval_files, cfg.image_size, training=False)
+        steps_per_epoch = info["train_records"] // cfg.global_batch_size
+        optimizer = torch.optim.SGD(model.parameters(), lr=cfg.learning_rate, momentum=0.9, nesterov=True,
+                                    weight_decay=5e-4)
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=cfg.learning_rate,
+                                                        total_steps=max(1, steps_per_epoch * cfg.epochs),
+                                                        pct_start=0.25)
+        recorder = _Recorder(budget, base)
+        _say(f"training {cfg.model} on {info['train_records']} images at {cfg.image_size}x{cfg.image_size}, "
+             f"{cfg.epochs} epoch(s), global batch {cfg.global_batch_size}; memory budget "
+             f"{format_bytes(budget)} above the base RSS {format_bytes(base)}; the decoded dataset would take "
+             f"{format_bytes(info['decoded_bytes'])}")
+        result = fit(model, train_ds, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=optimizer,
+                     global_batch_size=cfg.global_batch_size, micro_batch_size="auto", epochs=cfg.epochs,
+                     memory_budget=budget, eval_dataset=eval_ds, callbacks=[recorder],
+                     metrics_path=out / "metrics.jsonl", progress=cfg.progress, log_every=5,
+                     base_rss_bytes=base, lr_scheduler=scheduler)
+    plot_path = out / "demo.png"
+    plot(plot_path, recorder, budget, base)
+    accuracy = result.history[-1]["eval_accuracy"] if result.history else 0.0
+    record = {"accuracy": round(accuracy, 4), "images_per_s": round(result.samples_per_s, 2),
+              "peak_rss_bytes": peak.peak_bytes, "memory_budget_bytes": budget, "base_rss_bytes": base,
+              "within_budget": peak.peak_bytes <= base + budget,
+              "accuracy_per_epoch": [round(r["eval_accuracy"], 4) for r in result.history],
+              "micro_batch_size": result.micro_batch_size, "accumulation_steps": result.accumulation_steps,
+              "decoded_dataset_bytes": info["decoded_bytes"], "images": cfg.images, "epochs": cfg.epochs,
+              "image_size": cfg.image_size, "plot": str(plot_path)}
+    _say(f"accuracy {100 * accuracy:.1f}% after {cfg.epochs} epoch(s) (chance 8.3%); "
+         f"{result.samples_per_s:.1f} images/s; peak RSS {format_bytes(peak.peak_bytes)} = base "
+         f"{format_bytes(base)} + {format_bytes(peak.peak_bytes - base)} of the {format_bytes(budget)} budget; "
+         f"plot {plot_path}")
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+    return record
+
+
+__all__ = ["DemoConfig", "run_demo"]

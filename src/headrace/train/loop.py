@@ -1,0 +1,203 @@
+"""The epoch/step loop of ``fit``: steps, checkpoints, evaluation, progress and metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._memory import format_bytes
+from ..distribute import ProcessInfo
+from ..torch import device_prefetch
+from ._deps import import_torch
+from .accumulate import AccumulationPlan
+from .checkpoint import capture_rng, save_checkpoint
+from .memory import PeakRSS, peak_rss_bytes, release_free_memory, rss_bytes
+from .micro_batch import MicroBatchChoice
+from .progress import MetricsLog, Progress
+from .steps import _all_reduce_min, _batches, _call, _evaluate, _train_step
+
+torch = import_torch()
+
+
+@dataclass
+class StepInfo:
+    """Passed to ``callback.on_step_end``: the step just finished and the per-rank batch it used."""
+
+    step: int
+    epoch: int
+    loss: float
+    batch: Any
+    samples_per_s: float
+    data_wait_fraction: float
+    rss_bytes: int
+
+
+@dataclass
+class FitResult:
+    """What ``fit`` returns: steps done, per-epoch history, the batch plan and memory figures."""
+
+    steps: int
+    epochs: int
+    history: list[dict[str, Any]] = field(default_factory=list)
+    micro_batch_size: int = 0
+    accumulation_steps: int = 0
+    micro_batch_choice: MicroBatchChoice | None = None
+    samples_per_s: float = 0.0
+    peak_rss_bytes: int = 0
+    base_rss_bytes: int = 0
+    memory_budget_bytes: int | None = None
+    resumed_from: str | None = None
+
+
+def _checkpoint(*, ckpt_dir: str, model: Any, optimizer: Any, scheduler: Any, prec: Any, step: int, epoch: int,
+                data_state: dict[str, Any] | None, info: ProcessInfo, plan: AccumulationPlan, keep: int,
+                callbacks: list[Any]) -> None:
+    state_json = json.dumps(data_state) if data_state is not None else None
+    if info.is_distributed:
+        gathered: list[Any] = [None] * info.world_size
+        torch.distributed.all_gather_object(gathered, state_json)
+    else:
+        gathered = [state_json]
+    if not info.is_main:
+        return
+    payload = {"step": step, "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+               "scaler": prec.scaler.state_dict() if prec.scaler is not None else None,
+               "lr_scheduler": scheduler.state_dict() if scheduler is not None else None,
+               "rng": capture_rng(), "data_states": gathered, "world_size": info.world_size,
+               "micro_batch_size": plan.micro_batch_size}
+    path = save_checkpoint(ckpt_dir, payload, keep=keep)
+    _call(callbacks, "on_checkpoint", path, step)
+
+
+def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
+          scheduler: Any, plan: AccumulationPlan, prec: Any, device: Any, info: ProcessInfo, epochs: int | None,
+          steps: int | None, step: int, epoch: int, data_state: dict[str, Any] | None, ckpt_dir: str | None,
+          checkpoint_every: int, keep: int, callbacks: list[Any], metrics: MetricsLog, bar: Progress,
+          log_every: int, closers: list[Any], choice: MicroBatchChoice | None, base_rss: int,
+          budget: int | None, resumed_from: str | None) -> FitResult:
+    ddp = None
+    if info.is_distributed:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    model.train()
+    max_epochs = epochs if epochs is not None else (None if steps is not None else 1)
+    result = FitResult(steps=step, epochs=epoch, micro_batch_size=plan.micro_batch_size,
+                       accumulation_steps=plan.accumulation_steps, micro_batch_choice=choice,
+                       base_rss_bytes=base_rss, memory_budget_bytes=budget, resumed_from=resumed_from)
+    t_start = time.perf_counter()
+    samples_total = 0
+    wait_total = 0.0
+
+    def want_state(index: int) -> bool:
+        return ckpt_dir is not None and (index % checkpoint_every == 0 or index == steps)
+
+    last_state: Any = None
+    ended_early = False
+
+    with PeakRSS() as peak:
+        while (max_epochs is None or epoch < max_epochs) and (steps is None or step < steps):
+            t_epoch = time.perf_counter()
+            epoch_loss, epoch_steps, epoch_samples = 0.0, 0, 0
+            fresh_epoch = data_state is None
+            source = _batches(train_ds, data_state, want_state, step, closers)
+            data_state = None
+            stream = device_prefetch(source, device)
+            while steps is None or step < steps:
+                t0 = time.perf_counter()
+                item = next(stream, None)
+                wait = time.perf_counter() - t0
+                if _all_reduce_min(int(item is not None), device, info) == 0:
+                    break
+                batch, snap = item  # type: ignore[misc]
+                loss = float(_train_step(model, ddp, batch, plan, loss_fn, optimizer, prec))
+                if scheduler is not None:
+                    scheduler.step()
+                if not math.isfinite(loss):
+                    raise FloatingPointError(f"loss is {loss} at step {step + 1} (epoch {epoch}); lower the "
+                                             "learning rate or use precision='fp32'")
+                step += 1
+                epoch_steps += 1
+                epoch_loss += loss
+                epoch_samples += plan.global_batch_size
+                samples_total += plan.global_batch_size
+                wait_total += wait
+                elapsed = time.perf_counter() - t_start
+                sps = samples_total / max(elapsed, 1e-9)
+                rss = rss_bytes()
+                info_step = StepInfo(step, epoch, loss, batch, sps, wait_total / max(elapsed, 1e-9), rss)
+                _call(callbacks, "on_step_end", info_step)
+                if step % log_every == 0 or step == steps:
+                    bar.update(step, loss, sps, info_step.data_wait_fraction, rss)
+                    metrics.write({"event": "step", "step": step, "epoch": epoch, "loss": loss,
+                                   "samples_per_s": sps, "data_wait_fraction": info_step.data_wait_fraction,
+                                   "rss_bytes": rss, "time_s": elapsed})
+                if snap.value is not None:
+                    last_state = snap.value
+                if snap.value is not None and step % checkpoint_every == 0:
+                    _checkpoint(ckpt_dir=ckpt_dir, model=model, optimizer=optimizer, scheduler=scheduler, prec=prec,  # type: ignore[arg-type]
+                                step=step, epoch=epoch, data_state=last_state, info=info, plan=plan,
+                                keep=keep, callbacks=callbacks)
+            else:
+                ended_early = True
+            data_peak = max((it.memory_stats()["peak_bytes"] for it in closers), default=0)
+            for it in closers:
+                it.close()
+            closers.clear()
+            if epoch_steps == 0 and not ended_early and fresh_epoch:
+                raise ValueError(f"the dataset has fewer than {plan.per_rank_batch_size} elements per rank "
+                                 f"(one batch of global_batch_size={plan.global_batch_size} / "
+                                 f"{info.world_size} rank(s)); use a smaller global_batch_size or more data")
+            if ended_early:
+                break
+            record: dict[str, Any] = {"epoch": epoch, "steps": epoch_steps,
+                                      "train_loss": epoch_loss / max(epoch_steps, 1),
+                                      "time_s": time.perf_counter() - t_epoch}
+            record["samples_per_s"] = epoch_samples / max(record["time_s"], 1e-9)
+            if eval_ds is not None:
+                release_free_memory()
+                record.update(_evaluate(model, eval_ds, loss_fn, device, prec, info, plan.micro_batch_size))
+            release_free_memory()
+            record["data_pipeline_peak_bytes"] = data_peak
+            record["rss_bytes"] = rss_bytes()
+            record["peak_rss_bytes"] = peak_rss_bytes()
+            epoch += 1
+            result.history.append(record)
+            metrics.write({"event": "epoch", **record})
+            _call(callbacks, "on_epoch_end", record)
+            bar.message(_epoch_line(record, budget, base_rss))
+        if ckpt_dir is not None and step > result.steps and step % checkpoint_every != 0:
+            _checkpoint(ckpt_dir=ckpt_dir, model=model, optimizer=optimizer, scheduler=scheduler, prec=prec, step=step,
+                        epoch=epoch, data_state=last_state if ended_early else None, info=info, plan=plan,
+                        keep=keep, callbacks=callbacks)
+    elapsed = time.perf_counter() - t_start
+    result.steps = step
+    result.epochs = epoch
+    result.samples_per_s = samples_total / max(elapsed, 1e-9)
+    result.peak_rss_bytes = peak.peak_bytes
+    metrics.write({"event": "end", "steps": step, "epochs": epoch, "samples_per_s": result.samples_per_s,
+                   "peak_rss_bytes": peak.peak_bytes, "base_rss_bytes": base_rss,
+                   "memory_budget_bytes": budget, "time_s": elapsed})
+    bar.message(f"done: {step} steps, {epoch} epoch(s), {result.samples_per_s:,.1f} samples/s, peak RSS "
+                f"{format_bytes(peak.peak_bytes)}" + (f" (base {format_bytes(base_rss)} + budget "
+                                                       f"{format_bytes(budget)})" if budget else ""))
+    return result
+
+
+def _epoch_line(record: dict[str, Any], budget: int | None, base_rss: int) -> str:
+    parts = [f"epoch {record['epoch'] + 1}: train loss {record['train_loss']:.4f}"]
+    if "eval_accuracy" in record:
+        parts.append(f"eval loss {record['eval_loss']:.4f}, accuracy {100 * record['eval_accuracy']:.1f}%")
+    parts.append(f"{record['samples_per_s']:,.1f} samples/s")
+    mem = f"peak RSS {format_bytes(record['peak_rss_bytes'])}"
+    if budget is not None:
+        mem += f" (base {format_bytes(base_rss)} + budget {format_bytes(budget)})"
+    parts.append(mem)
+    return ", ".join(parts)
+
+
+__all__ = ["FitResult", "StepInfo"]

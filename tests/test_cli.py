@@ -1,0 +1,124 @@
+"""The ``headrace`` command: --help everywhere, smoke runs of inspect / bench / train / demo on tiny data,
+and one-line errors (no traceback, exit status 1) for bad paths, empty datasets and unknown models."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from headrace.cli import app
+
+runner = CliRunner()
+
+
+def _invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def _last_json(output: str) -> dict:
+    return json.loads(output.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """24 real-photo JPEGs (64x48, 12 classes) as 3 TFRecord shards of image Examples."""
+    from headrace._skimage_photos import iter_photo_jpegs
+    from headrace.io.example import encode
+    from headrace.io.sharded_writer import ShardedWriter
+
+    out = tmp_path_factory.mktemp("shards")
+    with ShardedWriter(out, "train", num_shards=3) as w:
+        for jpeg, label in iter_photo_jpegs(24, (64, 48)):
+            w.write(encode({"image/encoded": jpeg, "image/class/label": label}))
+    return out
+
+
+@pytest.mark.parametrize("command", [[], ["inspect"], ["bench"], ["train"], ["demo"]])
+def test_every_command_has_help(command: list[str]) -> None:
+    result = _invoke(*command, "--help")
+    assert result.exit_code == 0
+    assert "Usage: headrace" in result.output
+    if command == ["train"]:
+        for option in ("--model", "--image-size", "--global-batch-size", "--epochs", "--precision",
+                       "--memory-budget", "--checkpoint-dir", "--resume"):
+            assert option in result.output
+
+
+def test_console_entry_point_runs() -> None:
+    done = subprocess.run([sys.executable, "-m", "headrace.cli", "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and "inspect" in done.stdout and "demo" in done.stdout
+
+
+def test_inspect_tfrecord_shards(shards: Path) -> None:
+    result = _invoke("inspect", str(shards))
+    assert result.exit_code == 0, result.output
+    info = _last_json(result.output)
+    assert info["format"] == "tfrecord" and info["records"] == 24 and len(info["shards"]) == 3
+    assert info["features"]["image/encoded"]["dtype"] == "string"
+    assert info["features"]["image/class/label"] == {"dtype": "int64", "shape": [1], "in_records": "24/24"}
+    assert info["bytes"] == sum(p.stat().st_size for p in shards.glob("*.tfrecord"))
+    assert "24 records" in result.output
+
+
+def test_bench_reports_throughput_and_memory(shards: Path) -> None:
+    result = _invoke("bench", str(shards), "--image-size", "32", "--batch-size", "8", "--seconds", "5",
+                     "--memory-budget", "32MiB")
+    assert result.exit_code == 0, result.output
+    info = _last_json(result.output)
+    assert info["pipeline"] == "decode+resize images" and info["elements"] == 24
+    assert info["elements_per_s"] > 0
+    assert 0 < info["pipeline_peak_bytes"] <= 32 * 2**20
+
+
+def test_train_then_resume(shards: Path, tmp_path: Path) -> None:
+    args = ["train", str(shards), "--model", "small-cnn", "--image-size", "32", "--global-batch-size", "8",
+            "--epochs", "1", "--memory-budget", "128MiB", "--checkpoint-dir", str(tmp_path / "ck")]
+    result = _invoke(*args)
+    assert result.exit_code == 0, result.output
+    info = _last_json(result.output)
+    assert info["steps"] == 3 and info["num_classes"] == 12 and info["records"] == 24
+    assert (tmp_path / "ck" / "metrics.jsonl").exists() and list((tmp_path / "ck").glob("ckpt-*.pt"))
+    again = _last_json(_invoke(*args, "--resume").output)
+    assert again["resumed_from"].endswith("ckpt-000000003.pt") and again["steps"] == 3  # nothing left to do
+
+
+def test_demo_tiny_configuration(tmp_path: Path) -> None:
+    result = _invoke("demo", "--images", "48", "--epochs", "1", "--image-size", "32", "--model", "small-cnn",
+                     "--global-batch-size", "16", "--memory-budget", "192MiB", "--output", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    info = _last_json(result.output)
+    assert set(info) >= {"accuracy", "images_per_s", "peak_rss_bytes", "memory_budget_bytes"}
+    assert info["memory_budget_bytes"] == 192 * 2**20 and len(info["accuracy_per_epoch"]) == 1
+    assert (tmp_path / "demo.png").stat().st_size > 1000
+    assert len(list((tmp_path / "data").glob("train-*.tfrecord"))) == 16
+
+
+@pytest.mark.parametrize("args", [
+    ["inspect", "/no/such/dir"],
+    ["bench", "/no/such/dir"],
+    ["train", "/no/such/dir"],
+    ["train", "{shards}", "--model", "vgg16"],
+    ["demo", "--model", "vgg16", "--images", "48"],
+    ["inspect", "{empty}"],
+    ["train", "{empty}"],
+    ["bench", "{empty}"],
+    ["train", "{shards}", "--precision", "fp8", "--epochs", "1"],
+    ["demo", "--images", "5"],
+])
+def test_user_errors_are_one_line_without_traceback(args: list[str], shards: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "part-0.tfrecord").write_bytes(b"")
+    args = [a.format(shards=shards, empty=empty) for a in args]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("headrace: error: "), result.stderr
+    assert "Traceback" not in result.output
