@@ -161,7 +161,9 @@ def _prepare_in_subprocess(cfg: DemoConfig, data_dir: Path) -> dict[str, Any]:
     """Run :func:`write_dataset` in a fresh Python process (its memory is not the trainer's)."""
     code = "import sys; from headrace.demo import _prepare_main; _prepare_main(sys.argv[1], sys.argv[2])"
     done = subprocess.run([sys.executable, "-c", code, json.dumps(dataclasses.asdict(cfg)), str(data_dir)],
-                          stdout=sys.stdout, stderr=subprocess.PIPE, text=True, timeout=PREPARE_TIMEOUT_S)
+                          capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S)
+    if done.stdout:
+        _say(done.stdout.rstrip("\n"))
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RuntimeError(f"preparing the demo dataset in {data_dir} failed: {last}")
