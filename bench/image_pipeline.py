@@ -258,7 +258,7 @@ def main() -> None:
     ap.add_argument("--workdir", default=None, help="where the data is written and kept between runs")
     ap.add_argument("--out", default="bench/results/image_pipeline.json")
     ap.add_argument("--only", default=None, help="comma-separated runs: " + ",".join(RUNS))
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--info", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
