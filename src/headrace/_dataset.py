@@ -95,7 +95,12 @@ class Dataset:
 
     @staticmethod
     def from_tensor_slices(tensors: Any, name: str | None = None) -> Dataset:
-        """Slices along axis 0 of every leaf; all leaves must have the same first dimension."""
+        """One element per row: slices along axis 0 of every leaf of ``tensors``.
+
+        ``tensors`` is a nested structure of arrays (lists are tensors: ``[1, 2]`` -> int64 array, Python
+        floats -> float32, str -> bytes). A leaf of shape ``(N, *s)`` yields elements of shape ``s``.
+        Raises ``ValueError`` if a leaf is a scalar, if the leaves disagree in ``N``, or for ragged lists.
+        """
         from ._ops.sources import TensorSlicesDataset
 
         return TensorSlicesDataset(tensors)
@@ -104,7 +109,13 @@ class Dataset:
     def from_generator(generator: Callable[..., Any], output_types: Any = None, output_shapes: Any = None,
                        args: Sequence[Any] | None = None, output_signature: Any = None,
                        name: str | None = None) -> Dataset:
-        """Elements from ``generator(*args)``, a callable returning an iterable (called per iteration)."""
+        """Elements from ``generator(*args)``, a callable returning an iterable (called per iteration).
+
+        ``output_signature``: a structure of :class:`headrace.TensorSpec` (shape with ``None`` wildcards,
+        dtype); every element is converted to it and checked (``ValueError`` names the element on a shape
+        mismatch). Without it, elements are normalized like ``map`` outputs. Restoring a state re-runs the
+        generator and skips the elements already produced.
+        """
         from ._ops.sources import GeneratorDataset
 
         return GeneratorDataset(generator, output_types=output_types, output_shapes=output_shapes,
@@ -158,7 +169,19 @@ class Dataset:
     # ---- transformations ------------------------------------------------------------------------------
     def map(self, map_func: Callable[..., Any], num_parallel_calls: int | None = None,
             deterministic: bool | None = None, name: str | None = None) -> Dataset:
-        """Apply ``map_func`` to each element (tuples are unpacked into arguments)."""
+        """Apply ``map_func`` to each element (a tuple element is unpacked into positional arguments).
+
+        Args:
+            map_func: element -> new element (any structure of numpy values / Python scalars / bytes).
+            num_parallel_calls: ``None`` runs in the consumer's thread; an int >= 1 or ``AUTOTUNE`` (the
+                CPU count) runs that many worker threads, which scale for GIL-releasing functions.
+            deterministic: ``False`` yields results as they finish; ``None`` uses ``Options.deterministic``
+                (default ``True``: input order).
+            name: stage name used in error notes and ``memory_stats()`` (default: the function's name).
+
+        Errors raised by ``map_func`` reach ``next()`` with the note ``in map(<name>) at element <i>``;
+        the iterator then continues with the next element.
+        """
         from ._ops.map import MapDataset
 
         return MapDataset(self, map_func, num_parallel_calls, deterministic, name)
@@ -179,7 +202,13 @@ class Dataset:
     def interleave(self, map_func: Callable[..., Dataset], cycle_length: int | None = None,
                    block_length: int | None = None, num_parallel_calls: int | None = None,
                    deterministic: bool | None = None, name: str | None = None) -> Dataset:
-        """Read ``cycle_length`` datasets made by ``map_func`` round-robin, ``block_length`` at a time."""
+        """Read ``cycle_length`` datasets made by ``map_func`` round-robin, ``block_length`` at a time.
+
+        ``map_func(element)`` must return a Dataset (e.g. ``hr.io.TFRecordDataset``). ``cycle_length``
+        defaults to ``AUTOTUNE`` (the CPU count), ``block_length`` to 1. With ``num_parallel_calls`` every open
+        dataset is read ahead on its own thread; the order stays tf.data's unless ``deterministic=False``.
+        Raises ``TypeError`` if ``map_func`` returns something other than a Dataset.
+        """
         from ._ops.interleave import InterleaveDataset
 
         return InterleaveDataset(self, map_func, cycle_length, block_length, num_parallel_calls,
@@ -187,14 +216,25 @@ class Dataset:
 
     def shuffle(self, buffer_size: int, seed: int | None = None,
                 reshuffle_each_iteration: bool | None = None, name: str | None = None) -> Dataset:
-        """Uniform sampling from a buffer of ``buffer_size`` elements (tf.data's shuffle)."""
+        """Uniform sampling from a buffer of ``buffer_size`` elements (tf.data's shuffle).
+
+        ``seed`` makes the order reproducible; ``reshuffle_each_iteration`` (default ``True``) draws a new
+        order for every iterator (each epoch). The buffer is charged to the memory budget and shrinks, with
+        one ``MemoryBudgetWarning``, when it cannot fit. Raises ``ValueError`` for ``buffer_size < 1``.
+        """
         from ._ops.shuffle import ShuffleDataset
 
         return ShuffleDataset(self, buffer_size, seed, reshuffle_each_iteration)
 
     def batch(self, batch_size: int, drop_remainder: bool = False, num_parallel_calls: int | None = None,
               deterministic: bool | None = None, name: str | None = None) -> Dataset:
-        """Stack ``batch_size`` consecutive elements along a new axis 0."""
+        """Stack ``batch_size`` consecutive elements along a new axis 0.
+
+        Each leaf of shape ``s`` becomes ``(batch_size, *s)`` (the last batch may be smaller unless
+        ``drop_remainder``); scalars become 1-D arrays, ``bytes`` leaves object arrays of bytes. Raises
+        ``ValueError`` naming the component and shapes when elements differ in shape (use ``padded_batch``)
+        and ``MemoryBudgetError`` when one batch alone exceeds the memory budget.
+        """
         from ._ops.batch import BatchDataset
 
         return BatchDataset(self, batch_size, drop_remainder, num_parallel_calls, deterministic)
@@ -213,7 +253,11 @@ class Dataset:
         return UnbatchDataset(self)
 
     def prefetch(self, buffer_size: int, name: str | None = None) -> Dataset:
-        """Produce up to ``buffer_size`` elements ahead in a background thread."""
+        """Produce up to ``buffer_size`` elements ahead in a background thread.
+
+        ``AUTOTUNE`` picks 4 elements, shrunk silently to the stage's share of the memory budget; ``0``
+        disables prefetching.
+        """
         from ._ops.prefetch import PrefetchDataset
 
         return PrefetchDataset(self, buffer_size)
@@ -261,7 +305,9 @@ class Dataset:
         return ConcatenateDataset(self, dataset)
 
     def cache(self, filename: str = "", name: str | None = None) -> Dataset:
-        """Cache elements in memory (``""``) or in a file, filled by the first complete pass."""
+        """Cache elements in memory (``""``) or in the file ``<filename>.hrcache``, filled by the first
+        complete pass (written atomically). The in-memory cache is charged to the memory budget and raises
+        ``MemoryBudgetError`` if it cannot fit (use a file cache then)."""
         from ._ops.cache import CacheDataset
 
         return CacheDataset(self, filename)

@@ -77,15 +77,35 @@ def test_competing_buffers_shrink_with_one_warning_and_never_exceed_budget():
     assert any("shuffle(1000)" in str(w.message) for w in shrunk)
 
 
-def test_no_deadlock_with_tiny_budget_and_many_buffers():
+def test_no_deadlock_with_tight_budget_and_many_buffers():
+    budget = 1024 * 1024
     ds = (D.range(300).map(lambda x: np.full(10_000, x % 100, np.int32), num_parallel_calls=3)
           .shuffle(500, seed=1).batch(4).prefetch(50)
           .interleave(lambda b: D.from_tensor_slices(b).batch(2), cycle_length=2, num_parallel_calls=2)
-          .unbatch().batch(3).with_options(hr.Options(memory_budget="600KiB")))
+          .unbatch().batch(3).with_options(hr.Options(memory_budget=budget)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
-        total = sum(len(b) for b in ds)
-    assert total == 300
+        with iter(ds) as it:
+            values = sorted(int(v) for b in it for v in b[:, 0])
+            stats = it.memory_stats()
+    assert values == sorted(x % 100 for x in range(300))
+    assert stats["peak_bytes"] <= budget and stats["overdraft_bytes"] == 0
+
+
+def test_infeasible_budget_goes_over_with_a_report_instead_of_hanging():
+    # batch(2) must hold 2 x 400 KB while prefetch(1) upstream needs 400 KB of its own: 1.2 MB > 1 MB.
+    element = 400_000
+    ds = (D.range(2).map(lambda x: np.zeros(element, np.uint8)).prefetch(1).batch(2)
+          .with_options(hr.Options(memory_budget=1_000_000)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with iter(ds) as it:
+            batches = list(it)
+            stats = it.memory_stats()
+    assert [b.shape for b in batches] == [(2, element)]
+    assert stats["overdraft_bytes"] > 0
+    messages = [str(w.message) for w in caught if issubclass(w.category, hr.MemoryBudgetWarning)]
+    assert any("went over the budget instead of deadlocking" in m and "batch(2) assembly" in m for m in messages)
 
 
 def test_memory_stats_per_stage():

@@ -16,6 +16,7 @@ from .._dataset import Dataset
 from .._options import UNKNOWN_CARDINALITY
 from .._structure import describe, flatten, is_namedtuple, normalize, normalize_tensors, pack_as
 from .base import DatasetIterator, IteratorContext, check_state
+from .stacking import row
 
 _DTYPE_NAMES = {"string": object, "str": object, "bytes": object}
 
@@ -157,17 +158,13 @@ class TensorSlicesDataset(Dataset):
             leaf = leaves[0]
             self.slice: Callable[[int], Any] = (lambda i: leaf[i]) if leaf.ndim == 1 else (lambda i: leaf[i].copy())
         else:
-            self.slice = lambda i: pack_as(element, [_row(v, i) for v in leaves])
+            self.slice = lambda i: pack_as(element, [row(v, i) for v in leaves])
 
     def cardinality(self) -> int:
         return self.length
 
     def _make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         return _SliceIterator(ctx, "from_tensor_slices", self.slice, self.length)
-
-
-def _row(leaf: np.ndarray, i: int) -> Any:
-    return leaf[i] if leaf.ndim == 1 else leaf[i].copy()
 
 
 class _SliceIterator(DatasetIterator):
