@@ -31,8 +31,10 @@ from typing import Any
 
 import numpy as np
 
-_PASS_TYPES = frozenset({np.ndarray, bytes, np.int64, np.int32, np.float32, np.float64, np.bool_,
-                         np.uint8, np.int8, np.int16, np.uint16, np.uint32, np.uint64, np.float16})
+SCALAR_TYPES = frozenset({bytes, np.int64, np.int32, np.float32, np.float64, np.bool_, np.uint8, np.int8,
+                          np.int16, np.uint16, np.uint32, np.uint64, np.float16})
+"""Leaf types that normalization returns unchanged (the fast path of ``map``)."""
+_PASS_TYPES = SCALAR_TYPES | {np.ndarray}
 
 
 def is_namedtuple(x: object) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._dataset import Dataset
-from .._structure import normalize
+from .._structure import SCALAR_TYPES, normalize
 from .autotune import parallelism, validate_parallel_calls
 from .base import DatasetIterator, IteratorContext, check_state, fn_name, note_error
 from .parallel import ParallelApplier
@@ -83,6 +83,8 @@ class _MapIterator(DatasetIterator):
         except Exception as e:
             note_error(e, self._stage, i)
             raise
+        if type(y) in SCALAR_TYPES:
+            return y
         return normalize(y, self._stage)
 
     def get_state(self) -> dict[str, Any]:
