@@ -1,7 +1,7 @@
 """The demo benchmark: ``headrace demo`` end to end, timed, with its targets checked.
 
 Runs ``headrace demo`` (default: 5,000 real-photo JPEGs -> 16 + 2 TFRecord shards -> small ResNet-18 at
-96x96, 4 epochs, 384 MiB budget) in a subprocess and prints each figure next to its target:
+96x96, 3 epochs, 384 MiB budget) in a subprocess and prints each figure next to its target:
 
 - wall time of the whole command <= 600 s on a 2-core machine;
 - final accuracy > 50% (chance: 1/12 = 8.3%);

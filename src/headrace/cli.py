@@ -112,7 +112,7 @@ def train(path: str = typer.Argument(..., help="TFRecord shards of image Example
 
 @app.command()
 def demo(images: int = typer.Option(5000, help="Photos to generate (12 classes)."),
-         epochs: int = typer.Option(4, help="Training epochs."),
+         epochs: int = typer.Option(3, help="Training epochs."),
          image_size: int = typer.Option(96, help="Training resolution in pixels (square)."),
          memory_budget: str = typer.Option("384MiB", help="Memory budget above the process base RSS."),
          output: str = typer.Option("demo_output", help="Directory for the shards, metrics and plot."),

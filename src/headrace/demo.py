@@ -41,7 +41,7 @@ class DemoConfig:
     """The demo's knobs (the CLI's options)."""
 
     images: int = 5000
-    epochs: int = 4
+    epochs: int = 3
     image_size: int = 96
     memory_budget: int | str = "384MiB"
     output: str = "demo_output"
