@@ -1,6 +1,7 @@
 """The ``headrace`` command: ``inspect``, ``bench``, ``train`` and ``demo`` (``headrace COMMAND --help``).
 
-Every command prints human-readable lines and ends with one JSON line of its results. Errors a user can
+Every command prints human-readable lines and ends with one JSON line of its results (under torchrun,
+only rank 0 does). Errors a user can
 fix (a bad path, an empty dataset, an unknown model, a bad size) print one line, ``headrace: error: ...``,
 on stderr and exit with status 1, without a traceback.
 """
@@ -35,6 +36,10 @@ def _run(work: Callable[[], dict[str, Any]], show: Callable[[dict[str, Any]], No
             message = f"missing key {message}"
         typer.echo(f"headrace: error: {message}", err=True)
         raise typer.Exit(1) from None
+    from .distribute import process_info
+
+    if not process_info().is_main:  # under torchrun only rank 0 reports
+        return
     if show is not None:
         show(result)
     if emit_json:
