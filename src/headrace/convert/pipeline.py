@@ -1,0 +1,137 @@
+"""``build_pipeline`` and ``convert``: a source dataset -> sharded TFRecord or Parquet + ``dataset.json``,
+on Apache Beam (DirectRunner on one machine; Flink, Spark or Dataflow unchanged)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._beam import import_beam
+from .config import ConvertConfig
+from .manifest import load_manifest
+from .output import ConvertError, check_destination
+from .schema import SchemaConflictError
+from .sources import open_source
+
+
+def pipeline_options(runner: str | None = "DirectRunner",
+                     beam_options: Sequence[str] | Mapping[str, Any] | None = None) -> Any:
+    """Beam ``PipelineOptions`` for ``runner`` plus ``beam_options`` (``["key=value", ...]`` or a dict;
+    ``--flink_master=host:8081`` style flags work too).
+
+    DirectRunner defaults to ``direct_num_workers`` = the machine's cores in ``multi_processing`` mode
+    (override either through ``beam_options``). Raises ``ValueError`` for an option that is not
+    ``key=value``.
+    """
+    beam = import_beam()
+    items: list[tuple[str, str]] = []
+    if isinstance(beam_options, Mapping):
+        items = [(str(k), str(v)) for k, v in beam_options.items()]
+    else:
+        for opt in beam_options or ():
+            key, sep, value = str(opt).lstrip("-").partition("=")
+            if not sep or not key:
+                raise ValueError(f"beam option {opt!r} is not key=value (e.g. flink_master=localhost:8081)")
+            items.append((key, value))
+    given = dict(items)
+    runner = given.pop("runner", None) or runner or "DirectRunner"
+    flags = [f"--runner={runner}"]
+    if runner in ("DirectRunner", "direct"):
+        given.setdefault("direct_num_workers", str(os.cpu_count() or 1))
+        given.setdefault("direct_running_mode", "multi_processing")
+    flags += [f"--{k}={v}" for k, v in given.items()]
+    return beam.options.pipeline_options.PipelineOptions(flags)
+
+
+def build_pipeline(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, to: str = "tfrecord",
+                   num_shards: int | None = None, shard_size: int | str | None = None,
+                   source_format: str | None = None, image_size: tuple[int, int] | str | None = None,
+                   quality: int = 95, max_rejected: int = 0, overwrite: bool = False, compression: str | None = None,
+                   prefix: str = "data", seed: int = 0, label: str | None = None, runner: str | None = "DirectRunner",
+                   beam_options: Sequence[str] | Mapping[str, Any] | None = None, options: Any = None,
+                   pipeline: Any = None) -> Any:
+    """The Beam pipeline that converts ``src`` into shards in ``dst`` (not run yet: call ``.run()``).
+
+    Args:
+        src: an image folder (class subfolders), CSV / JSON Lines / Parquet / TFRecord file(s): a file, a
+            directory or a glob; local or an fsspec URL (:mod:`headrace.convert.sources`).
+        dst: the output directory (local or fsspec URL reachable from every worker).
+        to: ``"tfrecord"`` (``tf.train.Example`` records, a ``.idx`` index per uncompressed shard) or
+            ``"parquet"`` (one column per feature).
+        num_shards: exactly this many shards (1..99999); or ``shard_size``: about this many bytes per
+            shard (int or ``"256MiB"``, the default), from the records' estimated size.
+        source_format: ``image_folder``, ``csv``, ``jsonl``, ``parquet`` or ``tfrecord``; default: detected.
+        image_size: image folders only: resize to ``(width, height)`` (or ``"WxH"``) and re-encode as JPEG
+            at ``quality``.
+        max_rejected: the run fails (no manifest is published) when more source rows than this are
+            rejected; every rejected row is listed in ``dst/_rejected.jsonl`` either way.
+        overwrite: replace an existing conversion in ``dst`` (a non-empty ``dst`` is refused otherwise).
+        compression: TFRecord ``"GZIP"`` / ``"ZLIB"`` (no index then); Parquet ``"SNAPPY"`` (default),
+            ``"GZIP"``, ``"ZSTD"``, ``"NONE"``.
+        prefix: shard file name prefix. seed: seed of the record order (records are spread over shards
+            and ordered in them by a seeded hash of their source ID). label: the feature to histogram
+            (default ``image/class/label`` for images, ``label`` for tables).
+        runner, beam_options: see :func:`pipeline_options`; or pass ready ``options`` (PipelineOptions).
+        pipeline: an existing ``beam.Pipeline`` to add the conversion to (then runner options are ignored).
+
+    Returns:
+        The ``beam.Pipeline``; its ``converted`` attribute is the one-element ``PCollection`` of the
+        manifest. For your own pipelines, :class:`headrace.convert.ConvertTransform` is the same as a
+        ``PTransform``.
+
+    Raises:
+        ImportError: Apache Beam is not installed (``pip install 'headrace[beam]'``).
+        FileExistsError: ``dst`` is not empty and ``overwrite`` is false, or holds foreign files.
+        FileNotFoundError / ValueError: a missing source, an unknown format, a bad setting (named).
+    """
+    beam = import_beam()
+    from ._pipeline import ConvertTransform
+
+    cfg = ConvertConfig(src=os.fspath(src), dst=os.fspath(dst), to=to, num_shards=num_shards, shard_size=shard_size,
+                        source_format=source_format, image_size=image_size, quality=quality,
+                        max_rejected=max_rejected, overwrite=overwrite, compression=compression, prefix=prefix,
+                        seed=seed, label=label)
+    check_destination(cfg.dst, cfg.overwrite)
+    source = open_source(cfg.src, cfg.source_format, **cfg.source_options())
+    if pipeline is None:
+        pipeline = beam.Pipeline(options=options if options is not None else pipeline_options(runner, beam_options))
+    from .. import __version__
+
+    extra = {"headrace": __version__, "apache_beam": beam.__version__,
+             "runner": type(pipeline.runner).__name__ if getattr(pipeline, "runner", None) else str(runner)}
+    pipeline.converted = pipeline | f"Convert {cfg.run_id}" >> ConvertTransform(cfg, source, extra)
+    return pipeline
+
+
+_WORKER_ERROR = re.compile(r"(?:ConvertError|SchemaConflictError|ManifestError): (convert: .*?|feature .*?)(?:\n|"
+                           r" \[while running|$)", re.S)
+
+
+def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], **kwargs: Any) -> dict[str, Any]:
+    """Build the pipeline (same arguments as :func:`build_pipeline`), run it to the end and return the
+    manifest (``dst/dataset.json``), with ``seconds`` (wall time) in its ``converter`` entry.
+
+    Raises:
+        ConvertError: too many rejected rows, an empty source, or a feature with strings and numbers (the
+            worker's message, not the runner's traceback); other worker errors propagate as the runner
+            raises them. Plus :func:`build_pipeline`'s errors.
+    """
+    t0 = time.perf_counter()
+    p = build_pipeline(src, dst, **kwargs)
+    try:
+        p.run().wait_until_finish()
+    except ConvertError:
+        raise
+    except SchemaConflictError as e:  # raised as is by the in-process runner
+        raise ConvertError(str(e)) from e
+    except Exception as e:  # other runners wrap a worker's exception in their own, with its text
+        m = _WORKER_ERROR.search(str(e))
+        if m:
+            raise ConvertError(m.group(1).split(" [while running")[0].strip()) from e
+        raise
+    manifest = load_manifest(dst)
+    manifest["converter"]["seconds"] = round(time.perf_counter() - t0, 3)
+    return manifest

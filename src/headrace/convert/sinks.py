@@ -1,0 +1,93 @@
+"""Writing one shard: TFRecord (with its record index) or Parquet, under a temporary name, with its SHA-256.
+
+Shard names are ``<prefix>-<i:05d>-of-<n:05d>.tfrecord`` (``.tfrecord.gz`` / ``.tfrecord.zlib`` when
+compressed) or ``.parquet``, ``i`` counting from 0: the names depend only on ``prefix`` and ``n``.
+
+- **TFRecord**: each record a serialized ``tf.train.Example`` (TensorFlow's framing,
+  :class:`headrace.io.TFRecordWriter`); an uncompressed shard gets ``<shard>.idx`` (the
+  :mod:`headrace.io.tfrecord_index` format: ``"<offset> <framed length>"`` per line) for random access.
+- **Parquet**: one column per feature: ``int64``, ``float`` (float32) or ``binary`` for one-value
+  features, ``list<...>`` of those otherwise; a missing feature is null. Row groups of at most
+  :data:`ROW_GROUP_BYTES` (the footer indexes them: no separate index file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..io import files
+from .schema import FLOAT32, INT64, STRING
+
+ROW_GROUP_BYTES = 64 * 2**20
+_HASH_CHUNK = 2**20
+_EXT = {None: ".tfrecord", "GZIP": ".tfrecord.gz", "ZLIB": ".tfrecord.zlib"}
+
+
+def shard_name(prefix: str, i: int, n: int, to: str, compression: str | None = None) -> str:
+    """``prefix-00003-of-00016.tfrecord`` (or ``.tfrecord.gz``, ``.parquet``)."""
+    ext = ".parquet" if to == "parquet" else _EXT[compression]
+    return f"{prefix}-{i:05d}-of-{n:05d}{ext}"
+
+
+def sha256_file(path: str) -> str:
+    """Hex SHA-256 of a file's bytes (read in 1 MiB chunks)."""
+    h = hashlib.sha256()
+    with files.open_file(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_tfrecord(path: str, records: Sequence[bytes], compression: str | None) -> dict[str, Any]:
+    """Write ``records`` to the TFRecord file ``path`` (and ``path + ".idx"`` when uncompressed).
+
+    Returns ``{"records", "bytes", "sha256", "index"}`` (``index``: the index path or ``None``).
+    """
+    from ..io.tfrecord_index import INDEX_SUFFIX
+    from ..io.tfrecord_writer import TFRecordWriter
+
+    rows = []
+    with TFRecordWriter(path, compression) as w:
+        for r in records:
+            at = w.write(r)
+            rows.append(f"{at} {w.offset - at}\n")
+    index = None
+    if compression is None:
+        index = path + INDEX_SUFFIX
+        with files.open_file(index, "wb") as f:
+            f.write("".join(rows).encode("ascii"))
+    return {"records": len(records), "bytes": files.file_size(path), "sha256": sha256_file(path), "index": index}
+
+
+def arrow_schema(kinds: Mapping[str, str], spec: Mapping[str, Mapping[str, Any]]) -> Any:
+    """The Parquet (Arrow) schema of the dataset's features (module docstring)."""
+    import pyarrow as pa
+
+    base = {STRING: pa.binary(), INT64: pa.int64(), FLOAT32: pa.float32()}
+    fields = []
+    for name, kind in kinds.items():
+        scalar = spec[name]["type"] == "FixedLenFeature" and spec[name]["shape"] == []
+        fields.append(pa.field(name, base[kind] if scalar else pa.list_(base[kind])))
+    return pa.schema(fields)
+
+
+def write_parquet(path: str, rows: Sequence[Mapping[str, list[Any]]], schema: Any, compression: str | None,
+                  est_row_bytes: float) -> dict[str, Any]:
+    """Write ``rows`` (``{feature: converted values}``, see :func:`headrace.convert.schema.columns`) as one
+    Parquet file. Returns ``{"records", "bytes", "sha256", "index": None}``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = {}
+    for fld in schema:
+        scalar = not pa.types.is_list(fld.type)
+        col = [r.get(fld.name) for r in rows]
+        data[fld.name] = [None if v is None else v[0] for v in col] if scalar else col
+    table = pa.Table.from_pydict(data, schema=schema)
+    group = max(1, int(ROW_GROUP_BYTES // max(1.0, est_row_bytes)))
+    codec = "snappy" if compression is None else compression
+    with files.open_file(path, "wb") as f:
+        pq.write_table(table, f, row_group_size=group, compression=codec)
+    return {"records": len(rows), "bytes": files.file_size(path), "sha256": sha256_file(path), "index": None}

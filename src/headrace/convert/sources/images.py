@@ -1,0 +1,118 @@
+"""An image folder (class subfolders give the labels) as rows of encoded images.
+
+The layout is :func:`headrace.io.image_folder`'s (sorted subfolder names are the classes; labels 0, 1, ...).
+Each image becomes a row with the feature names of TensorFlow's image-classification TFRecords:
+
+======================  =========  ============================================================
+feature                 kind       value
+======================  =========  ============================================================
+``image/encoded``       string     the file's bytes, or the resized image re-encoded as JPEG
+``image/format``        string     ``jpeg``, ``png``, ``gif``, ``bmp``, ``webp`` or ``tiff``
+``image/class/label``   int64      the class index
+``image/class/text``    string     the class (subfolder) name
+``image/filename``      string     the path relative to the folder (also the source ID)
+``image/height``        int64      pixels (of the stored image)
+``image/width``         int64      pixels
+``image/channels``      int64      1, 3 or 4 as stored (3 after resizing)
+======================  =========  ============================================================
+
+Every image is decoded once (:func:`headrace.image.decode`) so that a broken file is caught here - it
+becomes a rejected row naming the file and the decoder's error - rather than in the training job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ...io import files
+from ..schema import INT64, STRING
+from .base import Item, Rejected, Source, join, relative
+
+UNIT_FILES = 16
+"""Images per work unit."""
+
+_MAGIC = ((b"\xff\xd8\xff", "jpeg"), (b"\x89PNG", "png"), (b"GIF8", "gif"), (b"BM", "bmp"),
+          (b"II*\x00", "tiff"), (b"MM\x00*", "tiff"))
+
+
+def image_format(data: bytes, name: str) -> str:
+    """The format of encoded image bytes from their magic number (else the file extension)."""
+    for magic, fmt in _MAGIC:
+        if data.startswith(magic):
+            return fmt
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return name.rsplit(".", 1)[-1].lower()
+
+
+class ImageFolderSource(Source):
+    """Images under ``root/<class>/...`` (any depth below the class folder).
+
+    Args:
+        root: a local directory or fsspec URL.
+        image_size: ``(width, height)``: resize every image to exactly this size and re-encode it as JPEG
+            (``quality``); ``None`` keeps the file's bytes.
+        quality: JPEG quality 1..100 for re-encoding.
+
+    Raises ``FileNotFoundError`` / ``ValueError`` as :func:`headrace.io.image_folder` (no images, not a
+    directory).
+    """
+
+    kind = "image_folder"
+    label_features = ("image/class/label",)
+
+    def __init__(self, root: str, image_size: tuple[int, int] | None = None, quality: int = 95) -> None:
+        from ...io import image_folder
+
+        super().__init__(root)
+        if image_size is not None and (len(image_size) != 2 or any(
+                isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in image_size)):
+            raise ValueError(f"image_size={image_size!r}: expected (width, height), two ints >= 1")
+        if not 1 <= quality <= 100:
+            raise ValueError(f"quality={quality!r}: JPEG quality must be in 1..100")
+        self.root = root.rstrip("/") or "/"
+        self.image_size = image_size
+        self.quality = quality
+        ds = image_folder(self.root, shuffle=False)
+        self.class_names: list[str] = list(ds.class_names)
+        self._files = [relative(p, self.root) for p in ds.file_paths]
+
+    def units(self) -> list[list[tuple[str, int]]]:
+        index = {name: i for i, name in enumerate(self.class_names)}
+        pairs = [(rel, index[rel.split("/", 1)[0]]) for rel in self._files]
+        return [pairs[i:i + UNIT_FILES] for i in range(0, len(pairs), UNIT_FILES)]
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "files": len(self._files), "class_names": self.class_names,
+                "image_size": list(self.image_size) if self.image_size else None}
+
+    def read(self, unit: list[tuple[str, int]]) -> Iterator[Item]:
+        for rel, label in unit:
+            path = join(self.root, rel)
+            try:
+                yield rel, self._row(path, rel, label)
+            except Exception as e:  # unreadable file or undecodable image: report it, never drop it silently
+                yield Rejected(rel, path, f"{type(e).__name__}: {e}")
+
+    def _row(self, path: str, rel: str, label: int) -> dict[str, Any]:
+        from ... import image
+
+        with files.open_file(path, "rb") as f:
+            data = f.read()
+        if self.image_size is not None:
+            import simplejpeg
+
+            w, h = self.image_size
+            img = image.decode_and_resize(data, (h, w), channels=3, name=path)
+            data = simplejpeg.encode_jpeg(img, quality=self.quality, colorspace="RGB")
+            fmt = "jpeg"
+        else:
+            img = image.decode(data, channels=0, name=path)
+            fmt = image_format(data, rel)
+        return {"image/encoded": (STRING, [data]), "image/format": (STRING, [fmt.encode()]),
+                "image/class/label": (INT64, [label]),
+                "image/class/text": (STRING, [self.class_names[label].encode("utf-8")]),
+                "image/filename": (STRING, [rel.encode("utf-8")]), "image/height": (INT64, [img.shape[0]]),
+                "image/width": (INT64, [img.shape[1]]), "image/channels": (INT64, [img.shape[2]])}
+
