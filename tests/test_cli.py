@@ -66,6 +66,29 @@ def test_inspect_tfrecord_shards(shards: Path) -> None:
     assert "24 records" in result.output
 
 
+def test_inspect_parquet_hdf5_and_image_folder(tmp_path: Path) -> None:
+    import h5py
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from headrace._skimage_photos import make_photo_jpegs
+
+    pq.write_table(pa.table({"x": np.arange(10), "name": [b"a"] * 10}), tmp_path / "t.parquet",
+                   row_group_size=4)
+    with h5py.File(tmp_path / "t.h5", "w") as f:
+        f["images"] = np.zeros((6, 4, 4, 3), np.uint8)
+        f["labels"] = np.arange(6)
+    make_photo_jpegs(tmp_path / "folder", 24, size=(32, 32))
+    pq_info = _last_json(_invoke("inspect", str(tmp_path / "t.parquet")).output)
+    assert (pq_info["format"], pq_info["records"], pq_info["shards"][0]["row_groups"]) == ("parquet", 10, 3)
+    assert pq_info["features"]["x"] == {"dtype": "int64"}
+    h5_info = _last_json(_invoke("inspect", str(tmp_path / "t.h5")).output)
+    assert h5_info["records"] == 6 and h5_info["features"]["images"] == {"dtype": "uint8", "shape": [4, 4, 3]}
+    folder = _last_json(_invoke("inspect", str(tmp_path / "folder")).output)
+    assert folder["format"] == "image_folder" and folder["records"] == 24 and len(folder["classes"]) == 12
+
+
 def test_bench_reports_throughput_and_memory(shards: Path) -> None:
     result = _invoke("bench", str(shards), "--image-size", "32", "--batch-size", "8", "--seconds", "5",
                      "--memory-budget", "32MiB")
