@@ -20,13 +20,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.slow
-def test_two_process_ddp_data_is_disjoint_and_complete(tmp_path: Path) -> None:
+def _torchrun(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "JOB_N": "64", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
-           "127.0.0.1", "--master_port", str(_free_port()), str(JOB), str(tmp_path), "--micro", "1"]
+           "127.0.0.1", "--master_port", str(_free_port()), str(JOB), str(out), *args]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.slow
+def test_two_process_ddp_data_is_disjoint_and_complete(tmp_path: Path) -> None:
+    done = _torchrun(tmp_path, "--micro", "1")
     ids = {}
     for r in (0, 1):
         rows = [[int(v) for v in line.split()] for line in (tmp_path / f"ids-rank{r}.txt").read_text().splitlines()]
@@ -40,3 +45,15 @@ def test_two_process_ddp_data_is_disjoint_and_complete(tmp_path: Path) -> None:
     assert "micro-batch 1 x 2 accumulation step(s) x 2 rank(s)" in done.stdout
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("ckpt-*.pt")) == ["ckpt-000000015.pt",
                                                                             "ckpt-000000016.pt"]
+
+
+@pytest.mark.slow
+def test_two_process_ddp_resumes_each_rank_where_it_stopped(tmp_path: Path) -> None:
+    _torchrun(tmp_path, "--steps", "7")  # stops mid-epoch; its last checkpoint holds both ranks' positions
+    _torchrun(tmp_path, "--resume")
+    seen: list[int] = []
+    for r in (0, 1):
+        rows = [[int(v) for v in line.split()] for line in (tmp_path / f"ids-rank{r}.txt").read_text().splitlines()]
+        assert [row[0] for row in rows] == list(range(1, 17))  # steps 1-7, then 8-16 after the resume
+        seen += [i for row in rows for i in row[1:]]
+    assert sorted(seen) == list(range(64))  # no element twice, none missing, over both ranks and runs
