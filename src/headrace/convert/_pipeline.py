@@ -2,32 +2,43 @@
 
 Graph::
 
-    Create(units) -> Reshuffle -> ParDo(ReadUnit) --rows--> CombineGlobally(SchemaCombine) = schema
-                                        |                \\-> ParDo(Encode, schema) -> (shard, (key, id, payload))
-                                        |                      -> GroupByKey -> ParDo(WriteShard, schema) = shard infos
-                                        \\--rejected--> ToList
+    Create(units) -> Reshuffle -> ParDo(ReadAndSpill) --rows--> CombineGlobally(SchemaCombine) = schema
+                                        |--runs: (shard, section ref)--> GroupByKey
+                                        +--rejected--> ToList
+    GroupByKey -> ParDo(WriteShard, schema): merge the shard's sections, encode, write = shard infos
     Create([None]) -> ParDo(Finalize, shard infos, rejected, schema) = the manifest
+
+Rows reach the shard writers through sorted run files in the staging folder (:mod:`headrace.convert.runs`),
+so the runner shuffles only small references and no process holds more than a buffer of rows. The schema
+combine is lifted into the readers' stage by every runner (only accumulators travel).
 
 A record's shard is ``key % num_shards`` and its place in the shard the order of ``(key, source id)``,
 where ``key`` is a seeded 64-bit BLAKE2b hash of its source ID: the output depends only on the source,
-the seed and the shard count, never on how the runner split the work.
+the seed and the shard count (fixed when the pipeline is built), never on how the runner split the work.
 """
 
 from __future__ import annotations
 
 import hashlib
 import uuid
+from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
+from ._fs import join
 from .config import ConvertConfig
-from .output import finalize, write_shard
-from .schema import Row, SchemaAccumulator, columns, encode_row
+from .output import finalize, staging_dir, write_shard
+from .runs import SPILL_BYTES, merge_sections, write_run
+from .schema import SchemaAccumulator, columns, encode_row, estimate_bytes
 from .sources import Rejected, Source
 
 REJECTED_TAG = "rejected"
+RUNS_TAG = "runs"
 
 
 def order_key(seed: int, source_id: str) -> int:
@@ -36,18 +47,42 @@ def order_key(seed: int, source_id: str) -> int:
                                           key=seed.to_bytes(8, "little", signed=True)).digest(), "little")
 
 
-class ReadUnit(beam.DoFn):
-    """Rows of one work unit; rejected rows go to the ``rejected`` output as JSON dicts."""
+class ReadAndSpill(beam.DoFn):
+    """Reads work units. Main output: the rows ``(source id, features)`` (for the schema); ``runs``
+    output: ``(shard, section ref)`` of the sorted run files the rows are spilled to (every
+    :data:`~headrace.convert.runs.SPILL_BYTES` and at the end of a bundle); ``rejected`` output: the
+    rejected rows as JSON dicts."""
 
-    def __init__(self, source: Source) -> None:
-        self.source = source
+    def __init__(self, source: Source, cfg: ConvertConfig) -> None:
+        self.source, self.seed, self.shards = source, cfg.seed, cfg.shards
+        self.runs_dir = join(staging_dir(cfg), "runs")
+
+    def start_bundle(self) -> None:
+        self._buf: defaultdict[int, list[Any]] = defaultdict(list)
+        self._bytes = 0
+
+    def _spill(self) -> list[tuple[int, Any]]:
+        refs = write_run(self.runs_dir, self._buf) if self._buf else []
+        self.start_bundle()
+        return [(ref[0], ref) for ref in refs]
 
     def process(self, unit: Any) -> Iterator[Any]:
         for item in self.source.read(unit):
             if isinstance(item, Rejected):
                 yield beam.pvalue.TaggedOutput(REJECTED_TAG, item.to_json())
-            else:
-                yield item
+                continue
+            row_id, feats = item
+            key = order_key(self.seed, row_id)
+            self._buf[key % self.shards].append((key, row_id, feats))
+            self._bytes += estimate_bytes(feats)
+            yield item
+            if self._bytes >= SPILL_BYTES:
+                for ref in self._spill():
+                    yield beam.pvalue.TaggedOutput(RUNS_TAG, ref)
+
+    def finish_bundle(self) -> Iterator[Any]:
+        for ref in self._spill():
+            yield beam.pvalue.TaggedOutput(RUNS_TAG, WindowedValue(ref, MIN_TIMESTAMP, [GlobalWindow()]))
 
 
 class SchemaCombine(beam.CombineFn):
@@ -60,7 +95,7 @@ class SchemaCombine(beam.CombineFn):
     def create_accumulator(self) -> SchemaAccumulator:
         return SchemaAccumulator(self.labels)
 
-    def add_input(self, acc: SchemaAccumulator, row: Row) -> SchemaAccumulator:
+    def add_input(self, acc: SchemaAccumulator, row: Any) -> SchemaAccumulator:
         return acc.add(row)
 
     def merge_accumulators(self, accs: Any) -> SchemaAccumulator:
@@ -74,30 +109,18 @@ class SchemaCombine(beam.CombineFn):
         return acc.schema()
 
 
-class Encode(beam.DoFn):
-    """``(shard, (order key, source id, payload))``: the payload is the serialized Example (TFRecord) or
-    the converted columns (Parquet)."""
-
-    def __init__(self, cfg: ConvertConfig) -> None:
-        self.cfg = cfg
-
-    def process(self, row: Row, schema: Any) -> Iterator[tuple[int, tuple[int, str, Any]]]:
-        row_id, feats = row
-        payload = columns(feats, schema.kinds) if self.cfg.to == "parquet" else encode_row(feats, schema.kinds)
-        key = order_key(self.cfg.seed, row_id)
-        yield key % self.cfg.shard_count(schema.est_bytes), (key, row_id, payload)
-
-
 class WriteShard(beam.DoFn):
-    """Writes one shard (its records in ``(key, id)`` order) to the staging folder; yields its info."""
+    """Merges one shard's run sections into ``(key, id)`` order, encodes the rows with the dataset's kinds
+    (tf.train.Example, or Parquet columns), writes the shard to the staging folder, yields its info."""
 
     def __init__(self, cfg: ConvertConfig) -> None:
         self.cfg = cfg
 
     def process(self, element: tuple[int, Any], schema: Any) -> Iterator[dict[str, Any]]:
-        shard, items = element
-        ordered = sorted(items, key=lambda t: (t[0], t[1]))
-        yield write_shard(self.cfg, schema, shard, [p for _, _, p in ordered], uuid.uuid4().hex[:8])
+        shard, refs = element
+        encode = columns if self.cfg.to == "parquet" else encode_row
+        payloads = (encode(feats, schema.kinds) for _, _, feats in merge_sections(refs))
+        yield write_shard(self.cfg, schema, shard, payloads, uuid.uuid4().hex[:8])
 
 
 class Finalize(beam.DoFn):
@@ -120,17 +143,19 @@ class ConvertTransform(beam.PTransform):
 
     def __init__(self, cfg: ConvertConfig, source: Source, extra: dict[str, Any] | None = None) -> None:
         super().__init__()
+        if cfg.num_shards is None:
+            cfg = cfg.with_shards(source.estimate_bytes())
         self.cfg, self.source, self.extra = cfg, source, extra or {}
 
     def expand(self, root: Any) -> Any:
         AsSingleton, AsList = beam.pvalue.AsSingleton, beam.pvalue.AsList
         read = (root | "Units" >> beam.Create(self.source.units())
                 | "Spread" >> beam.Reshuffle()
-                | "Read" >> beam.ParDo(ReadUnit(self.source)).with_outputs(REJECTED_TAG, main="rows"))
+                | "Read" >> beam.ParDo(ReadAndSpill(self.source, self.cfg)).with_outputs(
+                    REJECTED_TAG, RUNS_TAG, main="rows"))
         labels = (self.cfg.label,) if self.cfg.label else self.source.label_features
         schema = read.rows | "Schema" >> beam.CombineGlobally(SchemaCombine(labels))
-        shards = (read.rows
-                  | "Encode" >> beam.ParDo(Encode(self.cfg), AsSingleton(schema))
+        shards = (read[RUNS_TAG]
                   | "Group" >> beam.GroupByKey()
                   | "Write" >> beam.ParDo(WriteShard(self.cfg), AsSingleton(schema)))
         return (root | "Once" >> beam.Create([None])

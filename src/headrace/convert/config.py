@@ -3,6 +3,7 @@ the Beam workers)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import uuid
@@ -77,11 +78,23 @@ class ConvertConfig:
             raise ValueError(f"convert: prefix={self.prefix!r} must be a file name prefix (no '/', not hidden)")
 
     def shard_count(self, est_bytes: int) -> int:
-        """The number of shards for about ``est_bytes`` of records."""
+        """``num_shards``, or the number of shards of about ``shard_size`` (default 256 MiB) for about
+        ``est_bytes`` of records."""
         if self.num_shards is not None:
             return self.num_shards
         size = self.shard_size if self.shard_size is not None else DEFAULT_SHARD_BYTES
         return min(99_999, max(1, math.ceil(est_bytes / int(size))))  # type: ignore[arg-type]
+
+    def with_shards(self, est_bytes: int) -> ConvertConfig:
+        """This config with ``num_shards`` fixed (from ``shard_size`` and ``est_bytes`` when not given):
+        the form the pipeline runs with, so every worker names the shards alike."""
+        return dataclasses.replace(self, num_shards=self.shard_count(est_bytes), shard_size=None)
+
+    @property
+    def shards(self) -> int:
+        if self.num_shards is None:
+            raise ValueError("convert: the shard count is not fixed yet; use ConvertConfig.with_shards(est_bytes)")
+        return self.num_shards
 
     def source_options(self) -> dict[str, Any]:
         return {"image_size": self.image_size, "quality": self.quality if self.image_size else None}

@@ -72,7 +72,7 @@ def write_shard(cfg: ConvertConfig, schema: Schema, shard: int, payloads: list[A
 
     Returns the shard's entry for the manifest plus ``"tmp"`` / ``"index_tmp"`` (its staged paths).
     """
-    n = cfg.shard_count(schema.est_bytes)
+    n = cfg.shards
     name = shard_name(cfg.prefix, shard, n, cfg.to, cfg.compression)
     stage = staging_dir(cfg)
     _fs.makedirs(stage)
@@ -104,7 +104,7 @@ def finalize(cfg: ConvertConfig, schema: Schema, shards: Iterable[dict[str, Any]
     if schema.rows == 0:
         _fs.remove(stage)
         raise ConvertError(f"convert: the source {cfg.src} has no records; nothing was written")
-    n = cfg.shard_count(schema.est_bytes)
+    n = cfg.shards
     by_shard: dict[int, dict[str, Any]] = {}
     for s in shards:
         if s["shard"] in by_shard:

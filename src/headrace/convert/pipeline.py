@@ -101,7 +101,8 @@ def build_pipeline(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, 
     from .. import __version__
 
     extra = {"headrace": __version__, "apache_beam": beam.__version__,
-             "runner": type(pipeline.runner).__name__ if getattr(pipeline, "runner", None) else str(runner)}
+             "runner": type(pipeline.runner).__name__ if getattr(pipeline, "runner", None) else str(runner),
+             "shard_size": cfg.shard_size}
     pipeline.converted = pipeline | f"Convert {cfg.run_id}" >> ConvertTransform(cfg, source, extra)
     return pipeline
 

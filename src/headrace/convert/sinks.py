@@ -13,8 +13,10 @@ compressed) or ``.parquet``, ``i`` counting from 0: the names depend only on ``p
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..io import files
@@ -40,25 +42,24 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def write_tfrecord(path: str, records: Sequence[bytes], compression: str | None) -> dict[str, Any]:
-    """Write ``records`` to the TFRecord file ``path`` (and ``path + ".idx"`` when uncompressed).
+def write_tfrecord(path: str, records: Iterable[bytes], compression: str | None) -> dict[str, Any]:
+    """Write ``records`` (streamed) to the TFRecord file ``path`` (and ``path + ".idx"`` when uncompressed).
 
     Returns ``{"records", "bytes", "sha256", "index"}`` (``index``: the index path or ``None``).
     """
     from ..io.tfrecord_index import INDEX_SUFFIX
     from ..io.tfrecord_writer import TFRecordWriter
 
-    rows = []
-    with TFRecordWriter(path, compression) as w:
+    index = path + INDEX_SUFFIX if compression is None else None
+    n = 0
+    with TFRecordWriter(path, compression) as w, \
+            (files.open_file(index, "wb") if index else contextlib.nullcontext()) as idx:
         for r in records:
             at = w.write(r)
-            rows.append(f"{at} {w.offset - at}\n")
-    index = None
-    if compression is None:
-        index = path + INDEX_SUFFIX
-        with files.open_file(index, "wb") as f:
-            f.write("".join(rows).encode("ascii"))
-    return {"records": len(records), "bytes": files.file_size(path), "sha256": sha256_file(path), "index": index}
+            n += 1
+            if idx is not None:
+                idx.write(f"{at} {w.offset - at}\n".encode("ascii"))
+    return {"records": n, "bytes": files.file_size(path), "sha256": sha256_file(path), "index": index}
 
 
 def arrow_schema(kinds: Mapping[str, str], spec: Mapping[str, Mapping[str, Any]]) -> Any:
@@ -73,21 +74,33 @@ def arrow_schema(kinds: Mapping[str, str], spec: Mapping[str, Mapping[str, Any]]
     return pa.schema(fields)
 
 
-def write_parquet(path: str, rows: Sequence[Mapping[str, list[Any]]], schema: Any, compression: str | None,
-                  est_row_bytes: float) -> dict[str, Any]:
-    """Write ``rows`` (``{feature: converted values}``, see :func:`headrace.convert.schema.columns`) as one
-    Parquet file. Returns ``{"records", "bytes", "sha256", "index": None}``."""
+def _table(rows: list[Mapping[str, list[Any]]], schema: Any) -> Any:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     data = {}
     for fld in schema:
-        scalar = not pa.types.is_list(fld.type)
         col = [r.get(fld.name) for r in rows]
-        data[fld.name] = [None if v is None else v[0] for v in col] if scalar else col
-    table = pa.Table.from_pydict(data, schema=schema)
+        data[fld.name] = col if pa.types.is_list(fld.type) else [None if v is None else v[0] for v in col]
+    return pa.Table.from_pydict(data, schema=schema)
+
+
+def write_parquet(path: str, rows: Iterable[Mapping[str, list[Any]]], schema: Any, compression: str | None,
+                  est_row_bytes: float) -> dict[str, Any]:
+    """Write ``rows`` (``{feature: converted values}``, see :func:`headrace.convert.schema.columns`;
+    streamed, one row group in memory at a time) as one Parquet file.
+    Returns ``{"records", "bytes", "sha256", "index": None}``."""
+    import pyarrow.parquet as pq
+
     group = max(1, int(ROW_GROUP_BYTES // max(1.0, est_row_bytes)))
     codec = "snappy" if compression is None else compression
-    with files.open_file(path, "wb") as f:
-        pq.write_table(table, f, row_group_size=group, compression=codec)
-    return {"records": len(rows), "bytes": files.file_size(path), "sha256": sha256_file(path), "index": None}
+    n = 0
+    with files.open_file(path, "wb") as f, pq.ParquetWriter(f, schema, compression=codec) as w:
+        batch: list[Mapping[str, list[Any]]] = []
+        for row in itertools.chain(rows, [None]):
+            if row is not None:
+                batch.append(row)
+            if batch and (row is None or len(batch) >= group):
+                w.write_table(_table(batch, schema), row_group_size=group)
+                n += len(batch)
+                batch = []
+    return {"records": n, "bytes": files.file_size(path), "sha256": sha256_file(path), "index": None}

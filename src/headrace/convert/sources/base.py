@@ -31,8 +31,9 @@ class Source:
     ``units()`` is a deterministic list of small picklable work items; ``read(unit)`` yields the rows of
     one unit (``(source_id, features)``, see :mod:`headrace.convert.schema`) and :class:`Rejected` items;
     together the units yield every record of the source exactly once, with unique source IDs.
-    ``describe()`` is the manifest's ``source`` entry; ``label_features`` names the features whose values
-    get a histogram.
+    ``describe()`` is the manifest's ``source`` entry; ``estimate_bytes()`` about the size of the records
+    it makes (from file sizes: it sets the shard count for ``shard_size``); ``label_features`` names the
+    features whose values get a histogram.
     """
 
     kind = "source"
@@ -47,8 +48,16 @@ class Source:
     def read(self, unit: Any) -> Iterator[Item]:
         raise NotImplementedError
 
+    def estimate_bytes(self) -> int:
+        raise NotImplementedError
+
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": self.path}
+
+
+def total_size(root: str, names: Sequence[str]) -> int:
+    """Bytes of the files ``names`` under ``root``."""
+    return sum(files.file_size(join(root, n)) for n in names)
 
 
 def join(root: str, rel: str) -> str:

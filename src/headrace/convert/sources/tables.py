@@ -25,7 +25,7 @@ from typing import Any
 
 from ...io import files
 from ..schema import TEXT, typed
-from .base import Item, Rejected, Source, join, list_files
+from .base import Item, Rejected, Source, join, list_files, total_size
 
 
 class _FileSource(Source):
@@ -37,6 +37,9 @@ class _FileSource(Source):
 
     def units(self) -> list[Any]:
         return list(self.files)
+
+    def estimate_bytes(self) -> int:
+        return total_size(self.root, self.files)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "files": len(self.files)}
@@ -133,6 +136,16 @@ class ParquetSource(_FileSource):
                 out.append((rel, g, first))
                 first += meta.row_group(g).num_rows
         return out
+
+    def estimate_bytes(self) -> int:
+        import pyarrow.parquet as pq
+
+        total = 0
+        for rel in self.files:
+            with files.open_file(join(self.root, rel), "rb") as f:
+                meta = pq.ParquetFile(f).metadata
+            total += sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+        return total
 
     def read(self, unit: tuple[str, int, int]) -> Iterator[Item]:
         import pyarrow.parquet as pq

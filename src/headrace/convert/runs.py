@@ -1,0 +1,71 @@
+"""Sorted runs: how rows travel from the readers to the shard writers through files, not the runner.
+
+A reader buffers the rows it makes (at most :data:`SPILL_BYTES`, estimated) and then writes them to one
+*run file* in the staging folder, grouped by shard and sorted by ``(order key, source id)`` inside each
+shard's *section*. Only small references ``(shard, path, start, end, rows)`` go through the pipeline's
+GroupByKey; the writer of a shard merges its sections (:func:`merge_sections`, a streaming k-way merge)
+into the final order. So neither the runner nor any worker ever holds more than a buffer of rows, and a
+dataset far larger than memory converts on a laptop's DirectRunner too.
+
+Run file format (private, temporary): a sequence of records, each an 8-byte little-endian length and a
+pickled ``(order key, source id, features)`` tuple; a section is a byte range of whole records.
+"""
+
+from __future__ import annotations
+
+import heapq
+import pickle
+import struct
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ..io import files
+from . import _fs
+
+SPILL_BYTES = 64 * 2**20
+"""Estimated row bytes a reader buffers before writing a run."""
+
+_LEN = struct.Struct("<Q")
+Item = tuple[int, str, Any]  # (order key, source id, features)
+Ref = tuple[int, str, int, int, int]  # (shard, path, start, end, rows)
+
+
+def write_run(directory: str, by_shard: dict[int, list[Item]]) -> list[Ref]:
+    """Write the buffered rows as one run file in ``directory``; returns a reference per shard section."""
+    _fs.makedirs(directory)
+    path = _fs.join(directory, f"run-{uuid.uuid4().hex}")
+    refs: list[Ref] = []
+    at = 0
+    with files.open_file(path, "wb") as f:
+        for shard in sorted(by_shard):
+            items = sorted(by_shard[shard], key=lambda t: (t[0], t[1]))
+            start = at
+            for item in items:
+                data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+                f.write(_LEN.pack(len(data)))
+                f.write(data)
+                at += _LEN.size + len(data)
+            refs.append((shard, path, start, at, len(items)))
+    return refs
+
+
+def read_section(path: str, start: int, end: int) -> Iterator[Item]:
+    """The rows of one section, in order. Raises ``OSError`` naming the file if it is cut short."""
+    with files.open_file(path, "rb") as f:
+        f.seek(start)
+        at = start
+        while at < end:
+            head = f.read(_LEN.size)
+            if len(head) < _LEN.size:
+                raise OSError(f"convert: the run file {path} ends at byte {at}, before its section's end {end}; "
+                              "the staging folder was changed during the run: re-run the conversion")
+            (n,) = _LEN.unpack(head)
+            yield pickle.loads(f.read(n))
+            at += _LEN.size + n
+
+
+def merge_sections(refs: Iterable[Ref]) -> Iterator[Item]:
+    """Every row of the sections, in ``(order key, source id)`` order (each section is sorted)."""
+    return heapq.merge(*(read_section(path, start, end) for _, path, start, end, _ in sorted(refs, key=str)),
+                       key=lambda t: (t[0], t[1]))
