@@ -98,16 +98,17 @@ def test_dataset_smaller_than_one_batch_is_an_error(micro: object) -> None:
         _fit(epochs=1, dataset=_data(20), micro_batch_size=micro)
 
 
-def test_resume_continues_exactly_where_the_checkpoint_was(tmp_path) -> None:
+@pytest.mark.parametrize("stop_at", [5, 8])  # mid-epoch 0, mid-epoch 1 (6 steps per epoch)
+def test_resume_continues_exactly_where_the_checkpoint_was(tmp_path, stop_at: int) -> None:
     def run(steps: int, resume: bool, ckpt: str | None) -> list[torch.Tensor]:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.3), torch.nn.Linear(16, 3))
-        _fit(model, steps=steps, resume=resume, checkpoint_dir=ckpt, checkpoint_every=5,
-             dataset=_data().shuffle(64, seed=3, reshuffle_each_iteration=False))
+        _fit(model, steps=steps, resume=resume, checkpoint_dir=ckpt, checkpoint_every=100,
+             dataset=_data().shuffle(64, seed=3))  # reshuffled each epoch
         return [p.detach().clone() for p in model.parameters()]
 
-    straight = run(13, False, None)  # 6 steps per epoch: crosses two epoch boundaries
-    run(5, False, str(tmp_path))
-    resumed = run(13, True, str(tmp_path))
+    straight = run(17, False, None)  # crosses two epoch boundaries
+    run(stop_at, False, str(tmp_path))  # the final checkpoint is at step stop_at
+    resumed = run(17, True, str(tmp_path))
     for a, b in zip(straight, resumed):  # data order, optimizer state and dropout RNG all restored
         torch.testing.assert_close(a, b, rtol=0, atol=0)
