@@ -43,7 +43,7 @@ from .steps import _all_reduce_min, _check_element
 
 torch = import_torch()
 
-CPU_HEADROOM = 0.15
+CPU_HEADROOM = 0.2
 """Share of the CPU training budget the micro-batch search leaves free: over many steps the RSS exceeds
 one measured step by heap fragmentation and the pipeline threads' allocator arenas."""
 
@@ -112,7 +112,8 @@ def fit(model: Any, dataset: Any, *, loss_fn: Callable[[Any, Any], Any], optimiz
         precision: ``"fp32"``, ``"bf16"`` or ``"fp16"`` (CUDA only; uses a GradScaler).
         memory_budget: bytes (or ``"512MiB"``) above the starting RSS; see the module docstring.
             ``None``: the micro-batch search uses half the available memory and the pipeline keeps the
-            dataset's own options.
+            dataset's own options. With a budget on CPU, ``fit`` calls
+            :func:`headrace.train.memory.limit_heap_retention` (process-wide glibc settings).
         checkpoint_dir: where checkpoints (and, by default, ``metrics.jsonl``) go; None: no checkpoints.
         checkpoint_every: optimizer steps between checkpoints (one more is written at the end).
         resume: continue from the newest checkpoint in ``checkpoint_dir`` if there is one.
