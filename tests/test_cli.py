@@ -38,7 +38,7 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("command", [[], ["inspect"], ["bench"], ["train"], ["demo"]])
+@pytest.mark.parametrize("command", [[], ["inspect"], ["bench"], ["train"], ["demo"], ["convert"]])
 def test_every_command_has_help(command: list[str]) -> None:
     result = _invoke(*command, "--help")
     assert result.exit_code == 0

@@ -1,4 +1,5 @@
-"""The ``headrace`` command: ``inspect``, ``bench``, ``train`` and ``demo`` (``headrace COMMAND --help``).
+"""The ``headrace`` command: ``inspect``, ``bench``, ``train``, ``demo`` and ``convert``
+(``headrace COMMAND --help``).
 
 Every command prints human-readable lines and ends with one JSON line of its results (under torchrun,
 only rank 0 does). Errors a user can
@@ -137,6 +138,16 @@ def demo(images: int = typer.Option(5000, help="Photos to generate (12 classes).
         return run_demo(cfg)  # prints its own JSON line last
 
     _run(work, emit_json=False)
+
+
+def _register_convert() -> None:
+    """``headrace convert`` (Apache Beam conversion) lives in :mod:`headrace.convert.cli`."""
+    from .convert.cli import register
+
+    register(app)
+
+
+_register_convert()
 
 
 def main(argv: list[str] | None = None) -> None:
