@@ -8,12 +8,12 @@ import pytest
 
 pytest.importorskip("apache_beam", reason="headrace convert needs pip install 'headrace[beam]'")
 
-import typer  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+import typer
+from typer.testing import CliRunner
 
-from headrace.convert.cli import register  # noqa: E402
+from headrace.convert.cli import register
 
-from .convert_helpers import IN_PROCESS, csv_file  # noqa: E402
+from .convert_helpers import IN_PROCESS, csv_file
 
 
 @pytest.fixture(scope="module")

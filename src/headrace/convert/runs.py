@@ -57,12 +57,12 @@ def read_section(path: str, start: int, end: int) -> Iterator[Item]:
         at = start
         while at < end:
             head = f.read(_LEN.size)
-            if len(head) < _LEN.size:
-                raise OSError(f"convert: the run file {path} ends at byte {at}, before its section's end {end}; "
-                              "the staging folder was changed during the run: re-run the conversion")
-            (n,) = _LEN.unpack(head)
-            yield pickle.loads(f.read(n))
-            at += _LEN.size + n
+            data = f.read(_LEN.unpack(head)[0]) if len(head) == _LEN.size else b""
+            if len(head) < _LEN.size or len(data) < _LEN.unpack(head)[0]:
+                raise OSError(f"convert: the run file {path} ends before its section's end (byte {end}); the "
+                              "staging folder was changed during the run: re-run the conversion")
+            yield pickle.loads(data)
+            at += _LEN.size + len(data)
 
 
 def merge_sections(refs: Iterable[Ref]) -> Iterator[Item]:
