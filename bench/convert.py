@@ -8,9 +8,11 @@ of the same machine: every image read and checked as the converter checks it (a 
 that proves the JPEG is not broken) in 2 processes with nothing else. Writes ``bench/results/convert.json``.
 
 Target: the steady-state rate reaches at least half of that bare read+decode limit (the rest is Beam's
-data plane, the shuffle to shards, encoding, writing and hashing). The machine is shared: run it twice.
+data plane, the run files, encoding, writing and hashing). Also prints the peak RSS of the runner and of
+the largest worker process (the spawned bare-limit pool counts among the children too). The machine is
+shared: run it twice.
 
-    python bench/convert.py [--images 4000] [--workers 2] [--shards 8]
+    python bench/convert.py [--images 8000] [--workers 2] [--shards 8]
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import resource
 import shutil
 import tempfile
 import time
@@ -66,7 +69,7 @@ def _quarter(src: Path, dst: Path, paths: list[str]) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--images", type=int, default=4000)
+    ap.add_argument("--images", type=int, default=8000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--keep", help="Keep the source folder here (reused when it exists).")
@@ -100,6 +103,8 @@ def main() -> None:
         "bare_read_decode_per_s": round(bare, 1), "steady_fraction_of_bare": round(steady / bare, 3),
         "target_fraction_of_bare": TARGET_FRACTION_OF_BARE, "cpus": os.cpu_count(),
         "apache_beam": m["converter"]["apache_beam"],
+        "peak_rss_runner_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_largest_worker_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
     }
     ok = result["steady_fraction_of_bare"] >= TARGET_FRACTION_OF_BARE
     print(f"convert {result['images']} images ({src_bytes / 1e6:.0f} MB) -> {result['shards']} TFRecord shards with "
@@ -107,6 +112,8 @@ def main() -> None:
           f"{result['source_mb_per_s']:.1f} MB/s (start-up included)")
     print(f"steady state: {result['steady_records_per_s']:.1f} records/s, {result['steady_source_mb_per_s']:.1f} MB/s; "
           f"start-up about {result['startup_s']:.1f} s")
+    print(f"peak RSS: runner {result['peak_rss_runner_bytes'] / 2**20:.0f} MiB, largest worker "
+          f"{result['peak_rss_largest_worker_bytes'] / 2**20:.0f} MiB (the source is {src_bytes / 2**20:.0f} MiB)")
     print(f"bare read+decode limit ({args.workers} processes): {result['bare_read_decode_per_s']:.1f} images/s; "
           f"steady state at {100 * result['steady_fraction_of_bare']:.0f}% of it (target >= "
           f"{100 * TARGET_FRACTION_OF_BARE:.0f}%: {'met' if ok else 'NOT met'})")
