@@ -22,6 +22,8 @@ Measured, each in a fresh subprocess (so peak RSS is the pipeline's own), on the
   TensorFlow / grain are measured the same way when installed (not needed by anything else).
 
 Throughput counts images from the end of the first batch to the end of the epoch (start-up excluded).
+Each run is repeated ``--repeat`` times, alternating, and the best is kept (other jobs on a shared machine
+only ever slow a run down); the load average before the runs is printed.
 
 Targets (issue 4, 2-core machine): headrace >= 2,000 img/s, >= 90% of the bare limit, peak RSS <= 500 MB.
 
@@ -259,6 +261,7 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/image_pipeline.json")
     ap.add_argument("--only", default=None, help="comma-separated runs: " + ",".join(RUNS))
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each kind, best kept (default 3)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--info", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -273,20 +276,31 @@ def main() -> None:
           f"shards + folder tree in {workdir}")
     print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}, load average before: {load[0]:.2f}")
-    names = args.only.split(",") if args.only else list(RUNS)
-    results: dict[str, Any] = {}
-    for name in names:
+    names = []
+    for name in args.only.split(",") if args.only else list(RUNS):
         if name in OPTIONAL and not _installed(OPTIONAL[name]):
             print(f"{name:>13}: not installed, skipped")
+        else:
+            names.append(name)
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    for _ in range(max(1, args.repeat)):
+        for name in names:
+            runs[name].append(_child(name, info, args.timeout))
+    results: dict[str, Any] = {}
+    for name in names:
+        good = [r for r in runs[name] if "error" not in r]
+        if not good:
+            results[name] = runs[name][0]
+            print(f"{name:>13}: ERROR {runs[name][0]['error']}")
             continue
-        r = results[name] = _child(name, info, args.timeout)
-        if "error" in r:
-            print(f"{name:>13}: ERROR {r['error']}")
-            continue
+        r = results[name] = max(good, key=lambda r: r["img_s"])
+        r["all_img_s"] = [round(x["img_s"]) for x in good]
+        r["peak_rss_mb"] = max(x["peak_rss_mb"] for x in good)  # the worst run's, for the RSS target
         extra = (f", {r['ms_per_image_1_thread']:.3f} ms/image on 1 thread, best with {r['threads']} threads "
-                 f"= {r['speedup_vs_1_thread']:.2f}x one thread (the GIL is released)"
+                 f"= {r['speedup_vs_1_thread']:.2f}x one thread"
                  if name == "bare" else f", first batch after {r['first_batch_s']:.2f} s")
-        print(f"{name:>13}: {r['img_s']:7.0f} img/s, peak RSS {r['peak_rss_mb']:5.0f} MB{extra}")
+        print(f"{name:>13}: {r['img_s']:7.0f} img/s (runs: {r['all_img_s']}), peak RSS {r['peak_rss_mb']:5.0f} MB"
+              f"{extra}")
     summary = _summary(results)
     for line in summary["lines"]:
         print(line)
@@ -301,7 +315,7 @@ def main() -> None:
 def _summary(results: dict[str, Any]) -> dict[str, Any]:
     hr_run, bare = results.get("headrace", {}), results.get("bare", {})
     if "img_s" not in hr_run or "img_s" not in bare:
-        return {"lines": ["targets: not evaluated (a run failed)"], "targets": {}}
+        return {"lines": ["targets: not evaluated (needs the bare and headrace runs, both successful)"], "targets": {}}
     ratio = hr_run["img_s"] / bare["img_s"]
     checks = {
         "img_s": (hr_run["img_s"], f">= {TARGET_IMG_S:.0f} img/s", hr_run["img_s"] >= TARGET_IMG_S),
