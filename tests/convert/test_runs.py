@@ -32,3 +32,15 @@ def test_a_cut_short_run_file_is_an_error_naming_it(tmp_path):
         f.truncate(end - 3)
     with pytest.raises(OSError, match="ends before its section's end"):
         list(read_section(path, start, end))
+
+
+def test_many_sections_merge_in_levels_with_few_open_files(tmp_path):
+    rng = random.Random(1)
+    items = [(rng.randrange(10_000), f"id{i}", i) for i in range(300)]
+    refs = [ref for i in range(0, 300, 10) for ref in write_run(str(tmp_path / "runs"), {0: items[i:i + 10]})]
+    assert len(refs) == 30
+    with pytest.raises(ValueError, match="directory="):
+        list(merge_sections(refs, fan_in=4))
+    merged = list(merge_sections(refs, str(tmp_path / "merge"), fan_in=4))  # 30 -> 8 -> 2 runs
+    assert merged == sorted(items, key=lambda t: (t[0], t[1]))
+    assert len(list((tmp_path / "merge").iterdir())) == 8 + 2

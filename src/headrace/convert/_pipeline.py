@@ -119,7 +119,8 @@ class WriteShard(beam.DoFn):
     def process(self, element: tuple[int, Any], schema: Any) -> Iterator[dict[str, Any]]:
         shard, refs = element
         encode = columns if self.cfg.to == "parquet" else encode_row
-        payloads = (encode(feats, schema.kinds) for _, _, feats in merge_sections(refs))
+        rows = merge_sections(refs, join(staging_dir(self.cfg), f"merge-{shard}-{uuid.uuid4().hex[:8]}"))
+        payloads = (encode(feats, schema.kinds) for _, _, feats in rows)
         yield write_shard(self.cfg, schema, shard, payloads, uuid.uuid4().hex[:8])
 
 

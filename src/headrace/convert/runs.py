@@ -26,9 +26,19 @@ from . import _fs
 SPILL_BYTES = 64 * 2**20
 """Estimated row bytes a reader buffers before writing a run."""
 
+MAX_FAN_IN = 256
+"""Run files a shard writer reads at once; more are merged in levels through intermediate runs."""
+
 _LEN = struct.Struct("<Q")
 Item = tuple[int, str, Any]  # (order key, source id, features)
 Ref = tuple[int, str, int, int, int]  # (shard, path, start, end, rows)
+
+
+def _write_item(f: Any, item: Item) -> int:
+    data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(_LEN.pack(len(data)))
+    f.write(data)
+    return _LEN.size + len(data)
 
 
 def write_run(directory: str, by_shard: dict[int, list[Item]]) -> list[Ref]:
@@ -42,10 +52,7 @@ def write_run(directory: str, by_shard: dict[int, list[Item]]) -> list[Ref]:
             items = sorted(by_shard[shard], key=lambda t: (t[0], t[1]))
             start = at
             for item in items:
-                data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
-                f.write(_LEN.pack(len(data)))
-                f.write(data)
-                at += _LEN.size + len(data)
+                at += _write_item(f, item)
             refs.append((shard, path, start, at, len(items)))
     return refs
 
@@ -65,7 +72,29 @@ def read_section(path: str, start: int, end: int) -> Iterator[Item]:
             at += _LEN.size + len(data)
 
 
-def merge_sections(refs: Iterable[Ref]) -> Iterator[Item]:
-    """Every row of the sections, in ``(order key, source id)`` order (each section is sorted)."""
-    return heapq.merge(*(read_section(path, start, end) for _, path, start, end, _ in sorted(refs, key=str)),
+def merge_sections(refs: Iterable[Ref], directory: str | None = None, fan_in: int | None = None) -> Iterator[Item]:
+    """Every row of the sections, in ``(order key, source id)`` order (each section is sorted).
+
+    At most ``fan_in`` (default :data:`MAX_FAN_IN`) files are open at once: with more sections, groups of
+    them are first merged into intermediate runs in ``directory`` (required then), level by level.
+    """
+    fan_in = fan_in or MAX_FAN_IN
+    refs = sorted(refs, key=str)
+    while len(refs) > fan_in:
+        if directory is None:
+            raise ValueError(f"merge_sections: {len(refs)} sections need intermediate runs; pass directory=")
+        refs = [_merge_to_run(refs[i:i + fan_in], directory) for i in range(0, len(refs), fan_in)]
+    return heapq.merge(*(read_section(path, start, end) for _, path, start, end, _ in refs),
                        key=lambda t: (t[0], t[1]))
+
+
+def _merge_to_run(refs: list[Ref], directory: str) -> Ref:
+    """Merge sections into one new run file (one section); returns its reference."""
+    _fs.makedirs(directory)
+    path = _fs.join(directory, f"merged-{uuid.uuid4().hex}")
+    n = at = 0
+    with files.open_file(path, "wb") as f:
+        for item in merge_sections(refs):
+            at += _write_item(f, item)
+            n += 1
+    return (refs[0][0], path, 0, at, n)
