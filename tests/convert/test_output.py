@@ -117,3 +117,21 @@ def test_config_errors(kwargs, words):
 def test_destination_equal_to_source_is_refused(tmp_path):
     with pytest.raises(ValueError, match="is the source"):
         ConvertConfig(src=str(tmp_path), dst=str(tmp_path) + "/")
+
+
+def test_finalize_retried_after_a_partial_publish_completes(tmp_path):
+    """A runner may retry the final step: shards it already renamed are kept, the rest published."""
+    cfg = ConvertConfig(src="src", dst=str(tmp_path / "out"), num_shards=2)
+    acc = SchemaAccumulator()
+    rows = _rows(4)
+    for r in rows:
+        acc.add(r)
+    schema = acc.schema()
+    infos = [write_shard(cfg, schema, s, [encode_row(f, schema.kinds) for _, f in rows[s::2]], "a") for s in (0, 1)]
+    first = infos[0]
+    os.replace(first["index_tmp"], tmp_path / "out" / (first["path"] + ".idx"))
+    os.replace(first["tmp"], tmp_path / "out" / first["path"])  # the first attempt died after this rename
+    m = finalize(cfg, schema, infos, [], {"kind": "test"})
+    assert [s["records"] for s in m["shards"]] == [2, 2]
+    verify(tmp_path / "out")
+    assert len(list(open_dataset(tmp_path / "out"))) == 4

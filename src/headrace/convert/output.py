@@ -119,9 +119,11 @@ def finalize(cfg: ConvertConfig, schema: Schema, shards: Iterable[dict[str, Any]
     if total != schema.rows:
         raise ConvertError(f"convert: {total} records were written but {schema.rows} were read; the output is "
                            "incomplete and was not published: re-run the conversion")
-    _replace_old_outputs(cfg.dst, keep=stage)
+    _replace_old_outputs(cfg.dst, keep=stage, keep_names={s["path"] for s in entries if not _fs.exists(s["tmp"])})
     for s in entries:
         final = _fs.join(cfg.dst, s["path"])
+        if not _fs.exists(s["tmp"]) and _fs.exists(final) and files.file_size(final) == s["bytes"]:
+            continue  # renamed by an earlier attempt of this step that a runner retried
         if s["index_tmp"]:
             files.rename(s["index_tmp"], final + ".idx")
         files.rename(s["tmp"], final)
@@ -148,10 +150,13 @@ def _write_rejected(dst: str, rejected: list[dict[str, str]]) -> None:
     _fs.write_atomic(_fs.join(dst, REJECTED), text.encode("utf-8"))
 
 
-def _replace_old_outputs(dst: str, keep: str) -> None:
-    """Delete a previous conversion's files: the manifest first, so none ever points at missing shards."""
+def _replace_old_outputs(dst: str, keep: str, keep_names: set[str]) -> None:
+    """Delete a previous conversion's files: the manifest first, so none ever points at missing shards.
+    ``keep`` (the staging folder) and ``keep_names`` (shards already published by a retried attempt, and
+    their indexes) stay."""
     _fs.remove(_fs.join(dst, MANIFEST))
     keep_name = keep.rstrip("/").rsplit("/", 1)[-1].rsplit("\\", 1)[-1]
+    kept = keep_names | {n + ".idx" for n in keep_names}
     for name in _fs.listdir(dst):
-        if name != keep_name and is_output(name):
+        if name != keep_name and name not in kept and is_output(name):
             _fs.remove(_fs.join(dst, name))
