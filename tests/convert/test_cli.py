@@ -52,3 +52,5 @@ def test_convert_command_errors_are_one_line(app, tmp_path):
     assert res.exit_code == 1 and "--overwrite" in res.stderr
     res = CliRunner().invoke(app, ["convert", str(src), str(tmp_path / "o2"), "--beam-option", "oops"])
     assert res.exit_code == 1 and "is not key=value" in res.stderr
+    res = CliRunner().invoke(app, ["convert", str(src), str(tmp_path / "o2"), "--beam-option", "direct_num_worker=2"])
+    assert res.exit_code == 1 and "did you mean direct_num_workers" in res.stderr

@@ -3,6 +3,7 @@ on Apache Beam (DirectRunner on one machine; Flink, Spark or Dataflow unchanged)
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import time
@@ -24,7 +25,7 @@ def pipeline_options(runner: str | None = "DirectRunner",
 
     DirectRunner defaults to ``direct_num_workers`` = the machine's cores in ``multi_processing`` mode
     (override either through ``beam_options``). Raises ``ValueError`` for an option that is not
-    ``key=value``.
+    ``key=value`` or not a Beam option (naming the closest ones: Beam itself would drop it silently).
     """
     beam = import_beam()
     items: list[tuple[str, str]] = []
@@ -37,6 +38,13 @@ def pipeline_options(runner: str | None = "DirectRunner",
                 raise ValueError(f"beam option {opt!r} is not key=value (e.g. flink_master=localhost:8081)")
             items.append((key, value))
     given = dict(items)
+    known = beam.options.pipeline_options.PipelineOptions([]).get_all_options()
+    for key in given:
+        if key not in known:
+            near = difflib.get_close_matches(key, list(known), n=3)
+            raise ValueError(f"beam option {key!r} is not a Beam pipeline option"
+                             + (f"; did you mean {', '.join(near)}?" if near else
+                                " (see python -m apache_beam.options.pipeline_options --help)"))
     runner = given.pop("runner", None) or runner or "DirectRunner"
     flags = [f"--runner={runner}"]
     if runner in ("DirectRunner", "direct"):
