@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -98,6 +99,11 @@ def test_image_folder_source_rows_and_broken_image(tmp_path):
     good = image_folder(tmp_path / "imgs", n=14)
     src = open_source(str(tmp_path / "imgs"))
     assert src.kind == "image_folder"
+    units = src.units()
+    shipped = pickle.loads(pickle.dumps(src))  # what a worker gets: settings, not the file list
+    assert shipped._files is None and len(pickle.dumps(src)) < 1000
+    assert [it[0] for u in units for it in shipped.read(u) if not isinstance(it, Rejected)] == [
+        it[0] for u in units for it in src.read(u) if not isinstance(it, Rejected)]
     rows, rejected = _read_all(src)
     assert set(rows) == set(good)
     assert [r.id for r in rejected] == ["camera/broken.jpg"] and "ImageDecodeError" in rejected[0].reason

@@ -78,6 +78,7 @@ class ImageFolderSource(Source):
         ds = image_folder(self.root, shuffle=False)
         self.class_names: list[str] = list(ds.class_names)
         self._files = [relative(p, self.root) for p in ds.file_paths]
+        self.num_files = len(self._files)
 
     def units(self) -> list[list[tuple[str, int]]]:
         index = {name: i for i, name in enumerate(self.class_names)}
@@ -88,12 +89,19 @@ class ImageFolderSource(Source):
         """The files' sizes, or with ``image_size`` about 0.4 bytes per pixel and channel (JPEG at q95)."""
         if self.image_size is not None:
             w, h = self.image_size
-            return len(self._files) * (int(w * h * 3 * 0.4) + 200)
+            return self.num_files * (int(w * h * 3 * 0.4) + 200)
         return total_size(self.root, self._files)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "files": len(self._files), "class_names": self.class_names,
+        return {**super().describe(), "files": self.num_files, "class_names": self.class_names,
                 "image_size": list(self.image_size) if self.image_size else None}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The file list stays on the machine that builds the pipeline (the work units carry the files);
+        workers get only the settings."""
+        state = self.__dict__.copy()
+        state["_files"] = None
+        return state
 
     def read(self, unit: list[tuple[str, int]]) -> Iterator[Item]:
         for rel, label in unit:
