@@ -78,6 +78,8 @@ def test_overwrite_rules(tmp_path):
     m = _publish(ConvertConfig(src="src", dst=str(out), num_shards=1, overwrite=True), _rows(3))
     assert sorted(os.listdir(out)) == ["data-00000-of-00001.tfrecord", "data-00000-of-00001.tfrecord.idx",
                                        "dataset.json"] and m["records"] == 3
+    (out / "dataset.json.tmp-1234abcd").write_text("{")  # left by a crash while the manifest was written
+    check_destination(str(out), overwrite=True)
     (out / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match=r"notes\.txt"):
         check_destination(str(out), overwrite=True)

@@ -5,8 +5,8 @@ Protocol (what a reader can rely on):
 1. Before the pipeline is built, an existing non-empty destination is refused unless ``overwrite``; with
    ``overwrite`` it may hold only what a conversion writes (shards, their indexes, ``dataset.json``,
    ``_rejected.jsonl``, staging folders), so a mistyped path never deletes unrelated files.
-2. Workers write every shard under ``DST/.staging-<run id>/`` with a per-attempt suffix (a retried bundle
-   never collides with a failed one).
+2. Workers write their sorted run files and every shard under ``DST/.staging-<run id>/``, with unique
+   per-attempt names (a retried bundle never collides with a failed one).
 3. :func:`finalize` runs once, after every shard is complete. It checks records in = records out, writes
    ``_rejected.jsonl`` and fails (deleting the staging folder) when more rows were rejected than allowed;
    otherwise it deletes the old manifest first (with ``overwrite``), then the old outputs, renames the
@@ -42,7 +42,8 @@ class ConvertError(RuntimeError):
 
 def is_output(name: str) -> bool:
     """Whether a file name is one a conversion writes."""
-    return name in (MANIFEST, REJECTED) or name.startswith(STAGING) or bool(_OUTPUT_RE.match(name))
+    return (name in (MANIFEST, REJECTED) or name.startswith((STAGING, MANIFEST + ".tmp-", REJECTED + ".tmp-"))
+            or bool(_OUTPUT_RE.match(name)))
 
 
 def check_destination(dst: str, overwrite: bool) -> None:
