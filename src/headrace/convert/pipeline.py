@@ -11,9 +11,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._beam import import_beam
+from ._fs import remove
 from .config import ConvertConfig
 from .manifest import load_manifest
-from .output import ConvertError, check_destination
+from .output import ConvertError, check_destination, staging_dir
 from .schema import SchemaConflictError
 from .sources import open_source
 
@@ -87,7 +88,8 @@ def build_pipeline(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, 
 
     Returns:
         The ``beam.Pipeline``; its ``converted`` attribute is the one-element ``PCollection`` of the
-        manifest. For your own pipelines, :class:`headrace.convert.ConvertTransform` is the same as a
+        manifest, ``convert_staging`` the staging folder (removed by a successful run; delete it after a
+        failed one). For your own pipelines, :class:`headrace.convert.ConvertTransform` is the same as a
         ``PTransform``.
 
     Raises:
@@ -112,6 +114,7 @@ def build_pipeline(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, 
              "runner": type(pipeline.runner).__name__ if getattr(pipeline, "runner", None) else str(runner),
              "shard_size": cfg.shard_size}
     pipeline.converted = pipeline | f"Convert {cfg.run_id}" >> ConvertTransform(cfg, source, extra)
+    pipeline.convert_staging = staging_dir(cfg)
     return pipeline
 
 
@@ -121,7 +124,8 @@ _WORKER_ERROR = re.compile(r"(?:ConvertError|SchemaConflictError|ManifestError):
 
 def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], **kwargs: Any) -> dict[str, Any]:
     """Build the pipeline (same arguments as :func:`build_pipeline`), run it to the end and return the
-    manifest (``dst/dataset.json``), with ``seconds`` (wall time) in its ``converter`` entry.
+    manifest (``dst/dataset.json``), with ``seconds`` (wall time) in its ``converter`` entry. Whatever
+    happens, the staging folder (run files, unpublished shards) is removed.
 
     Raises:
         ConvertError: too many rejected rows, an empty source, or a feature with strings and numbers (the
@@ -131,7 +135,10 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], **kwargs: 
     t0 = time.perf_counter()
     p = build_pipeline(src, dst, **kwargs)
     try:
-        p.run().wait_until_finish()
+        try:
+            p.run().wait_until_finish()
+        finally:
+            remove(p.convert_staging)  # a failed run leaves no run files or partial shards behind
     except ConvertError:
         raise
     except SchemaConflictError as e:  # raised as is by the in-process runner
