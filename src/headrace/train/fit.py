@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -141,16 +142,21 @@ def fit(model: Any, dataset: Any, *, loss_fn: Callable[[Any, Any], Any], optimiz
     """
     _validate(global_batch_size, micro_batch_size, epochs, steps, checkpoint_every, data_memory_fraction,
               resume, checkpoint_dir)
-    import sys
-
     info = process_info()
     dev = torch.device(device) if device is not None else _default_device(info)
     owns_group = _init_distributed(info, dev)
     info = process_info()
     closers: list[Any] = []
     try:
-        return _fit(**locals() | {"device": dev, "info": info, "closers": closers,
-                                  "show": bool(sys.stderr.isatty()) if progress is None else progress})
+        return _fit(model=model, dataset=dataset, loss_fn=loss_fn, optimizer=optimizer,
+                    global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, epochs=epochs,
+                    steps=steps, precision=precision, memory_budget=memory_budget,
+                    checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
+                    eval_dataset=eval_dataset, callbacks=callbacks, device=dev, shard=shard,
+                    data_memory_fraction=data_memory_fraction, metrics_path=metrics_path,
+                    log_every=log_every, keep_checkpoints=keep_checkpoints, base_rss_bytes=base_rss_bytes,
+                    lr_scheduler=lr_scheduler, info=info, closers=closers,
+                    show=sys.stderr.isatty() if progress is None else bool(progress))
     finally:
         for it in closers:
             it.close()
@@ -163,8 +169,8 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
          precision: str, memory_budget: int | str | None, checkpoint_dir: Any, checkpoint_every: int,
          resume: bool, eval_dataset: Any, callbacks: Iterable[Any], device: Any, shard: bool,
          data_memory_fraction: float, metrics_path: Any, log_every: int, keep_checkpoints: int,
-         base_rss_bytes: int | None, lr_scheduler: Any, info: ProcessInfo, closers: list[Any], show: bool,
-         **_: Any) -> FitResult:
+         base_rss_bytes: int | None, lr_scheduler: Any, info: ProcessInfo, closers: list[Any],
+         show: bool) -> FitResult:
     callbacks = list(callbacks)
     prec = make_precision(precision, device)
     model.to(device)
