@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 INSTALL_HINT = "pip install 'headrace[beam]'"
 
 
+def _not_gcp_noise(record: logging.LogRecord) -> bool:
+    # Beam warns at import that its optional Google Cloud clients are missing; they are not used here.
+    return not str(record.msg).startswith("apitools not found")
+
+
 def import_beam() -> Any:
     """``apache_beam``, or ``ImportError`` telling how to install it."""
+    root = logging.getLogger()
+    root.addFilter(_not_gcp_noise)
     try:
         import apache_beam
     except ImportError as e:
         raise ImportError(f"headrace.convert runs on Apache Beam, which is not installed ({e}); install it with: "
                           f"{INSTALL_HINT}") from e
+    finally:
+        root.removeFilter(_not_gcp_noise)
     return apache_beam

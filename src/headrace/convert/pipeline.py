@@ -24,8 +24,8 @@ def pipeline_options(runner: str | None = "DirectRunner",
     """Beam ``PipelineOptions`` for ``runner`` plus ``beam_options`` (``["key=value", ...]`` or a dict;
     ``--flink_master=host:8081`` style flags work too).
 
-    DirectRunner defaults to ``direct_num_workers`` = the machine's cores in ``multi_processing`` mode
-    (override either through ``beam_options``). Raises ``ValueError`` for an option that is not
+    DirectRunner defaults to ``direct_num_workers`` = the machine's cores in ``multi_processing`` mode,
+    workers logging errors only (override any through ``beam_options``). Raises ``ValueError`` for an option that is not
     ``key=value`` or not a Beam option (naming the closest ones: Beam itself would drop it silently).
     """
     beam = import_beam()
@@ -51,6 +51,7 @@ def pipeline_options(runner: str | None = "DirectRunner",
     if runner in ("DirectRunner", "direct"):
         given.setdefault("direct_num_workers", str(os.cpu_count() or 1))
         given.setdefault("direct_running_mode", "multi_processing")
+        given.setdefault("default_sdk_harness_log_level", "ERROR")  # the workers' start-up chatter
     flags += [f"--{k}={v}" for k, v in given.items()]
     return beam.options.pipeline_options.PipelineOptions(flags)
 
