@@ -110,7 +110,11 @@ def test_csv_to_parquet(tmp_path):
     assert sorted(r["id"] for r in table) == [1, 2, 3, 5, 6] and m["records"] == len(CSV_IDS)
     row = next(r for r in table if r["id"] == 5)
     assert row["name"] == b"two\nlines" and row["score"] == b"abc" and row["tags"] == [b"y"]
-    assert next(r for r in table if r["id"] == 2)["tags"] is None
+    assert next(r for r in table if r["id"] == 2)["tags"] == []  # missing VarLen feature: no values, no null
+    from headrace.convert import open_dataset
+
+    rows = list(open_dataset(tmp_path / "out", verify_checksums=True))  # headrace.io.ParquetDataset
+    assert sorted(int(r["id"]) for r in rows) == [1, 2, 3, 5, 6]
     assert m["statistics"]["id"]["mean"] == pytest.approx(17 / 5)
     assert json.loads((tmp_path / "out" / "_rejected.jsonl").read_text())["id"] == "t.csv:5"
 

@@ -7,8 +7,9 @@ compressed) or ``.parquet``, ``i`` counting from 0: the names depend only on ``p
   :class:`headrace.io.TFRecordWriter`); an uncompressed shard gets ``<shard>.idx`` (the
   :mod:`headrace.io.tfrecord_index` format: ``"<offset> <framed length>"`` per line) for random access.
 - **Parquet**: one column per feature: ``int64``, ``float`` (float32) or ``binary`` for one-value
-  features, ``list<...>`` of those otherwise; a missing feature is null. Row groups of at most
-  :data:`ROW_GROUP_BYTES` (the footer indexes them: no separate index file).
+  features (``FixedLenFeature([])``, present in every record), ``list<...>`` of those otherwise (a record
+  without the feature has an empty list; no nulls, so :class:`headrace.io.ParquetDataset` reads it).
+  Row groups of at most :data:`ROW_GROUP_BYTES` (the footer indexes them: no separate index file).
 """
 
 from __future__ import annotations
@@ -79,8 +80,10 @@ def _table(rows: list[Mapping[str, list[Any]]], schema: Any) -> Any:
 
     data = {}
     for fld in schema:
-        col = [r.get(fld.name) for r in rows]
-        data[fld.name] = col if pa.types.is_list(fld.type) else [None if v is None else v[0] for v in col]
+        if pa.types.is_list(fld.type):  # a VarLenFeature: a record without it has zero values, not a null
+            data[fld.name] = [r.get(fld.name) or [] for r in rows]
+        else:  # a FixedLenFeature([]): every record has it
+            data[fld.name] = [r[fld.name][0] for r in rows]
     return pa.Table.from_pydict(data, schema=schema)
 
 
