@@ -367,15 +367,16 @@ def normalize(image: np.ndarray, mean: float | Sequence[float] = 0.0, std: float
     """
     if not max_value > 0:
         raise ValueError(f"normalize: max_value={max_value!r} must be > 0 (255 for uint8 images)")
-    std_arr = np.asarray(std, dtype=dtype)
-    if np.any(std_arr == 0):
+    plain_mean = isinstance(mean, int | float) and mean == 0
+    plain_std = isinstance(std, int | float) and std == 1
+    std_arr = None if plain_std else np.asarray(std, dtype=dtype)
+    if std_arr is not None and np.any(std_arr == 0):
         raise ValueError(f"normalize: std={std!r} contains 0; every std must be non-zero")
-    out = np.asarray(image).astype(dtype)  # a SIMD cast, then an in-place divide: one fresh array
+    out = np.asarray(image).astype(dtype)  # a SIMD cast, then in-place arithmetic: one fresh array
     out /= np.asarray(max_value, dtype=dtype)
-    mean_arr = np.asarray(mean, dtype=dtype)
-    if np.any(mean_arr != 0):
-        out -= mean_arr
-    if np.any(std_arr != 1):
+    if not plain_mean:
+        out -= np.asarray(mean, dtype=dtype)
+    if std_arr is not None:
         out /= std_arr
     return out
 
