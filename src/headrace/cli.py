@@ -50,6 +50,9 @@ def _run(work: Callable[[], dict[str, Any]], show: Callable[[dict[str, Any]], No
 def _show_inspect(r: dict[str, Any]) -> None:
     typer.echo(f"{r['path']}: {r['format']}, {len(r['shards'])} shard(s), {r['records']:,} records, "
                f"{format_bytes(r['bytes'])}")
+    if r.get("manifest"):
+        _show_manifest(r)
+        return
     features = r.get("features")
     if isinstance(features, dict):
         for key, f in features.items():
@@ -60,13 +63,43 @@ def _show_inspect(r: dict[str, Any]) -> None:
         typer.echo(f"  class {cls}: {n} images")
 
 
+def _show_manifest(r: dict[str, Any]) -> None:
+    """The lines of a ``headrace convert`` output: manifest, shards, feature spec with statistics, labels."""
+    src = r["source"]
+    typer.echo(f"  manifest {r['manifest']} (created {r['created']}): from {src.get('kind')} {src.get('path')}, "
+               f"{r['rejected']} rejected; compression {r['compression'] or 'none'}")
+    counts = [s["records"] for s in r["shards"]]
+    sizes = [s["bytes"] for s in r["shards"]]
+    typer.echo(f"  shards: {min(counts):,}..{max(counts):,} records, {format_bytes(min(sizes))}.."
+               f"{format_bytes(max(sizes))} each")
+    for key, f in r["features"].items():
+        st = r["statistics"].get(key, {})
+        nums = f" (min {st['min']}, max {st['max']}, mean {st['mean']:.4g})" if "mean" in st else ""
+        missing = f", missing in {st['missing']:,} records" if st.get("missing") else ""
+        typer.echo(f"  {key}: {f.get('type')} {f.get('dtype')} {f.get('shape')}{nums}{missing}")
+    labels = r.get("labels")
+    if labels:
+        names = labels.get("class_names") or []
+        for value, n in labels["histogram"].items():
+            name = f" ({names[int(value)]})" if value.isdigit() and int(value) < len(names) else ""
+            typer.echo(f"  {labels['feature']} = {value}{name}: {n:,} records")
+    checked = ("sizes and SHA-256 match the manifest" if r["checked"] == "sha256" else
+               "sizes match the manifest (--verify also checks SHA-256)")
+    typer.echo(f"  shards: all {len(r['shards'])} present, {checked}")
+
+
 @app.command()
-def inspect(path: str = typer.Argument(..., help="A dataset file, directory or glob pattern."),
-            sample: int = typer.Option(100, help="Records read to describe tf.train.Example features.")) -> None:
-    """Describe a dataset: format, shards, records, feature keys with dtypes and shapes, bytes."""
+def inspect(path: str = typer.Argument(..., help="A dataset file, directory or glob pattern; a headrace "
+                                               "convert output directory is read from its dataset.json."),
+            sample: int = typer.Option(100, help="Records read to describe tf.train.Example features."),
+            verify: bool = typer.Option(False, "--verify", help="headrace convert output: check every shard's "
+                                                                "SHA-256 against dataset.json (reads all bytes).")
+            ) -> None:
+    """Describe a dataset: format, shards, records, feature keys with dtypes and shapes, bytes (for headrace
+    convert output: the manifest's feature spec, statistics and label histogram)."""
     from ._cli.inspect import inspect_path
 
-    _run(lambda: inspect_path(path, sample=sample), _show_inspect)
+    _run(lambda: inspect_path(path, sample=sample, verify=verify), _show_inspect)
 
 
 def _show_bench(r: dict[str, Any]) -> None:

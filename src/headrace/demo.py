@@ -1,8 +1,11 @@
 """``headrace demo``: the whole job on real photographs, inside a memory budget.
 
-1. Make ``images`` JPEGs (500 x 375, random crops of the twelve photographs bundled in scikit-image's
-   wheel; the class is *which* photograph, chance level 1/12 = 8.3%) and write them as sharded TFRecords
-   of ``tf.train.Example`` (``image/encoded``, ``image/class/label``): 90% train, 10% eval.
+1. In a separate process (data preparation is a job of its own): make ``images`` JPEGs (500 x 375,
+   random crops of the twelve photographs bundled in scikit-image's wheel; the class is *which*
+   photograph, chance level 1/12 = 8.3%) as image folders ``output/photos/{train,eval}/<class>/`` (90% /
+   10%) and convert each with :func:`headrace.convert.convert` (Apache Beam, DirectRunner) into
+   ``num_shards`` / ``num_shards // 8`` TFRecord shards of ``tf.train.Example`` (``image/encoded``,
+   ``image/class/label``, ...) with a ``dataset.json`` manifest: ``output/data/{train,eval}/``.
 2. Stream the shards through a headrace pipeline (parallel decode + resize to ``image_size``) and train
    the small ResNet-18 with :func:`headrace.train.fit` under ``memory_budget``: the data pipeline gets a
    quarter of it, the micro-batch is chosen automatically to fit the rest, and gradient accumulation keeps
@@ -12,15 +15,17 @@
 
        {"accuracy": ..., "images_per_s": ..., "peak_rss_bytes": ..., "memory_budget_bytes": ..., ...}
 
-``peak_rss_bytes`` is the process's resident high-water mark from the start of step 1 to the end (the
-kernel's ``VmHWM``); ``base_rss_bytes`` is the RSS before step 1 (Python, torch, the model). The budget
+``peak_rss_bytes`` is the training process's resident high-water mark from the start of step 2 to the
+end (the kernel's ``VmHWM``); ``base_rss_bytes`` is its RSS before step 2 (Python, torch, the model). The budget
 holds if ``peak_rss_bytes <= base_rss_bytes + memory_budget_bytes``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -34,6 +39,9 @@ from ._memory import format_bytes, parse_bytes
 
 SOURCE_SIZE = (500, 375)  # (width, height) of the generated JPEGs
 NUM_CLASSES = 12
+SPLITS = ("train", "eval")
+DEMO_MARKER = "demo.json"
+IN_PROCESS_BEAM = ("direct_running_mode=in_memory", "direct_num_workers=1")
 
 
 @dataclass(frozen=True)
@@ -72,41 +80,105 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def write_dataset(cfg: DemoConfig, data_dir: Path) -> dict[str, Any]:
-    """Generate the photos and write ``train-*.tfrecord`` / ``eval-*.tfrecord`` (reused if present)."""
-    from ._skimage_photos import iter_photo_jpegs
-    from .io.example import encode
-    from .io.sharded_writer import ShardedWriter
-
-    marker = data_dir / "dataset.json"
-    want = {"images": cfg.images, "seed": cfg.seed, "size": list(SOURCE_SIZE), "num_shards": cfg.num_shards,
-            "eval_fraction": cfg.eval_fraction}
-    if marker.exists():
-        info = json.loads(marker.read_text())
-        if info.get("config") == want:
-            _say(f"reusing {info['train_records']} + {info['eval_records']} records in {data_dir}")
-            return info
-    data_dir.mkdir(parents=True, exist_ok=True)
-    for old in data_dir.glob("*.tfrecord*"):
-        old.unlink()
+def _split(cfg: DemoConfig) -> set[int]:
+    """Indices of the generated photos that go to the eval split (seeded, ``eval_fraction`` of them)."""
     n_eval = int(cfg.images * cfg.eval_fraction)
-    eval_ids = set(np.random.default_rng(cfg.seed + 1).choice(cfg.images, n_eval, replace=False).tolist())
-    t0 = time.perf_counter()
+    return set(np.random.default_rng(cfg.seed + 1).choice(cfg.images, n_eval, replace=False).tolist())
+
+
+def write_photos(cfg: DemoConfig, photo_dir: Path) -> int:
+    """Write the generated JPEGs as ``photo_dir/{train,eval}/<class>/<index:06d>.jpg``; returns their bytes.
+
+    All twelve class folders exist in both splits (empty ones too), so the image-folder source's labels
+    (sorted class folder names) are the ``PHOTO_CLASSES`` indices the generator assigned. Earlier photos
+    in ``photo_dir/{train,eval}`` are removed first.
+    """
+    from ._skimage_photos import PHOTO_CLASSES, iter_photo_jpegs
+
+    for split in SPLITS:
+        shutil.rmtree(photo_dir / split, ignore_errors=True)
+        for name in PHOTO_CLASSES:
+            (photo_dir / split / name).mkdir(parents=True)
+    eval_ids = _split(cfg)
     jpeg_bytes = 0
-    eval_shards = max(1, cfg.num_shards // 8)
-    with ShardedWriter(data_dir, "train", num_shards=cfg.num_shards) as train, \
-            ShardedWriter(data_dir, "eval", num_shards=eval_shards) as evals:
-        for i, (jpeg, label) in enumerate(iter_photo_jpegs(cfg.images, SOURCE_SIZE, seed=cfg.seed)):
-            record = encode({"image/encoded": jpeg, "image/class/label": label,
-                             "image/format": b"jpeg"})
-            (evals if i in eval_ids else train).write(record)
-            jpeg_bytes += len(jpeg)
-    info = {"config": want, "train_records": train.records, "eval_records": evals.records,
-            "jpeg_bytes": jpeg_bytes, "decoded_bytes": cfg.images * SOURCE_SIZE[0] * SOURCE_SIZE[1] * 3,
+    for i, (jpeg, label) in enumerate(iter_photo_jpegs(cfg.images, SOURCE_SIZE, seed=cfg.seed)):
+        split = "eval" if i in eval_ids else "train"
+        (photo_dir / split / PHOTO_CLASSES[label] / f"{i:06d}.jpg").write_bytes(jpeg)
+        jpeg_bytes += len(jpeg)
+    return jpeg_bytes
+
+
+def _convert_split(photo_dir: Path, data_dir: Path, split: str, num_shards: int) -> dict[str, Any]:
+    """``headrace.convert.convert`` of one split's image folder into ``data_dir/split/split-*.tfrecord``.
+
+    Beam's DirectRunner runs in this process (one worker): for a few thousand images that is faster than
+    starting worker processes, and the shards are byte-identical either way. Raises ``RuntimeError`` if
+    the converter's labels are not the generator's (``PHOTO_CLASSES`` order).
+    """
+    from ._skimage_photos import PHOTO_CLASSES
+    from .convert import convert
+
+    manifest = convert(photo_dir / split, data_dir / split, num_shards=num_shards, prefix=split,
+                       overwrite=True, beam_options=IN_PROCESS_BEAM)
+    if manifest["source"]["class_names"] != list(PHOTO_CLASSES):
+        raise RuntimeError(f"the converter labelled {photo_dir / split} by {manifest['source']['class_names']}, "
+                           f"not the generator's classes {list(PHOTO_CLASSES)}; remove {photo_dir} and retry")
+    return manifest
+
+
+def _reusable(data_dir: Path, want: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``demo.json`` of an earlier preparation with the same settings whose shards are all there."""
+    from .convert import ManifestError, verify
+
+    marker = data_dir / DEMO_MARKER
+    if not marker.exists():
+        return None
+    info = json.loads(marker.read_text())
+    if info.get("config") != want:
+        return None
+    try:
+        for split in SPLITS:
+            verify(data_dir / split, checksums=False)
+    except ManifestError:
+        return None
+    return info
+
+
+def write_dataset(cfg: DemoConfig, output: Path) -> dict[str, Any]:
+    """Generate the photos into ``output/photos/{train,eval}/<class>/`` and convert them with
+    :func:`headrace.convert.convert` (Apache Beam) into ``output/data/{train,eval}/`` (``train-*.tfrecord``,
+    ``eval-*.tfrecord``, each split with its ``dataset.json`` manifest); reused if ``output/data/demo.json``
+    records the same settings and the shards are complete.
+
+    Returns ``demo.json``'s contents: the settings, ``train_records``, ``eval_records``, ``jpeg_bytes``,
+    ``decoded_bytes``, ``seconds``. Raises ``ImportError`` without Apache Beam (``pip install
+    'headrace[beam]'``) and :class:`headrace.convert.ConvertError` if a photo cannot be converted.
+    """
+    data_dir, photo_dir = output / "data", output / "photos"
+    want = {"images": cfg.images, "seed": cfg.seed, "size": list(SOURCE_SIZE), "num_shards": cfg.num_shards,
+            "eval_fraction": cfg.eval_fraction, "layout": "convert"}
+    info = _reusable(data_dir, want)
+    if info is not None:
+        _say(f"reusing {info['train_records']} + {info['eval_records']} records in {data_dir}/{{train,eval}}")
+        return info
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / DEMO_MARKER).unlink(missing_ok=True)
+    for old in [*data_dir.glob("*.tfrecord*"), data_dir / "dataset.json"]:  # an older demo's flat layout
+        old.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    jpeg_bytes = write_photos(cfg, photo_dir)
+    t1 = time.perf_counter()
+    shards = {"train": cfg.num_shards, "eval": max(1, cfg.num_shards // 8)}
+    manifests = {split: _convert_split(photo_dir, data_dir, split, n) for split, n in shards.items()}
+    info = {"config": want, "train_records": manifests["train"]["records"],
+            "eval_records": manifests["eval"]["records"], "jpeg_bytes": jpeg_bytes,
+            "decoded_bytes": cfg.images * SOURCE_SIZE[0] * SOURCE_SIZE[1] * 3,
             "seconds": time.perf_counter() - t0}
-    marker.write_text(json.dumps(info))
-    _say(f"wrote {train.records} train + {evals.records} eval JPEGs ({format_bytes(jpeg_bytes)}) as "
-         f"{cfg.num_shards} + {eval_shards} TFRecord shards in {info['seconds']:.1f} s -> {data_dir}")
+    (data_dir / DEMO_MARKER).write_text(json.dumps(info))
+    _say(f"wrote {cfg.images} JPEGs ({format_bytes(jpeg_bytes)}) to {photo_dir}/{{train,eval}} in {t1 - t0:.1f} s; "
+         f"converted them with headrace.convert (Apache Beam, DirectRunner) to {info['train_records']} + "
+         f"{info['eval_records']} records in {shards['train']} + {shards['eval']} TFRecord shards in "
+         f"{info['seconds'] - (t1 - t0):.1f} s -> {data_dir}/{{train,eval}}")
     return info
 
 
@@ -152,22 +224,28 @@ def plot(path: Path, recorder: _Recorder, budget: int, base: int) -> None:
 PREPARE_TIMEOUT_S = 3600
 
 
-def _prepare_main(config_json: str, data_dir: str) -> None:
+def _prepare_main(config_json: str, output: str) -> None:
     """Entry point of the data-preparation subprocess."""
-    write_dataset(DemoConfig(**json.loads(config_json)), Path(data_dir))
+    write_dataset(DemoConfig(**json.loads(config_json)), Path(output))
 
 
-def _prepare_in_subprocess(cfg: DemoConfig, data_dir: Path) -> dict[str, Any]:
-    """Run :func:`write_dataset` in a fresh Python process (its memory is not the trainer's)."""
+def _prepare_in_subprocess(cfg: DemoConfig, output: Path) -> dict[str, Any]:
+    """Run :func:`write_dataset` in a fresh Python process (its memory, Beam's included, is not the
+    trainer's)."""
+    if importlib.util.find_spec("apache_beam") is None:
+        from .convert._beam import INSTALL_HINT
+
+        raise ImportError(f"the demo builds its shards with headrace convert, which runs on Apache Beam; "
+                          f"install it with: {INSTALL_HINT}")
     code = "import sys; from headrace.demo import _prepare_main; _prepare_main(sys.argv[1], sys.argv[2])"
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(dataclasses.asdict(cfg)), str(data_dir)],
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(dataclasses.asdict(cfg)), str(output)],
                           capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S)
     if done.stdout:
         _say(done.stdout.rstrip("\n"))
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"preparing the demo dataset in {data_dir} failed: {last}")
-    return json.loads((data_dir / "dataset.json").read_text())
+        raise RuntimeError(f"preparing the demo dataset in {output} failed: {last}")
+    return json.loads((output / "data" / DEMO_MARKER).read_text())
 
 
 def _import_pipeline_modules() -> None:
@@ -196,15 +274,15 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     # Step 1 is data preparation, a job of its own (as a Beam conversion would be): a separate process, so
     # the training process's memory is only what training needs.
-    info = _prepare_in_subprocess(cfg, out / "data")
+    info = _prepare_in_subprocess(cfg, out)
     _import_pipeline_modules()
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, NUM_CLASSES)
     release_free_memory()
     base = rss_bytes()
     with PeakRSS() as peak:
-        train_files = sorted(str(p) for p in (out / "data").glob("train-*.tfrecord"))
-        eval_files = sorted(str(p) for p in (out / "data").glob("eval-*.tfrecord"))
+        train_files = sorted(str(p) for p in (out / "data" / "train").glob("*.tfrecord"))
+        eval_files = sorted(str(p) for p in (out / "data" / "eval").glob("*.tfrecord"))
         train_ds = image_classification_dataset(train_files, cfg.image_size, training=True, seed=cfg.seed)
         eval_ds = image_classification_dataset(eval_files, cfg.image_size, training=False)
         steps_per_epoch = info["train_records"] // cfg.global_batch_size

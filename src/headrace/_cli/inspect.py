@@ -3,7 +3,9 @@
 Formats, detected from the path: TFRecord (``*.tfrecord``, ``*.tfrecords``, ``*.tfrec``, optionally
 ``.gz`` / ``.zlib``; records counted by reading the framing, features from the first ``sample``
 ``tf.train.Example`` records), Parquet (``*.parquet``; from the footer), HDF5 (``*.h5``, ``*.hdf5``;
-datasets and shapes) and image folders (a directory of class sub-directories of images).
+datasets and shapes) and image folders (a directory of class sub-directories of images). The output of
+``headrace convert`` (a directory with a ``dataset.json`` manifest) is described from its manifest
+(:mod:`headrace._cli.inspect_manifest`).
 """
 
 from __future__ import annotations
@@ -165,23 +167,36 @@ def _inspect_image_folder(root: str) -> dict[str, Any]:
                                                                                "shape": []}}}
 
 
-def inspect_path(path: str, sample: int = 100) -> dict[str, Any]:
+def inspect_path(path: str, sample: int = 100, verify: bool = False) -> dict[str, Any]:
     """A JSON-friendly summary of the dataset at ``path`` (module docstring); errors as :func:`detect`.
 
+    A directory written by ``headrace convert`` (or its ``dataset.json``) is described from its manifest
+    (:func:`headrace._cli.inspect_manifest.inspect_manifest`); ``verify`` checks its shards' SHA-256.
+
     Raises:
-        ValueError: the dataset has no records (an empty dataset), besides :func:`detect`'s errors.
+        ValueError: the dataset has no records (an empty dataset), ``verify`` without a manifest, a
+            manifest that does not match its shards (``headrace.convert.ManifestError``), besides
+            :func:`detect`'s errors.
     """
-    kind, found = detect(path)
-    if kind == "tfrecord":
-        out = _inspect_tfrecord(found, sample)
-    elif kind == "parquet":
-        out = _inspect_parquet(found)
-    elif kind == "hdf5":
-        out = _inspect_hdf5(found)
+    from .inspect_manifest import inspect_manifest, manifest_of
+
+    if manifest_of(path) is not None:
+        out = inspect_manifest(path, verify=verify)
+        kind, found = out["format"], out["shards"]
+    elif verify:
+        raise ValueError(f"{path}: --verify checks shards against the SHA-256 sums in a dataset.json manifest "
+                         "(written by headrace convert) and there is none here; inspect without --verify")
     else:
-        out = _inspect_image_folder(found[0])
+        kind, found = detect(path)
+        if kind == "tfrecord":
+            out = _inspect_tfrecord(found, sample)
+        elif kind == "parquet":
+            out = _inspect_parquet(found)
+        elif kind == "hdf5":
+            out = _inspect_hdf5(found)
+        else:
+            out = _inspect_image_folder(found[0])
     out["path"] = path
     if out["records"] == 0:
         raise ValueError(f"{path}: the dataset is empty ({len(found)} {kind} file(s), 0 records)")
     return out
-
