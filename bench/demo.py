@@ -1,7 +1,8 @@
 """The demo benchmark: ``headrace demo`` end to end, timed, with its targets checked.
 
-Runs ``headrace demo`` (default: 5,000 real-photo JPEGs -> 16 + 2 TFRecord shards -> small ResNet-18 at
-96x96, 3 epochs, 384 MiB budget) in a subprocess and prints each figure next to its target:
+Runs ``headrace demo`` (default: 5,000 real-photo JPEGs in class folders -> ``headrace convert`` (Apache
+Beam) -> 16 + 2 TFRecord shards -> small ResNet-18 at 96x96, 3 epochs, 384 MiB budget) in a subprocess
+and prints each figure next to its target (run it with the Python that has ``headrace[beam]``):
 
 - wall time of the whole command <= 600 s on a 2-core machine;
 - final accuracy > 50% (chance: 1/12 = 8.3%);
