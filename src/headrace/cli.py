@@ -66,8 +66,9 @@ def _show_inspect(r: dict[str, Any]) -> None:
 def _show_manifest(r: dict[str, Any]) -> None:
     """The lines of a ``headrace convert`` output: manifest, shards, feature spec with statistics, labels."""
     src = r["source"]
+    compression = r["compression"] or ("SNAPPY" if r["format"] == "parquet" else "none")
     typer.echo(f"  manifest {r['manifest']} (created {r['created']}): from {src.get('kind')} {src.get('path')}, "
-               f"{r['rejected']} rejected; compression {r['compression'] or 'none'}")
+               f"{r['rejected']} rejected; compression {compression}")
     counts = [s["records"] for s in r["shards"]]
     sizes = [s["bytes"] for s in r["shards"]]
     typer.echo(f"  shards: {min(counts):,}..{max(counts):,} records, {format_bytes(min(sizes))}.."
