@@ -260,3 +260,15 @@ def test_unsupported_type(tmp_path: Path) -> None:
 def test_bad_arguments(pq_files: list[str], kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         ParquetDataset(pq_files, **kwargs)
+
+
+def test_row_mode_blocks_shrink_to_fit_small_budgets(tmp_path: Path) -> None:
+    # 20 KB rows of zeros: the encoded size in the footer is tiny, the decoded block is not
+    path = tmp_path / "wide.parquet"
+    pq.write_table(pa.table({"x": pa.array([np.zeros(5000, np.float32)] * 100, pa.list_(pa.float32(), 5000))}),
+                   path)
+    ds = ParquetDataset(str(path)).with_options(hr.Options(memory_budget="512KiB"))
+    with iter(ds) as it:
+        assert sum(1 for _ in it) == 100
+        stage = next(v for k, v in it.memory_stats()["stages"].items() if k.startswith("parquet"))
+        assert 0 < stage["peak_bytes"] <= 512 * 1024 // 16 + 20_000  # one block: at most 1/16 of the budget

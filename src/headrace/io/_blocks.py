@@ -22,7 +22,8 @@ from .._structure import nbytes
 from . import files
 
 BLOCK_BYTES = 4 * 1024 * 1024
-"""Target size of a block read in row-by-row mode (rows are cut from it one at a time)."""
+"""Target size of a block read in row-by-row mode (rows are cut from it one at a time). A block is never
+larger than ``4 * BLOCK_BYTES`` or 1/16 of the memory budget (but always at least one row)."""
 
 _GLOB_CHARS = frozenset("*?[")
 
@@ -124,11 +125,18 @@ class BlockRowIterator(DatasetIterator):
         self._stage = ctx.stage_name(node, stage)
         self._batch_size = batch_size
         self._stop = threading.Event()
-        self._account = ctx.account(self._stage, 1, mandatory=True) if batch_size is None else None
+        self._account = (ctx.account(self._stage, 1, mandatory=True,
+                                     hint="pass batch_size=... (batches are not held) or write smaller rows")
+                         if batch_size is None else None)
         self._block: dict[str, np.ndarray] | None = None
         self._block_rows = 0
         self._held_bytes = 0
         self._offset = 0
+        self._block_cap_bytes = max(1, min(4 * BLOCK_BYTES, ctx.budget.limit_bytes // 16))
+
+    def rows_per_block(self, row_bytes: float, natural_rows: int) -> int:
+        """``natural_rows`` (a chunk, about ``BLOCK_BYTES``), capped by the block size limit, >= 1."""
+        return int(max(1, min(natural_rows, self._block_cap_bytes // max(row_bytes, 1.0))))
 
     def _read_block(self) -> dict[str, np.ndarray] | None:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -32,7 +32,6 @@ from ._blocks import (
 )
 
 _WHAT = "HDF5Dataset"
-_MAX_BLOCK_BYTES = 4 * BLOCK_BYTES
 
 
 def _open(path: str) -> tuple[Any, Any]:
@@ -52,13 +51,12 @@ def _dataset_names(f: Any) -> list[str]:
     return names
 
 
-def _block_rows(datasets: list[Any]) -> int:
-    """Rows per read in row mode: the longest chunk length on axis 0 among the chunked datasets (the
-    contiguous ones read any slice efficiently), else about ``BLOCK_BYTES``; within ``4 * BLOCK_BYTES``."""
+def _block_rows(datasets: list[Any]) -> tuple[int, int]:
+    """``(rows per read in row mode, bytes per row)``: the longest chunk length on axis 0 among the chunked
+    datasets (the contiguous ones read any slice efficiently), else about ``BLOCK_BYTES`` of rows."""
     row_bytes = sum(max(1, int(np.prod(d.shape[1:], dtype=np.int64)) * d.dtype.itemsize) for d in datasets)
     chunked = [d.chunks[0] for d in datasets if d.chunks]
-    natural = max(chunked) if chunked else BLOCK_BYTES // row_bytes
-    return int(max(1, min(natural, _MAX_BLOCK_BYTES // row_bytes)))
+    return (max(chunked) if chunked else max(1, BLOCK_BYTES // row_bytes)), row_bytes
 
 
 class HDF5Dataset(Dataset):
@@ -95,12 +93,12 @@ class HDF5Dataset(Dataset):
         self.num_shards, self.index = int(num_shards), int(index)
         f, handle = _open(self.path)
         try:
-            self.length, self.block_rows = self._check(f)
+            self.length, (self.block_rows, self.row_bytes) = self._check(f)
         finally:
             close_quietly(f, handle)
         self.start, self.stop = shard_range(self.length, self.num_shards, self.index)
 
-    def _check(self, f: Any) -> tuple[int, int]:
+    def _check(self, f: Any) -> tuple[int, tuple[int, int]]:
         import h5py
 
         datasets = []
@@ -149,7 +147,8 @@ class _HDF5Iterator(BlockRowIterator):
         if ds.batch_size is not None:
             end = min(ds.stop, start + ds.batch_size)
         else:  # up to the next multiple of the block length: whole chunks
-            end = min(ds.stop, (start // ds.block_rows + 1) * ds.block_rows)
+            block = self.rows_per_block(ds.row_bytes, ds.block_rows)
+            end = min(ds.stop, (start // block + 1) * block)
         try:
             block = {key: self._file[key][start:end] for key in ds.keys}
         except (OSError, RuntimeError) as e:

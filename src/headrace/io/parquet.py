@@ -83,6 +83,7 @@ def _read_meta(path: str, columns: list[str] | None) -> _FileMeta:
                 raise ValueError(f"{_WHAT}: column(s) {missing} not in {path}; it has columns {names}. "
                                  "Fix columns=[...] or the file list")
         wanted = set(names if columns is None else columns)
+        fixed = sum(_fixed_width(pf.schema_arrow.field(n).type) for n in wanted)
         md = pf.metadata
         rows, row_bytes = [], []
         for i in range(md.num_row_groups):
@@ -90,11 +91,25 @@ def _read_meta(path: str, columns: list[str] | None) -> _FileMeta:
             size = sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
                        if rg.column(j).path_in_schema.split(".")[0] in wanted)
             rows.append(rg.num_rows)
-            row_bytes.append(size / max(rg.num_rows, 1))
+            # encoded sizes undercount runs and dictionaries: fixed-width columns are counted exactly
+            row_bytes.append(max(size / max(rg.num_rows, 1), fixed))
         return _FileMeta(path, names, rows, row_bytes)
     finally:
         if handle is not None:
             handle.close()
+
+
+def _fixed_width(t: Any) -> int:
+    """Bytes per row of a fixed-width Arrow type as numpy holds it (0 for variable-width types)."""
+    pa, _, _ = _pyarrow()
+    if pa.types.is_fixed_size_list(t):
+        return t.list_size * _fixed_width(t.value_type)
+    if pa.types.is_boolean(t):
+        return 1
+    try:
+        return max(0, t.bit_width // 8)
+    except ValueError:  # variable-width: strings, binary, lists, ...
+        return 0
 
 
 class ParquetDataset(Dataset):
@@ -222,7 +237,7 @@ class _ParquetIterator(BlockRowIterator):
     def _open_unit(self, skip: int) -> None:
         f, g = self._units[self._u]
         row_bytes = max(self._meta[f].rg_row_bytes[g], 1.0)
-        rows = self._ds.batch_size or int(min(65536, max(1, BLOCK_BYTES // row_bytes)))
+        rows = self._ds.batch_size or self.rows_per_block(row_bytes, int(min(65536, BLOCK_BYTES // row_bytes)))
         self._gen = self._file(f).iter_batches(batch_size=rows, row_groups=[g], columns=self._columns,
                                                use_threads=False)
         self._next_row, self._skip = 0, skip
