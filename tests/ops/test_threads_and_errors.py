@@ -133,7 +133,7 @@ def test_parallel_map_runs_calls_concurrently():
         return x
 
     assert [int(x) for x in D.range(6).map(meet, num_parallel_calls=2)] == list(range(6))
-    barrier.reset()
+    barrier = threading.Barrier(2, timeout=0.3)  # sequential map: the second caller never comes
     with pytest.raises(threading.BrokenBarrierError):
         list(D.range(2).map(meet))
 
