@@ -126,6 +126,7 @@ class MemoryBudget:
         self.consumer_waiting = 0
         self.last_release_s = time.monotonic()
         self.assumed_element_bytes = 0
+        self.waiters = 0  # threads blocked in acquire(): release() notifies only when there are any
         self._overdraft_warned = False
 
     def account(self, stage: str, demand: int | None, *, mandatory: bool = False,
@@ -285,7 +286,11 @@ class StageAccount:
                 if self._stalled(nbytes, urgent):
                     self._overdraft(nbytes)
                     break
-                b._cv.wait(WAIT_SLICE_S)
+                b.waiters += 1
+                try:
+                    b._cv.wait(WAIT_SLICE_S)
+                finally:
+                    b.waiters -= 1
             self._take(nbytes, count)
 
     def _overdraft(self, nbytes: int) -> None:
@@ -307,7 +312,8 @@ class StageAccount:
             self.held_count -= count
             b.total_bytes -= nbytes
             b.last_release_s = time.monotonic()
-            b._cv.notify_all()
+            if b.waiters:
+                b._cv.notify_all()
 
     def close(self) -> None:
         """Release everything still held and leave the budget (the caps are shared out again)."""

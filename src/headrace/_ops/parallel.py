@@ -69,7 +69,11 @@ class ParallelApplier:
         self.thread_name = thread_name
         self.release_input = release_input
         self.record_state = record_state
-        self._cv = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self._cv = threading.Condition(lock)        # the consumer waits here for a result
+        self._room = threading.Condition(lock)      # a worker (holding the input lock) waits here for room
+        self._consumer_waiting = False
+        self._room_waiting = False
         self._input_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -106,7 +110,9 @@ class ParallelApplier:
                 with cv:
                     while (not stop.is_set() and self._end_seq is None
                            and self._next_seq - self._prefix - len(self._beyond) >= self.window):
-                        cv.wait(WAIT_SLICE_S)
+                        self._room_waiting = True
+                        self._room.wait(WAIT_SLICE_S)
+                        self._room_waiting = False
                     if stop.is_set() or self._end_seq is not None:
                         return
                     seq = self._next_seq
@@ -118,7 +124,7 @@ class ParallelApplier:
                     with cv:
                         self._end_seq = seq
                         self._next_seq = seq
-                        cv.notify_all()
+                        self._notify_all()
                     return
                 except Exception as e:
                     x, error = _END, e
@@ -130,7 +136,7 @@ class ParallelApplier:
                     self._skip.discard(seq)
                     self._beyond[seq] = state
                     self._roll_prefix()
-                    cv.notify_all()
+                    self._notify_all()
                 continue
             value, n = None, 0
             if error is None:
@@ -150,13 +156,19 @@ class ParallelApplier:
                         self.account.release(n)
                     return
                 self._results[seq] = _Result(value, n, state, error)
-                cv.notify_all()
+                if self._consumer_waiting:
+                    cv.notify()
 
     def _is_next_needed(self, seq: int) -> Callable[[], bool] | None:
         """For ordered delivery: true while ``seq`` is the result the consumer waits for."""
         if not self.deterministic:
             return None
         return lambda: self._prefix == seq
+
+    def _notify_all(self) -> None:
+        """Wake the consumer and any worker (end of input, skipped elements, stop); lock held."""
+        self._cv.notify_all()
+        self._room.notify_all()
 
     def _roll_prefix(self) -> None:
         while self._prefix in self._beyond:
@@ -177,8 +189,13 @@ class ParallelApplier:
                     raise StopIteration
                 if not any(t.is_alive() for t in self._threads):
                     raise RuntimeError(f"{self.stage}: worker threads stopped unexpectedly; see the log")
-                cv.wait(WAIT_SLICE_S)
-            cv.notify_all()
+                self._consumer_waiting = True
+                try:
+                    cv.wait(WAIT_SLICE_S)
+                finally:
+                    self._consumer_waiting = False
+            if self._room_waiting:  # one element left the window: room for the one worker waiting on it
+                self._room.notify()
         if result.error is None:
             self.account.release(result.nbytes)
             return result.value
@@ -227,7 +244,7 @@ class ParallelApplier:
     def stop(self) -> None:
         self._stop.set()
         with self._cv:
-            self._cv.notify_all()
+            self._notify_all()
         join_threads(self._threads)
         self._threads = []
         with self._cv:
