@@ -7,9 +7,10 @@ it, and read from at once; an exhausted slot is emptied and the cycle moves on. 
 ``cycle_length=1``.
 
 ``num_parallel_calls`` (int or ``AUTOTUNE`` = ``cycle_length``) reads every open slot in a background
-thread (a one-worker prefetcher per slot, buffering ``max(2, block_length)`` elements, charged to the
-memory budget). The output order is the same as without parallelism when ``deterministic`` is true; with
-``deterministic=False`` a slot that has nothing ready is passed over for one that has.
+thread (a one-worker prefetcher per slot, buffering up to ``max(SLOT_BUFFER, block_length)`` elements,
+charged to the memory budget, and refilled in bursts from half full so the reader thread is woken once
+per burst rather than once per element). The output order is the same as without parallelism when
+``deterministic`` is true; with ``deterministic=False`` a slot that has nothing ready is passed over for one that has.
 
 State: the cycle position, the input's state, and per open slot the input state just before its element
 plus the slot's own iterator state. Restoring re-reads those input elements (cheap for file-name inputs)
@@ -27,6 +28,8 @@ from .autotune import cpu_count, validate_count, validate_parallel_calls
 from .base import DatasetIterator, IteratorContext, check_state, fn_name, note_error
 from .map import ParallelMapIterator, guarded_call
 from .prefetch import _identity
+
+SLOT_BUFFER = 16  # elements read ahead per parallel slot (records are small; the budget still caps bytes)
 
 
 class InterleaveDataset(Dataset):
@@ -101,9 +104,10 @@ class _InterleaveIterator(DatasetIterator):
                              self._stage, i)
         it = ds._make_iterator(self.ctx)
         if self._parallel:
-            window = max(2, self._block_length)
+            window = max(SLOT_BUFFER, self._block_length)
             it = ParallelMapIterator(self.ctx, it, _identity, f"{self._stage}[slot {slot}]", 1, True,
-                                     kind="interleave_slot", window=window, warn_shrink=False)
+                                     kind="interleave_slot", window=window, warn_shrink=False,
+                                     refill_at=window // 2)
         return _Slot(it, before)
 
     def _advance(self) -> None:

@@ -104,7 +104,8 @@ class ParallelMapIterator(DatasetIterator):
 
     def __init__(self, ctx: IteratorContext, source: DatasetIterator, fn: Callable[[Any], Any], stage: str,
                  workers: int, deterministic: bool, *, kind: str, window: int | None = None,
-                 release_input: Callable[[Any], None] | None = None, warn_shrink: bool = True) -> None:
+                 release_input: Callable[[Any], None] | None = None, warn_shrink: bool = True,
+                 refill_at: int | None = None) -> None:
         super().__init__(ctx)
         self.kind = kind
         self._source = source
@@ -114,7 +115,7 @@ class ParallelMapIterator(DatasetIterator):
         self._deterministic = deterministic
         self._pool = ParallelApplier(source, fn, num_workers=workers, window=window,
                                      deterministic=deterministic, account=self._account, stage=stage,
-                                     thread_name=stage, release_input=release_input)
+                                     thread_name=stage, release_input=release_input, refill_at=refill_at)
 
     def __next__(self) -> Any:
         return self._pool.next()

@@ -50,6 +50,9 @@ class _Result:
 class ParallelApplier:
     """Apply ``fn`` to elements of ``source`` in ``num_workers`` threads (see the module docstring).
 
+    ``refill_at`` (default ``window - 1``): a worker waiting for room in the window is woken only once
+    the elements in flight have dropped to this many (or nothing is ready for the consumer), so a fast
+    producer (an interleave slot's reader) refills the window in bursts instead of being woken per element.
     ``release_input(x)`` (optional) is called once ``fn(x)`` has produced its result, to release bytes
     the input element held in another account (parallel batch). ``record_state`` turns off the per-element
     ``source.get_state()`` for stages that never checkpoint.
@@ -58,11 +61,12 @@ class ParallelApplier:
     def __init__(self, source: DatasetIterator, fn: Callable[[Any], Any], *, num_workers: int, window: int,
                  deterministic: bool, account: StageAccount, stage: str, thread_name: str,
                  index_base: int = 0, release_input: Callable[[Any], None] | None = None,
-                 record_state: bool = True) -> None:
+                 record_state: bool = True, refill_at: int | None = None) -> None:
         self.source = source
         self.fn = fn
         self.num_workers = num_workers
         self.window = max(window, 1)
+        self.refill_at = self.window - 1 if refill_at is None else min(max(refill_at, 0), self.window - 1)
         self.deterministic = deterministic
         self.account = account
         self.stage = stage
@@ -194,8 +198,9 @@ class ParallelApplier:
                     cv.wait(WAIT_SLICE_S)
                 finally:
                     self._consumer_waiting = False
-            if self._room_waiting:  # one element left the window: room for the one worker waiting on it
-                self._room.notify()
+            if self._room_waiting and (not self._results or self._next_seq - self._prefix - len(self._beyond)
+                                       <= self.refill_at):
+                self._room.notify()  # the one worker waiting for room (it holds the input lock)
         if result.error is None:
             self.account.release(result.nbytes)
             return result.value
