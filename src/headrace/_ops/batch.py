@@ -22,7 +22,7 @@ from .._structure import nbytes
 from .autotune import parallelism, validate_count, validate_parallel_calls
 from .base import DatasetIterator, IteratorContext, check_state
 from .map import ParallelMapIterator
-from .stacking import stack
+from .stacking import BufferPool, stack
 
 
 def batched_cardinality(n: int, batch_size: int, drop_remainder: bool) -> int:
@@ -48,7 +48,12 @@ class BatchDataset(Dataset):
     def _make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         source = self._inputs[0]._make_iterator(ctx)
         stage = ctx.stage_name(self, f"batch({self.batch_size})")
-        return make_batcher(ctx, self, source, stage, stack, self.num_parallel_calls, self.deterministic)
+        pool = BufferPool()
+
+        def combine(items: list[Any], stage: str) -> Any:
+            return stack(items, stage, pool)
+
+        return make_batcher(ctx, self, source, stage, combine, self.num_parallel_calls, self.deterministic)
 
 
 def make_batcher(ctx: IteratorContext, node: Dataset, source: DatasetIterator, stage: str,
