@@ -160,7 +160,8 @@ class ParallelApplier:
                         self.account.release(n)
                     return
                 self._results[seq] = _Result(value, n, state, error)
-                if self._consumer_waiting:
+                # ordered delivery: only the result the consumer waits for is worth waking it
+                if self._consumer_waiting and (seq == self._prefix or not self.deterministic):
                     cv.notify()
 
     def _is_next_needed(self, seq: int) -> Callable[[], bool] | None:
@@ -237,7 +238,8 @@ class ParallelApplier:
         if not self.record_state:
             raise NotImplementedError(f"{self.stage}: its input does not support get_state()")
         with self._cv:
-            beyond = sorted(s - self._prefix for s in set(self._beyond) | self._skip)
+            beyond = (sorted(s - self._prefix for s in set(self._beyond) | self._skip)
+                      if self._beyond or self._skip else [])
             return {"input": self._prefix_state, "skip": beyond, "index": self._index_base + self._prefix}
 
     def restore(self, state: dict[str, Any]) -> None:
