@@ -9,8 +9,9 @@ buffer recycled from an earlier batch of the same shape and dtype once nothing o
 to that earlier batch any more (CPython reference count: no user variable, view, tensor or buffer
 holds it), else into a fresh one. The values are the same as ``np.stack``'s; what is saved is the kernel
 zero-filling and page-faulting a fresh multi-megabyte block per batch (about half the cost of stacking
-64 float32 224x224x3 images). At most ``BufferPool.SIZE`` buffers per leaf are kept; idle ones are not
-charged to the memory budget (they are freed with the iterator).
+64 float32 224x224x3 images). At most ``BufferPool.SIZE`` buffers per leaf are kept; buffers in use are
+charged to the memory budget by the stages holding the batches, idle ones are not, so each stacking frees
+every idle buffer but the one it reuses (between two stackings, what the consumer has released since).
 """
 
 from __future__ import annotations
@@ -54,10 +55,14 @@ class BufferPool:
     def _take(self, k: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         with self._lock:
             kept = self._buffers.setdefault(k, [])
-            for i in range(len(kept)):
-                # 2 references: the list's and getrefcount's argument; more means someone still holds it
-                if sys.getrefcount(kept[i]) == 2 and kept[i].shape == shape and kept[i].dtype == dtype:
-                    return kept[i]
+            # 2 references: the list's and getrefcount's argument; more means someone still holds it.
+            idle = [b for b in kept if sys.getrefcount(b) == 3]  # + this comprehension's loop variable
+            reuse = next((b for b in idle if b.shape == shape and b.dtype == dtype), None)
+            # Idle buffers are outside the memory budget: keep none beyond the one reused now.
+            kept[:] = [b for b in kept if not any(b is i for i in idle) or b is reuse]
+            del idle
+            if reuse is not None:
+                return reuse
             out = np.empty(shape, dtype)
             if len(kept) < self.SIZE:
                 kept.append(out)
