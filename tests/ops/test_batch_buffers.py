@@ -70,3 +70,16 @@ def test_large_elements_with_different_shapes_still_raise() -> None:
     items = [*_elements(63), np.zeros((64, 65, 3), np.float32)]
     with pytest.raises(ValueError, match="element 63 has shape"):
         stack(items, "batch", BufferPool())
+
+
+def test_pool_keeps_at_most_the_reused_idle_buffer():
+    from headrace._ops.stacking import BufferPool
+
+    pool = BufferPool()
+    col = [np.ones((512, 512), np.float32) for _ in range(4)]
+    held = [pool.stack(col, 0) for _ in range(3)]
+    assert len(pool._buffers[0]) == 3
+    del held  # all three idle now (outside the memory budget)
+    again = pool.stack(col, 0)
+    assert len(pool._buffers[0]) == 1 and pool._buffers[0][0] is again
+    assert np.array_equal(again, np.stack(col))
