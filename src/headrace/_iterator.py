@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import StateError
 from ._memory import MemoryBudget
 from ._ops.base import DatasetIterator, IteratorContext
+from ._versioned import check_versioned
 
 if TYPE_CHECKING:
     from ._dataset import Dataset
@@ -75,13 +76,9 @@ class Iterator:
     def set_state(self, state: dict[str, Any]) -> None:
         if self._root is None:
             raise StateError("set_state() on a closed iterator; create a new iterator with iter(dataset)")
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            got = state.get("format") if isinstance(state, dict) else type(state).__name__
-            raise StateError(f"not a headrace iterator state (format={got!r}); pass the dict returned by "
-                             "Iterator.get_state()")
-        if state.get("version") != STATE_VERSION:
-            raise StateError(f"iterator state version {state.get('version')!r} is not supported "
-                             f"(this headrace reads version {STATE_VERSION})")
+        check_versioned(state, fmt=STATE_FORMAT, version=STATE_VERSION, source="set_state()",
+                        what="iterator state", error=StateError,
+                        fix="pass the dict returned by Iterator.get_state() of the same headrace version")
         self._root.set_state(state["pipeline"])
 
     def memory_stats(self) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import json
 import os
 from typing import Any
 
+from .._versioned import check_versioned
 from ..io import files
 from . import _fs
 from .schema import specs_from_json
@@ -59,12 +60,8 @@ def load_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
                             "written last; run headrace convert again)") from None
     except ValueError as e:
         raise ManifestError(f"{path} is not valid JSON ({e}); re-run the conversion") from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise ManifestError(f"{path} is not a headrace dataset manifest (no \"format\": \"{FORMAT}\")")
-    if m.get("version") != VERSION:
-        raise ManifestError(f"{path} has manifest version {m.get('version')!r}; this headrace reads version "
-                            f"{VERSION}: upgrade headrace or re-run the conversion")
-    return m
+    return check_versioned(m, fmt=FORMAT, version=VERSION, source=str(path), what="dataset manifest",
+                           error=ManifestError, fix="re-run the conversion (or upgrade headrace)")
 
 
 def shard_paths(directory: str | os.PathLike[str], manifest: dict[str, Any] | None = None) -> list[str]:

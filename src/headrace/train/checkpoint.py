@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import StateError
+from .._versioned import check_versioned
 from ..io import files
 from ._deps import import_torch
 
@@ -133,12 +134,8 @@ def load_checkpoint(path: str, map_location: Any = "cpu") -> dict[str, Any]:
         except Exception as exc:
             raise StateError(f"{path}: not a readable headrace checkpoint ({type(exc).__name__}: {exc}); "
                              "delete it or point checkpoint_dir elsewhere") from exc
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise StateError(f"{path}: not a headrace training checkpoint (no format={FORMAT!r})")
-    if payload.get("version") != VERSION:
-        raise StateError(f"{path}: checkpoint version {payload.get('version')!r} is not supported "
-                         f"(this headrace reads version {VERSION})")
-    return payload
+    return check_versioned(payload, fmt=FORMAT, version=VERSION, source=str(path), what="training checkpoint",
+                           error=StateError, fix="delete it or point checkpoint_dir elsewhere")
 
 
 __all__ = ["capture_rng", "latest_checkpoint", "load_checkpoint", "restore_rng", "save_checkpoint"]
