@@ -126,7 +126,7 @@ def to_tensor(x: Any, where: str) -> Any:
             raise ValueError(f"{where}: a ragged list cannot be a tensor ({e}); pad it to a rectangular "
                              "shape or yield the rows from Dataset.from_generator") from e
         if arr.dtype == object:
-            if all(isinstance(v, bytes | str) for v in np.asarray(x, dtype=object).reshape(-1)):
+            if all(isinstance(v, bytes | str) for v in arr.reshape(-1)):
                 return _bytes_array(arr)
             raise ValueError(f"{where}: a ragged or mixed list cannot be a tensor; pad it to a rectangular "
                              "shape or yield the rows from Dataset.from_generator")

@@ -141,3 +141,14 @@ def test_cache_in_memory_too_large_for_budget():
     ds = ds.with_options(hr.Options(memory_budget="1MiB"))
     with pytest.raises(hr.MemoryBudgetError, match=r"cache\(memory\)"):
         list(ds)
+
+
+def test_failed_parallel_batch_releases_its_gathered_elements():
+    # element 5 has another shape: the batch holding it fails to stack in a worker thread; the bytes of the
+    # elements gathered for it must still be released, or the budget would shrink for good.
+    ds = D.range(12).map(lambda x: np.zeros(1000 if x != 5 else 7, np.int64)).batch(3, num_parallel_calls=2)
+    ds = ds.ignore_errors()
+    with iter(ds) as it:
+        assert [len(b) for b in it] == [3, 3, 3]
+        stats = it.memory_stats()
+    assert stats["current_bytes"] == 0, stats

@@ -88,6 +88,10 @@ class DatasetIterator:
     def _children(self) -> list[DatasetIterator]:
         return []
 
+    def has_ready(self) -> bool:
+        """Whether ``__next__`` would return without waiting for another thread (sync stages: always)."""
+        return True
+
     def _close_self(self) -> None:
         """Stop threads and release accounts of this stage only (override in stages that have any)."""
 

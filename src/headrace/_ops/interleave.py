@@ -154,13 +154,13 @@ class _InterleaveIterator(DatasetIterator):
     def _prefer_ready_slot(self) -> None:
         """deterministic=False: if the current slot has nothing buffered, move to one that has."""
         current = self._slots[self._cycle_index]
-        if current is None or _has_ready(current.iterator):
+        if current is None or current.iterator.has_ready():
             return
         n = self._cycle_length
         for k in range(1, n):
             j = (self._cycle_index + k) % n
             s = self._slots[j]
-            if s is not None and _has_ready(s.iterator):
+            if s is not None and s.iterator.has_ready():
                 self._cycle_index, self._block_index = j, 0
                 return
 
@@ -199,8 +199,3 @@ class _InterleaveIterator(DatasetIterator):
 
     def _children(self) -> list[DatasetIterator]:
         return [self._source]
-
-
-def _has_ready(it: DatasetIterator) -> bool:
-    pool = getattr(it, "_pool", None)
-    return pool is None or pool.has_ready()

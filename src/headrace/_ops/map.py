@@ -120,6 +120,9 @@ class ParallelMapIterator(DatasetIterator):
     def __next__(self) -> Any:
         return self._pool.next()
 
+    def has_ready(self) -> bool:
+        return self._pool.has_ready()
+
     def get_state(self) -> dict[str, Any]:
         return {"kind": self.kind, **self._pool.state()}
 

@@ -145,10 +145,12 @@ class ParallelApplier:
             value, n = None, 0
             if error is None:
                 try:
-                    value = self.fn(x)
+                    try:
+                        value = self.fn(x)
+                    finally:  # the input's bytes go whether fn succeeded or not
+                        if self.release_input is not None:
+                            self.release_input(x)
                     n = nbytes(value)
-                    if self.release_input is not None:
-                        self.release_input(x)
                     self.account.acquire(n, stop, urgent=self._is_next_needed(seq))
                 except Cancelled:
                     return
