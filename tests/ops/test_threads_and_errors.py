@@ -138,6 +138,29 @@ def test_parallel_map_runs_calls_concurrently():
         list(D.range(2).map(meet))
 
 
+def test_parallel_map_works_ahead_of_a_paused_consumer_up_to_its_window():
+    # While the consumer is busy (e.g. batch stacking), the workers keep computing up to
+    # MAP_WINDOW_PER_WORKER results per worker ahead of it, and no further.
+    from headrace._ops.autotune import MAP_WINDOW_PER_WORKER
+
+    calls = []
+
+    def record(x):
+        calls.append(int(x))
+        return x
+
+    workers = 2
+    window = MAP_WINDOW_PER_WORKER * workers
+    with iter(D.range(1000).map(record, num_parallel_calls=workers)) as it:
+        assert int(next(it)) == 0
+        deadline, seen = time.monotonic() + 5, -1
+        while len(calls) != seen and time.monotonic() < deadline:  # until the workers stop for room
+            seen = len(calls)
+            time.sleep(0.2)
+        assert len(calls) == 1 + window, f"{len(calls)} calls; expected the one consumed + a window of {window}"
+        assert [int(next(it)) for _ in range(window)] == list(range(1, window + 1))
+
+
 def test_non_deterministic_map_yields_every_element_once():
     def slow_on_even(x):
         if x % 2 == 0:

@@ -74,7 +74,7 @@ def make_batcher(ctx: IteratorContext, node: Dataset, source: DatasetIterator, s
         return combine(group, stage)
 
     return ParallelMapIterator(ctx, gatherer, combine_group, stage, workers, ctx.deterministic(deterministic),
-                               kind="batch", release_input=release_group)
+                               kind="batch", release_input=release_group, window=2 * workers)
 
 
 class _BatchIterator(DatasetIterator):

@@ -16,7 +16,7 @@ from typing import Any
 
 from .._dataset import Dataset
 from .._structure import SCALAR_TYPES, normalize
-from .autotune import parallelism, validate_parallel_calls
+from .autotune import MAP_WINDOW_PER_WORKER, parallelism, validate_parallel_calls
 from .base import DatasetIterator, IteratorContext, check_state, fn_name, note_error
 from .parallel import ParallelApplier
 
@@ -109,7 +109,7 @@ class ParallelMapIterator(DatasetIterator):
         super().__init__(ctx)
         self.kind = kind
         self._source = source
-        window = window if window is not None else 2 * workers
+        window = window if window is not None else MAP_WINDOW_PER_WORKER * workers
         self._account = ctx.account(stage, window)
         self._account.warn_shrink = warn_shrink
         self._deterministic = deterministic
