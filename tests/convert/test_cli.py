@@ -8,20 +8,16 @@ import pytest
 
 pytest.importorskip("apache_beam", reason="headrace convert needs pip install 'headrace[beam]'")
 
-import typer
 from typer.testing import CliRunner
 
-from headrace.convert.cli import register
+from headrace.cli import app as headrace_app
 
 from .convert_helpers import IN_PROCESS, csv_file
 
 
 @pytest.fixture(scope="module")
 def app():
-    app = typer.Typer()
-    app.command(name="noop")(lambda: None)  # a second command, so typer keeps "convert" as a subcommand
-    register(app)
-    return app
+    return headrace_app
 
 
 def _beam_flags():

@@ -1,4 +1,4 @@
-"""The ``headrace convert`` command (registered on the ``headrace`` typer app by :func:`register`).
+"""``headrace convert SRC DST``: convert a dataset on Apache Beam (:mod:`headrace.convert`).
 
 Like the other ``headrace`` commands it prints a human-readable summary, then one JSON line (the
 manifest's summary); a user error prints ``headrace: error: ...`` on stderr and exits with status 1.
@@ -6,17 +6,15 @@ manifest's summary); a user error prints ``headrace: error: ...`` on stderr and 
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import typer
 
-from .._errors import HeadraceError
+from .._memory import format_bytes
+from ._app import run
 
-_USER_ERRORS = (HeadraceError, ValueError, TypeError, OSError, ImportError, RuntimeError)
 
-
-def convert_command(
+def command(
     src: str = typer.Argument(..., help="Image folder (class subfolders), or CSV / JSON Lines / Parquet / TFRecord "
                                          "file(s): a file, directory or glob; local or fsspec URL."),
     dst: str = typer.Argument(..., help="Output directory (must be new or empty unless --overwrite)."),
@@ -41,19 +39,15 @@ def convert_command(
                                                     "image/class/label or label)."),
 ) -> None:
     """Convert a dataset to sharded TFRecord or Parquet on Apache Beam, with a dataset.json manifest."""
-    from ..io.files import is_remote
-    from .pipeline import convert
+    from ..convert.pipeline import convert
 
-    try:
+    def work() -> dict[str, Any]:
         m = convert(src, dst, to=to, num_shards=num_shards, shard_size=shard_size, source_format=source_format,
                     image_size=image_size, max_rejected=max_rejected, overwrite=overwrite, compression=compression,
                     prefix=prefix, seed=seed, label=label, runner=runner, beam_options=beam_option or None)
-    except _USER_ERRORS as exc:
-        text = str(exc).strip()
-        typer.echo(f"headrace: error: {text.splitlines()[0] if text else type(exc).__name__}", err=True)
-        raise typer.Exit(1) from None
-    typer.echo(summary_line(m, dst if is_remote(dst) else dst.rstrip("/")))
-    typer.echo(json.dumps(summary(m, dst)))
+        return summary(m, dst)
+
+    run(work, _show)
 
 
 def summary(m: dict[str, Any], dst: str) -> dict[str, Any]:
@@ -65,15 +59,10 @@ def summary(m: dict[str, Any], dst: str) -> dict[str, Any]:
             "features": sorted(m["features"])}
 
 
-def summary_line(m: dict[str, Any], dst: str) -> str:
-    from .._memory import format_bytes
+def _show(s: dict[str, Any]) -> None:
+    from ..io.files import is_remote
 
-    s = summary(m, dst)
+    dst = s["dst"] if is_remote(s["dst"]) else s["dst"].rstrip("/")
     rate = f", {s['records_per_s']:,.1f} records/s" if s["records_per_s"] else ""
-    return (f"{dst}: {s['records']:,} records in {s['shards']} {s['format']} shard(s), {format_bytes(s['bytes'])}, "
-            f"{s['rejected']} rejected ({s['seconds']:.1f} s{rate}); manifest {dst}/dataset.json")
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``convert`` to the ``headrace`` typer app."""
-    app.command(name="convert")(convert_command)
+    typer.echo(f"{dst}: {s['records']:,} records in {s['shards']} {s['format']} shard(s), {format_bytes(s['bytes'])}, "
+               f"{s['rejected']} rejected ({s['seconds']:.1f} s{rate}); manifest {dst}/dataset.json")

@@ -1,11 +1,11 @@
-"""``headrace inspect PATH``: what a dataset on disk holds, without loading it.
+"""``headrace inspect PATH [--verify]``: what a dataset on disk holds, without loading it.
 
 Formats, detected from the path: TFRecord (``*.tfrecord``, ``*.tfrecords``, ``*.tfrec``, optionally
 ``.gz`` / ``.zlib``; records counted by reading the framing, features from the first ``sample``
 ``tf.train.Example`` records), Parquet (``*.parquet``; from the footer), HDF5 (``*.h5``, ``*.hdf5``;
 datasets and shapes) and image folders (a directory of class sub-directories of images). The output of
 ``headrace convert`` (a directory with a ``dataset.json`` manifest) is described from its manifest
-(:mod:`headrace._cli.inspect_manifest`).
+(:mod:`headrace.cli._manifest`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,11 @@ import os
 from collections import Counter
 from typing import Any
 
+import typer
+
+from .._memory import format_bytes
 from ..io import files
+from ._app import run
 
 _TFRECORD = (".tfrecord", ".tfrecords", ".tfrec")
 _COMPRESSED = {".gz": "GZIP", ".zlib": "ZLIB"}
@@ -171,14 +175,14 @@ def inspect_path(path: str, sample: int = 100, verify: bool = False) -> dict[str
     """A JSON-friendly summary of the dataset at ``path`` (module docstring); errors as :func:`detect`.
 
     A directory written by ``headrace convert`` (or its ``dataset.json``) is described from its manifest
-    (:func:`headrace._cli.inspect_manifest.inspect_manifest`); ``verify`` checks its shards' SHA-256.
+    (:func:`headrace.cli._manifest.inspect_manifest`); ``verify`` checks its shards' SHA-256.
 
     Raises:
         ValueError: the dataset has no records (an empty dataset), ``verify`` without a manifest, a
             manifest that does not match its shards (``headrace.convert.ManifestError``), besides
             :func:`detect`'s errors.
     """
-    from .inspect_manifest import inspect_manifest, manifest_of
+    from ._manifest import inspect_manifest, manifest_of
 
     if manifest_of(path) is not None:
         out = inspect_manifest(path, verify=verify)
@@ -200,3 +204,56 @@ def inspect_path(path: str, sample: int = 100, verify: bool = False) -> dict[str
     if out["records"] == 0:
         raise ValueError(f"{path}: the dataset is empty ({len(found)} {kind} file(s), 0 records)")
     return out
+
+
+def _show(r: dict[str, Any]) -> None:
+    typer.echo(f"{r['path']}: {r['format']}, {len(r['shards'])} shard(s), {r['records']:,} records, "
+               f"{format_bytes(r['bytes'])}")
+    if r.get("manifest"):
+        _show_manifest(r)
+        return
+    features = r.get("features")
+    if isinstance(features, dict):
+        for key, f in features.items():
+            typer.echo(f"  {key}: {f.get('dtype')} {f.get('shape', '')}")
+    elif features:
+        typer.echo(f"  {features}")
+    for cls, n in (r.get("classes") or {}).items():
+        typer.echo(f"  class {cls}: {n} images")
+
+
+def _show_manifest(r: dict[str, Any]) -> None:
+    """The lines of a ``headrace convert`` output: manifest, shards, feature spec with statistics, labels."""
+    src = r["source"]
+    compression = r["compression"] or ("SNAPPY" if r["format"] == "parquet" else "none")
+    typer.echo(f"  manifest {r['manifest']} (created {r['created']}): from {src.get('kind')} {src.get('path')}, "
+               f"{r['rejected']} rejected; compression {compression}")
+    counts = [s["records"] for s in r["shards"]]
+    sizes = [s["bytes"] for s in r["shards"]]
+    typer.echo(f"  shards: {min(counts):,}..{max(counts):,} records, {format_bytes(min(sizes))}.."
+               f"{format_bytes(max(sizes))} each")
+    for key, f in r["features"].items():
+        st = r["statistics"].get(key, {})
+        nums = f" (min {st['min']}, max {st['max']}, mean {st['mean']:.4g})" if "mean" in st else ""
+        missing = f", missing in {st['missing']:,} records" if st.get("missing") else ""
+        typer.echo(f"  {key}: {f.get('type')} {f.get('dtype')} {f.get('shape')}{nums}{missing}")
+    labels = r.get("labels")
+    if labels:
+        names = labels.get("class_names") or []
+        for value, n in labels["histogram"].items():
+            name = f" ({names[int(value)]})" if value.isdigit() and int(value) < len(names) else ""
+            typer.echo(f"  {labels['feature']} = {value}{name}: {n:,} records")
+    checked = ("sizes and SHA-256 match the manifest" if r["checked"] == "sha256" else
+               "sizes match the manifest (--verify also checks SHA-256)")
+    typer.echo(f"  shards: all {len(r['shards'])} present, {checked}")
+
+
+def command(path: str = typer.Argument(..., help="A dataset file, directory or glob pattern; a headrace "
+                                                 "convert output directory is read from its dataset.json."),
+            sample: int = typer.Option(100, help="Records read to describe tf.train.Example features."),
+            verify: bool = typer.Option(False, "--verify", help="headrace convert output: check every shard's "
+                                                                "SHA-256 against dataset.json (reads all bytes).")
+            ) -> None:
+    """Describe a dataset: format, shards, records, feature keys with dtypes and shapes, bytes (for headrace
+    convert output: the manifest's feature spec, statistics and label histogram)."""
+    run(lambda: inspect_path(path, sample=sample, verify=verify), _show)

@@ -12,10 +12,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .._memory import parse_bytes
+import typer
+
+from .._memory import format_bytes, parse_bytes
 from .._options import Options
 from ..train.data import IMAGE_KEY, find_tfrecords, image_classification_dataset
 from ..train.memory import PeakRSS, release_free_memory, rss_bytes
+from ._app import run
 
 
 def _has_images(first_file: str) -> bool:
@@ -81,3 +84,22 @@ def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budg
             "pipeline_peak_bytes": stats["peak_bytes"], "memory_budget_bytes": budget,
             "peak_rss_above_base_bytes": peak.peak_bytes - base, "base_rss_bytes": base,
             "image_size": image_size if images else None, "batch_size": batch_size}
+
+
+def _show(r: dict[str, Any]) -> None:
+    typer.echo(f"{r['pipeline']}: {r['elements']:,} elements in {r['seconds']:.2f} s = "
+               f"{r['elements_per_s']:,.1f} elements/s (first batch after {r['first_batch_s']:.2f} s)")
+    typer.echo(f"pipeline peak {format_bytes(r['pipeline_peak_bytes'])} of the "
+               f"{format_bytes(r['memory_budget_bytes'])} budget; process RSS peak base + "
+               f"{format_bytes(r['peak_rss_above_base_bytes'])}")
+
+
+def command(path: str = typer.Argument(..., help="TFRecord file, directory of shards or glob pattern."),
+            image_size: int = typer.Option(96, help="Decode and resize images to this many pixels square."),
+            batch_size: int = typer.Option(64, help="Elements per batch."),
+            memory_budget: str = typer.Option("256MiB", help="The pipeline's memory budget, e.g. 256MiB."),
+            seconds: float = typer.Option(10.0, help="Stop after this many seconds."),
+            max_batches: int = typer.Option(0, help="Stop after this many batches (0: no limit).")) -> None:
+    """Measure input pipeline throughput and peak memory on a dataset."""
+    run(lambda: run_bench(path, image_size=image_size, batch_size=batch_size, memory_budget=memory_budget,
+                          seconds=seconds, max_batches=max_batches or None), _show)

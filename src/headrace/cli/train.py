@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import typer
+
 from .._memory import parse_bytes
 from ..train.data import count_classes, find_tfrecords, image_classification_dataset
+from ._app import run
 
 
 def run_train(path: str, *, model: str, image_size: int, global_batch_size: int, epochs: int,
@@ -68,3 +71,25 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise ValueError(f"--micro-batch-size {text!r}: use 'auto' or an integer >= 1")
     return value
+
+
+def command(path: str = typer.Argument(..., help="TFRecord shards of image Examples (image/encoded, "
+                                                 "image/class/label): a file, directory or glob."),
+            model: str = typer.Option("resnet18", help="resnet18 or small-cnn."),
+            image_size: int = typer.Option(96, help="Images are resized to this many pixels square."),
+            global_batch_size: int = typer.Option(64, help="Elements per optimizer step, over all ranks."),
+            micro_batch_size: str = typer.Option("auto", help="Elements per forward/backward, or auto."),
+            epochs: int = typer.Option(1, help="Passes over the data."),
+            precision: str = typer.Option("fp32", help="fp32, bf16 or fp16 (CUDA)."),
+            memory_budget: str = typer.Option(None, help="Bytes above the starting RSS, e.g. 512MiB."),
+            checkpoint_dir: str = typer.Option(None, help="Write checkpoints and metrics.jsonl here."),
+            resume: bool = typer.Option(False, help="Continue from the newest checkpoint in --checkpoint-dir."),
+            eval_path: str = typer.Option(None, "--eval", help="TFRecord shards evaluated after each epoch."),
+            num_classes: int = typer.Option(None, help="Number of classes (default: max label + 1)."),
+            lr: float = typer.Option(0.05, help="Peak learning rate (SGD, one-cycle schedule)."),
+            seed: int = typer.Option(0, help="Seed of the model initialisation and the shuffles.")) -> None:
+    """Train a built-in model (resnet18, small-cnn) on TFRecord image shards inside a memory budget."""
+    run(lambda: run_train(path, model=model, image_size=image_size, global_batch_size=global_batch_size,
+                          epochs=epochs, precision=precision, memory_budget=memory_budget,
+                          checkpoint_dir=checkpoint_dir, resume=resume, micro_batch_size=micro_batch_size,
+                          learning_rate=lr, eval_path=eval_path, num_classes=num_classes, seed=seed))
