@@ -19,11 +19,15 @@ from typing import Any
 
 from ._dataset import Dataset
 from ._errors import (
+    ConvertError,
     DataLossError,
     HeadraceError,
     ImageDecodeError,
+    ManifestError,
     MemoryBudgetError,
     MemoryBudgetWarning,
+    MissingDependencyError,
+    SchemaConflictError,
     StateError,
 )
 from ._iterator import Iterator
@@ -46,14 +50,18 @@ __all__ = [
     "AUTOTUNE",
     "INFINITE_CARDINALITY",
     "UNKNOWN_CARDINALITY",
+    "ConvertError",
     "DataLossError",
     "Dataset",
     "HeadraceError",
     "ImageDecodeError",
     "Iterator",
+    "ManifestError",
     "MemoryBudgetError",
     "MemoryBudgetWarning",
+    "MissingDependencyError",
     "Options",
+    "SchemaConflictError",
     "StateError",
     "TensorSpec",
     "parse_bytes",

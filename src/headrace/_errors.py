@@ -1,17 +1,35 @@
-"""The one exception tree of headrace.
+"""The one exception tree of headrace: everything headrace raises on its own account is a
+``HeadraceError``, each also an instance of the built-in class that code written for tf.data or the
+standard library would catch (the second base).
 
 ::
 
     Exception
     └── HeadraceError
-        ├── MemoryBudgetError (also MemoryError)  an element or buffer cannot fit the memory budget
-        ├── DataLossError     (also OSError)      a record failed its CRC or was truncated
-        ├── ImageDecodeError  (also ValueError)   bytes that are not a decodable image
-        └── StateError        (also ValueError)   get_state / set_state mismatch or bad checkpoint
+        ├── MemoryBudgetError      (also MemoryError)   an element or buffer cannot fit the memory budget
+        ├── DataLossError          (also OSError)       a record failed its CRC or was truncated
+        ├── ImageDecodeError       (also ValueError)    bytes that are not a decodable image
+        ├── StateError             (also ValueError)    get_state / set_state mismatch or bad checkpoint
+        ├── MissingDependencyError (also ImportError)   an optional extra is not installed; names the
+        │                                               ``pip install 'headrace[...]'`` to run
+        ├── ManifestError          (also ValueError)    a ``headrace convert`` manifest that is missing,
+        │                                               unreadable, or does not match its shards
+        └── ConvertError           (also RuntimeError)  a conversion that cannot finish (too many rejected
+            │                                           rows, no records, an inconsistent result)
+            └── SchemaConflictError (also ValueError)   a feature holding strings in some rows and
+                                                        numbers in others
+
+Warnings: ``MemoryBudgetWarning`` (a buffer shrunk to fit the budget) and
+:class:`headrace.io.CorruptRecordWarning` (a corrupt record skipped), both ``UserWarning``.
 
 Argument validation raises the built-in ``ValueError`` / ``TypeError`` with a message that names the
 offending value, the allowed range and the fix. Exceptions raised by user functions are re-raised
 unchanged, with a note (``e.add_note``) naming the stage and element index where they happened.
+
+The ``headrace`` command line (:mod:`headrace.cli`) prints a ``HeadraceError``, an ``OSError`` (a bad path,
+a full disk) or a ``ValueError`` (a rejected value) as one line, ``headrace: error: ...``, with the
+Python parameter names in it replaced by the command's flags; anything else is a bug in headrace and
+keeps its traceback.
 """
 
 from __future__ import annotations
@@ -47,15 +65,35 @@ class StateError(HeadraceError, ValueError):
     """An iterator state that does not match the pipeline it is restored into."""
 
 
+class MissingDependencyError(HeadraceError, ImportError):
+    """An optional dependency is not installed; the message names the ``pip install`` that adds it."""
+
+
+class ManifestError(HeadraceError, ValueError):
+    """A ``dataset.json`` manifest that is missing, unreadable, or does not match the files beside it."""
+
+
+class ConvertError(HeadraceError, RuntimeError):
+    """A conversion that cannot finish: too many rejected rows, no records, an inconsistent result."""
+
+
+class SchemaConflictError(ConvertError, ValueError):
+    """A feature holds strings in some rows and numbers in others (names the feature and a row of each)."""
+
+
 class MemoryBudgetWarning(UserWarning):
     """A configured buffer was shrunk to fit the memory budget (issued once per stage)."""
 
 
 __all__ = [
+    "ConvertError",
     "DataLossError",
     "HeadraceError",
     "ImageDecodeError",
+    "ManifestError",
     "MemoryBudgetError",
     "MemoryBudgetWarning",
+    "MissingDependencyError",
+    "SchemaConflictError",
     "StateError",
 ]

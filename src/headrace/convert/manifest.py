@@ -25,6 +25,7 @@ import json
 import os
 from typing import Any
 
+from .._errors import ManifestError
 from .._versioned import check_versioned
 from ..io import files
 from . import _fs
@@ -34,10 +35,6 @@ from .sinks import sha256_file
 MANIFEST = "dataset.json"
 FORMAT = "headrace.dataset"
 VERSION = 1
-
-
-class ManifestError(ValueError):
-    """A manifest that is missing, unreadable, or does not match the files beside it."""
 
 
 def manifest_path(directory: str | os.PathLike[str]) -> str:

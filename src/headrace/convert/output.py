@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from .._errors import ConvertError
 from ..io import files
 from . import _fs
 from .config import ConvertConfig
@@ -34,10 +35,6 @@ from .sinks import arrow_schema, shard_name, write_parquet, write_tfrecord
 REJECTED = "_rejected.jsonl"
 STAGING = ".staging-"
 _OUTPUT_RE = re.compile(r"^[^/]+-\d{5}-of-\d{5}\.(tfrecord(\.gz|\.zlib)?|parquet)(\.idx)?$")
-
-
-class ConvertError(RuntimeError):
-    """A conversion that cannot finish: too many rejected rows, no records, an inconsistent result."""
 
 
 def is_output(name: str) -> bool:
@@ -88,6 +85,17 @@ def write_shard(cfg: ConvertConfig, schema: Schema, shard: int, payloads: list[A
             "index_tmp": info["index"]}
 
 
+def _first_clause(reason: str, limit: int = 300) -> str:
+    """``reason`` up to its first ``"; "`` when it is longer than ``limit`` (the rest is advice); never cut
+    inside a word. The whole reason is in ``_rejected.jsonl``."""
+    if len(reason) <= limit:
+        return reason
+    head = reason.split("; ", 1)[0]
+    if len(head) <= limit:
+        return head
+    return head[:limit].rsplit(" ", 1)[0] + " ..."
+
+
 def finalize(cfg: ConvertConfig, schema: Schema, shards: Iterable[dict[str, Any]], rejected: Iterable[dict[str, str]],
              source: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Step 3 of the protocol; returns the manifest. Raises :class:`ConvertError` (too many rejected rows,
@@ -99,9 +107,9 @@ def finalize(cfg: ConvertConfig, schema: Schema, shards: Iterable[dict[str, Any]
         _fs.remove(stage)
         first = rejected[0]
         raise ConvertError(f"convert: {len(rejected)} source rows rejected, more than max_rejected="
-                           f"{cfg.max_rejected} (e.g. {first['location']}: {first['reason'][:200]}); every one is "
-                           f"listed in {_fs.join(cfg.dst, REJECTED)}. Fix the source or raise --max-rejected, then "
-                           "re-run with --overwrite")
+                           f"{cfg.max_rejected} (e.g. {first['location']}: {_first_clause(first['reason'])}); every "
+                           f"one is listed in {_fs.join(cfg.dst, REJECTED)}. Fix the source or raise max_rejected "
+                           "(--max-rejected), then re-run with overwrite=True (--overwrite)")
     if schema.rows == 0:
         _fs.remove(stage)
         raise ConvertError(f"convert: the source {cfg.src} has no records; nothing was written")

@@ -15,7 +15,6 @@ from ._fs import remove
 from .config import ConvertConfig
 from .manifest import load_manifest
 from .output import ConvertError, check_destination, staging_dir
-from .schema import SchemaConflictError
 from .sources import open_source
 
 
@@ -140,10 +139,11 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], **kwargs: 
             p.run().wait_until_finish()
         finally:
             remove(p.convert_staging)  # a failed run leaves no run files or partial shards behind
-    except ConvertError:
-        raise
-    except SchemaConflictError as e:  # raised as is by the in-process runner
-        raise ConvertError(str(e)) from e
+    except ConvertError as e:  # SchemaConflictError included: raised as is by the in-process runner
+        text = str(e).split(" [while running")[0]  # Beam appends the step's name to the message
+        if text == str(e):
+            raise
+        raise type(e)(text) from e
     except Exception as e:  # other runners wrap a worker's exception in their own, with its text
         m = _WORKER_ERROR.search(str(e))
         if m:
