@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ._errors import ConvertError, MissingDependencyError
 from ._memory import format_bytes, parse_bytes
 
 SOURCE_SIZE = (500, 375)  # (width, height) of the generated JPEGs
@@ -93,7 +94,7 @@ def write_photos(cfg: DemoConfig, photo_dir: Path) -> int:
     (sorted class folder names) are the ``PHOTO_CLASSES`` indices the generator assigned. Earlier photos
     in ``photo_dir/{train,eval}`` are removed first.
     """
-    from ._skimage_photos import PHOTO_CLASSES, iter_photo_jpegs
+    from .image.photos import PHOTO_CLASSES, iter_photo_jpegs
 
     for split in SPLITS:
         shutil.rmtree(photo_dir / split, ignore_errors=True)
@@ -115,8 +116,8 @@ def _convert_split(photo_dir: Path, data_dir: Path, split: str, num_shards: int)
     starting worker processes, and the shards are byte-identical either way. Raises ``RuntimeError`` if
     the converter's labels are not the generator's (``PHOTO_CLASSES`` order).
     """
-    from ._skimage_photos import PHOTO_CLASSES
     from .convert import convert
+    from .image.photos import PHOTO_CLASSES
 
     manifest = convert(photo_dir / split, data_dir / split, num_shards=num_shards, prefix=split,
                        overwrite=True, beam_options=IN_PROCESS_BEAM)
@@ -151,7 +152,7 @@ def write_dataset(cfg: DemoConfig, output: Path) -> dict[str, Any]:
     records the same settings and the shards are complete.
 
     Returns ``demo.json``'s contents: the settings, ``train_records``, ``eval_records``, ``jpeg_bytes``,
-    ``decoded_bytes``, ``seconds``. Raises ``ImportError`` without Apache Beam (``pip install
+    ``decoded_bytes``, ``seconds``. Raises ``MissingDependencyError`` without Apache Beam (``pip install
     'headrace[beam]'``) and :class:`headrace.convert.ConvertError` if a photo cannot be converted.
     """
     data_dir, photo_dir = output / "data", output / "photos"
@@ -235,16 +236,18 @@ def _prepare_in_subprocess(cfg: DemoConfig, output: Path) -> dict[str, Any]:
     if importlib.util.find_spec("apache_beam") is None:
         from .convert._beam import INSTALL_HINT
 
-        raise ImportError(f"the demo builds its shards with headrace convert, which runs on Apache Beam; "
-                          f"install it with: {INSTALL_HINT}")
+        raise MissingDependencyError(f"the demo builds its shards with headrace convert, which runs on Apache "
+                                     f"Beam; install it with: {INSTALL_HINT}")
     code = "import sys; from headrace.demo import _prepare_main; _prepare_main(sys.argv[1], sys.argv[2])"
     done = subprocess.run([sys.executable, "-c", code, json.dumps(dataclasses.asdict(cfg)), str(output)],
                           capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S)
     if done.stdout:
         _say(done.stdout.rstrip("\n"))
     if done.returncode != 0:
+        log = output / "prepare.log"
+        log.write_text(done.stderr)
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"preparing the demo dataset in {output} failed: {last}")
+        raise ConvertError(f"preparing the demo dataset in {output} failed: {last} (its whole output: {log})")
     return json.loads((output / "data" / DEMO_MARKER).read_text())
 
 

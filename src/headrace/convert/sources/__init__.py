@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ...image.formats import IMAGE_EXTENSIONS
 from ...io import files
 from .base import Rejected, Source, list_files
 from .images import ImageFolderSource
@@ -30,8 +31,6 @@ def detect_format(path: str) -> str:
     is_dir = not any(c in path for c in "*?[") and (os.path.isdir(path) if not files.is_remote(path) else
                                                     _remote_isdir(path))
     if is_dir:
-        from ...io._image_folder import IMAGE_EXTENSIONS
-
         for sub in files.subdirs(path):
             if sub.startswith("."):
                 continue
