@@ -17,57 +17,10 @@ from typing import Any
 import typer
 
 from .._memory import format_bytes
+from ..image.formats import IMAGE_EXTENSIONS
 from ..io import files
 from ._app import run
-
-_TFRECORD = (".tfrecord", ".tfrecords", ".tfrec")
-_COMPRESSED = {".gz": "GZIP", ".zlib": "ZLIB"}
-_IMAGES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
-
-
-def _kind_of(name: str) -> str | None:
-    low = name.lower()
-    for suffix in _COMPRESSED:
-        if low.endswith(suffix):
-            low = low[: -len(suffix)]
-    if low.endswith(_TFRECORD):
-        return "tfrecord"
-    if low.endswith(".parquet"):
-        return "parquet"
-    if low.endswith((".h5", ".hdf5")):
-        return "hdf5"
-    return None
-
-
-def detect(path: str) -> tuple[str, list[str]]:
-    """``(format, files)`` for ``path`` (a file, a directory or a glob pattern).
-
-    Raises:
-        FileNotFoundError: the path does not exist or holds no dataset file.
-        ValueError: a file of a format headrace does not read.
-    """
-    if any(c in path for c in "*?["):
-        found = files.glob(path)
-        if not found:
-            raise FileNotFoundError(f"{path}: no file matches the pattern")
-    elif os.path.isdir(path):
-        names = sorted(f for f in os.listdir(path) if not f.startswith("."))
-        found = [os.path.join(path, f) for f in names if _kind_of(f)]
-        if not found:
-            subdirs = [os.path.join(path, f) for f in names if os.path.isdir(os.path.join(path, f))]
-            if any(f.lower().endswith(_IMAGES) for d in subdirs for f in os.listdir(d)):
-                return "image_folder", [path]
-            raise FileNotFoundError(f"{path}: no TFRecord, Parquet or HDF5 files and no class folders of "
-                                    "images in this directory")
-    elif os.path.isfile(path):
-        found = [path]
-    else:
-        raise FileNotFoundError(f"{path}: no such file or directory")
-    kinds = {_kind_of(os.path.basename(f)) for f in found}
-    if len(kinds) != 1 or None in kinds:
-        raise ValueError(f"{path}: cannot tell the format of {found[0]!r}; expected *.tfrecord, *.parquet, "
-                         "*.h5 / *.hdf5 files or an image folder")
-    return kinds.pop(), found  # type: ignore[return-value]
+from ._datasets import COMPRESSED, detect
 
 
 def _example_features(records: list[bytes]) -> dict[str, dict[str, Any]] | None:
@@ -99,7 +52,7 @@ def _inspect_tfrecord(found: list[str], sample: int) -> dict[str, Any]:
     shards, first = [], []
     for f in found:
         low = f.lower()
-        compression = next((c for s, c in _COMPRESSED.items() if low.endswith(s)), None)
+        compression = next((c for s, c in COMPRESSED.items() if low.endswith(s)), None)
         n = 0
         for record in TFRecordDataset(f, compression_type=compression):
             if len(first) < sample:
@@ -161,7 +114,7 @@ def _inspect_image_folder(root: str) -> dict[str, Any]:
         if not os.path.isdir(d) or cls.startswith("."):
             continue
         for f in os.listdir(d):
-            if f.lower().endswith(_IMAGES):
+            if f.lower().endswith(IMAGE_EXTENSIONS):
                 counts[cls] += 1
                 total += os.path.getsize(os.path.join(d, f))
     return {"format": "image_folder", "shards": [{"path": root, "records": sum(counts.values()),
@@ -248,12 +201,14 @@ def _show_manifest(r: dict[str, Any]) -> None:
     typer.echo(f"  shards: all {len(r['shards'])} present, {checked}")
 
 
-def command(path: str = typer.Argument(..., help="A dataset file, directory or glob pattern; a headrace "
-                                                 "convert output directory is read from its dataset.json."),
-            sample: int = typer.Option(100, help="Records read to describe tf.train.Example features."),
+def command(ctx: typer.Context,
+            path: str = typer.Argument(..., metavar="PATH", help="A dataset file, directory or glob pattern; a "
+                                       "headrace convert output directory is read from its dataset.json."),
+            sample: int = typer.Option(100, min=1, metavar="N",
+                                       help="Records read to describe tf.train.Example features."),
             verify: bool = typer.Option(False, "--verify", help="headrace convert output: check every shard's "
                                                                 "SHA-256 against dataset.json (reads all bytes).")
             ) -> None:
     """Describe a dataset: format, shards, records, feature keys with dtypes and shapes, bytes (for headrace
     convert output: the manifest's feature spec, statistics and label histogram)."""
-    run(lambda: inspect_path(path, sample=sample, verify=verify), _show)
+    run(ctx, lambda: inspect_path(path, sample=sample, verify=verify), _show)
