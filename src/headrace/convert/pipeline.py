@@ -10,8 +10,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..io.files import remove
 from ._beam import import_beam
-from ._fs import remove
 from .config import ConvertConfig
 from .manifest import load_manifest
 from .output import ConvertError, check_destination, staging_dir

@@ -28,8 +28,9 @@ from typing import Any
 
 from ...image.formats import image_format
 from ...io import files
+from ...io.files import join
 from ..schema import INT64, STRING
-from .base import Item, Rejected, Source, join, relative, total_size
+from .base import Item, Rejected, Source, relative, total_size
 
 UNIT_FILES = 16
 """Images per work unit."""
