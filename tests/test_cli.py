@@ -328,6 +328,7 @@ USER_ERRORS = [
      "--num-classes 3 is too few: the labels in {shards} go up to 11; use --num-classes 12 or more"),
     (["train", "{shards}", "--memory-budget", "1KB"], "--memory-budget 1000 B is too small"),
     (["bench", "{shards}", "--memory-budget", "1KB"], "--memory-budget 1000 B is too small"),
+    (["demo", "--memory-budget", "1MiB"], "--memory-budget 1.0 MiB is too small: the data pipeline's quarter"),
     (["train", "{table}"], "holds Parquet files; headrace train reads uncompressed TFRecord shards"),
     (["bench", "{photos}"], "holds an image folder; headrace bench reads uncompressed TFRecord shards of image "
                             "Examples (image/encoded, image/class/label): make uncompressed TFRecord shards of "
@@ -416,3 +417,11 @@ def test_warnings_are_one_line_naming_the_flag(shards: Path) -> None:
     assert warned and len(warned) == len(result.stderr.strip().splitlines())  # nothing but one-line warnings
     assert any("shuffle(1024)" in line and "--memory-budget" in line for line in warned)
     assert len(warned) == len(set(warned))  # each once, however many epochs repeat it
+
+
+def test_model_choices_are_the_trainer_s() -> None:
+    """--model's choices live in the CLI (no torch to check them) and must be headrace.train's models."""
+    from headrace.cli._flags import MODEL_NAMES
+    from headrace.train.models import MODEL_NAMES as trainable
+
+    assert MODEL_NAMES == trainable

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from typing import Literal, get_args
 
 import typer
 
@@ -17,8 +18,10 @@ from .._memory import format_bytes, parse_bytes
 _IMAGE_SIZE_RE = re.compile(r"^\s*(\d+)\s*(?:[xX×]\s*(\d+))?\s*$")
 
 IMAGE_SIZE_HELP = "N (N x N pixels) or WxH"
-MODEL_NAMES = ("resnet18", "small-cnn")
-"""headrace.train.models.MODEL_NAMES, here so that checking --model needs no torch (a test keeps them equal)."""
+Model = Literal["resnet18", "small-cnn"]
+"""--model's choices: headrace.train.models.MODEL_NAMES, here so that checking them needs no torch (a test
+keeps them equal)."""
+MODEL_NAMES = get_args(Model)
 
 
 def byte_size(text: str) -> int:

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import typer
 
 from ._app import run
-from ._flags import IMAGE_SIZE_HELP, memory_size, square_image_size
+from ._flags import IMAGE_SIZE_HELP, Model, check_batch_budget, memory_size, square_image_size
 
 
 def command(ctx: typer.Context,
@@ -20,7 +20,7 @@ def command(ctx: typer.Context,
                                               help="Memory budget above the process base RSS."),
             output: str = typer.Option("demo_output", metavar="DIR",
                                        help="Directory for the shards, metrics and plot."),
-            model: Literal["resnet18", "small-cnn"] = typer.Option("resnet18", help="The model to train."),
+            model: Model = typer.Option("resnet18", help="The model to train."),
             global_batch_size: int = typer.Option(64, min=1, metavar="N",
                                                   help="Elements per optimizer step.")) -> None:
     """Real photos -> sharded TFRecords -> train a small ResNet inside a memory budget; plot and JSON line."""
@@ -31,6 +31,8 @@ def command(ctx: typer.Context,
                      global_batch_size=global_batch_size)
 
     def work() -> dict[str, Any]:
+        check_batch_budget(memory_budget, 0.25, global_batch_size, image_size,  # type: ignore[arg-type]
+                           "the data pipeline's quarter of it")
         return run_demo(cfg)  # prints its own JSON line last
 
     run(ctx, work, emit_json=False)

@@ -17,7 +17,7 @@ import typer
 
 from ._app import run
 from ._datasets import training_shards
-from ._flags import IMAGE_SIZE_HELP, check_batch_budget, memory_size, micro_batch, positive, square_image_size
+from ._flags import IMAGE_SIZE_HELP, Model, check_batch_budget, memory_size, micro_batch, positive, square_image_size
 
 DATA_MEMORY_FRACTION = 0.25
 """fit()'s default share of the budget for the data pipeline (headrace.train.fit's data_memory_fraction)."""
@@ -111,7 +111,7 @@ def _interrupted(exc: KeyboardInterrupt) -> str:
 def command(ctx: typer.Context,
             path: str = typer.Argument(..., metavar="PATH", help="TFRecord shards of image Examples (image/encoded, "
                                        "image/class/label): a file, directory or glob; headrace convert output."),
-            model: Literal["resnet18", "small-cnn"] = typer.Option("resnet18", help="The model to train."),
+            model: Model = typer.Option("resnet18", help="The model to train."),
             image_size: str = typer.Option("96", parser=square_image_size, metavar="SIZE",
                                            help=f"Resize images to this square: {IMAGE_SIZE_HELP}."),
             global_batch_size: int = typer.Option(64, min=1, metavar="N",
