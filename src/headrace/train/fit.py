@@ -284,7 +284,7 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
         bar.message(plan.describe() if choice is None else f"auto micro-batch: {plan.describe()}; "
                     f"{choice.describe()}")
         with StopRequest(on_request=_stopping_notice(ckpt_dir) if main else None) as stop:
-                return _loop(model=model, train_ds=train_ds, eval_ds=eval_ds, loss_fn=loss_fn, optimizer=optimizer,
+            return _loop(model=model, train_ds=train_ds, eval_ds=eval_ds, loss_fn=loss_fn, optimizer=optimizer,
                          scheduler=lr_scheduler, plan=plan, prec=prec, device=device, info=info, epochs=epochs,
                          steps=steps, step=step, epoch=epoch, data_state=data_state, ckpt_dir=ckpt_dir,
                          checkpoint_every=checkpoint_every, keep=keep_checkpoints, callbacks=callbacks,
