@@ -197,6 +197,7 @@ def test_demo_tiny_configuration(tmp_path: Path) -> None:
     assert len(list((tmp_path / "data" / "train").glob("train-*-of-00016.tfrecord"))) == 16
     assert len(list((tmp_path / "data" / "eval").glob("eval-*-of-00002.tfrecord"))) == 2
     assert "converted them with headrace.convert" in result.output
+    assert "headrace.fit: step 1/2 (50%), epoch 1/1, loss " in result.output  # the total: 44 images / 16
     spec = {k: FixedLenFeature([], t) for k, t in
             (("image/class/label", "int64"), ("image/class/text", "string"), ("image/filename", "string"))}
     seen: dict[str, list[int]] = {}

@@ -303,7 +303,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
                      global_batch_size=cfg.global_batch_size, micro_batch_size="auto", epochs=cfg.epochs,
                      memory_budget=budget, eval_dataset=eval_ds, callbacks=[recorder],
                      metrics_path=out / "metrics.jsonl", progress=cfg.progress, log_every=5,
-                     base_rss_bytes=base, lr_scheduler=scheduler)
+                     base_rss_bytes=base, lr_scheduler=scheduler, dataset_size=info["train_records"])
     plot_path = out / "demo.png"
     plot(plot_path, recorder, budget, base)
     accuracy = result.history[-1]["eval_accuracy"] if result.history else 0.0
