@@ -425,4 +425,4 @@ def test_model_choices_are_the_trainer_s() -> None:
     from headrace.cli._flags import MODEL_NAMES
     from headrace.train.models import MODEL_NAMES as trainable
 
-    assert MODEL_NAMES == trainable
+    assert trainable == MODEL_NAMES
