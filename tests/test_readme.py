@@ -140,3 +140,17 @@ def test_readme_example_source_runs():
     namespace: dict[str, object] = {"__name__": "readme_example"}
     exec(compile(source, "README.md (Writing a source)", "exec"), namespace)
     assert namespace["state"], "the example takes a checkpoint"
+
+
+def test_no_merge_conflict_markers_in_tracked_files():
+    """A merge once left ``<<<<<<< HEAD`` blocks in the README (nothing else reads it as code)."""
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    marked = []
+    for name in files:
+        path = REPO / name
+        if path.suffix not in {".md", ".py", ".toml", ".txt", ".cfg", ".yaml", ".yml", ".json", ""} or not path.is_file():
+            continue
+        text = path.read_text(errors="replace")
+        if re.search(r"^(<<<<<<< |>>>>>>> )\S", text, re.M):
+            marked.append(name)
+    assert not marked, f"merge conflict markers left in {marked}"
