@@ -148,7 +148,8 @@ def test_no_merge_conflict_markers_in_tracked_files():
     marked = []
     for name in files:
         path = REPO / name
-        if path.suffix not in {".md", ".py", ".toml", ".txt", ".cfg", ".yaml", ".yml", ".json", ""} or not path.is_file():
+        text_file = path.suffix in {".md", ".py", ".toml", ".txt", ".cfg", ".yaml", ".yml", ".json", ""}
+        if not text_file or not path.is_file():
             continue
         text = path.read_text(errors="replace")
         if re.search(r"^(<<<<<<< |>>>>>>> )\S", text, re.M):
