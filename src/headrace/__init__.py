@@ -30,8 +30,11 @@ from ._errors import (
     IteratorClosedError,
     MemoryBudgetError,
     MemoryBudgetWarning,
+    RemoteTraceback,
+    SharedMemoryError,
     StateError,
     TooManyErrorsError,
+    WorkerError,
 )
 from ._iterator import Iterator
 from ._memory import parse_bytes
@@ -66,8 +69,11 @@ __all__ = [
     "MemoryBudgetError",
     "MemoryBudgetWarning",
     "Options",
+    "RemoteTraceback",
+    "SharedMemoryError",
     "StateError",
     "TensorSpec",
     "TooManyErrorsError",
+    "WorkerError",
     "parse_bytes",
 ]

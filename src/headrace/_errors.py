@@ -10,11 +10,15 @@
         ├── StateError        (also ValueError)   get_state / set_state mismatch or bad checkpoint
         ├── IteratorClosedError (also RuntimeError) next() / get_state() on an iterator after close()
         ├── TooManyErrorsError (also RuntimeError) ignore_errors(max_drop_ratio=...) dropped too many
-        └── InternalTimeoutError (also RuntimeError) an internal lock held too long (a leaked lock)
+        ├── InternalTimeoutError (also RuntimeError) an internal lock held too long (a leaked lock)
+        ├── WorkerError       (also RuntimeError) a map worker process died (signal, exit status)
+        └── SharedMemoryError (also OSError)      /dev/shm too small for the process executor
 
 Argument validation raises the built-in ``ValueError`` / ``TypeError`` with a message that names the
 offending value, the allowed range and the fix. Exceptions raised by user functions are re-raised
-unchanged, with a note (``e.add_note``) naming the stage and element index where they happened.
+unchanged, with a note (``e.add_note``) naming the stage and element index where they happened; from a
+worker process they come back as the same type, with the worker's traceback as ``__cause__``
+(:class:`RemoteTraceback`).
 """
 
 from __future__ import annotations
@@ -70,6 +74,38 @@ class InternalTimeoutError(HeadraceError, RuntimeError):
     an interrupt (Ctrl-C) landing at the wrong moment. Raised instead of hanging; close the iterator."""
 
 
+class WorkerError(HeadraceError, RuntimeError):
+    """A worker process of a ``map`` on the process executor died while computing an element: killed by a
+    signal (a segfault in native code, the OOM killer's ``SIGKILL``) or exited (``os._exit``). Names the
+    stage, the element index and the signal or exit status; raised in ``next()`` within seconds, never a
+    hang. ``signal`` is the signal number (or None), ``exitcode`` the exit status (or None)."""
+
+    def __init__(self, message: str, *, stage: str | None = None, index: int | None = None,
+                 signal: int | None = None, exitcode: int | None = None) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.index = index
+        self.signal = signal
+        self.exitcode = exitcode
+
+
+class SharedMemoryError(HeadraceError, OSError):
+    """``/dev/shm`` has no room for the process executor's shared-memory segments (checked when the
+    workers start and whenever a segment grows, instead of a ``Bus error`` later). Names the space needed,
+    the space free and the fixes (a larger ``/dev/shm``, fewer workers, ``map_executor="thread"``)."""
+
+
+class RemoteTraceback(Exception):
+    """The ``__cause__`` of an exception raised in a worker process: ``str()`` is the worker's traceback."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
 class IgnoredErrorsWarning(UserWarning):
     """``ignore_errors()`` dropped elements: the counts per exception type and the first error (once per
     iteration, when it ends or the iterator is closed)."""
@@ -88,6 +124,9 @@ __all__ = [
     "IteratorClosedError",
     "MemoryBudgetError",
     "MemoryBudgetWarning",
+    "RemoteTraceback",
+    "SharedMemoryError",
     "StateError",
     "TooManyErrorsError",
+    "WorkerError",
 ]

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import IteratorClosedError, StateError
 from ._malloc import tune_for_pipelines
-from ._memory import Cancelled, budget_for
+from ._memory import Cancelled, budget_for, rss_bytes
 from ._ops import by_value
 from ._ops.base import JOIN_TIMEOUT_S, DatasetIterator, IteratorContext
 from ._ops.node import as_node
@@ -58,8 +58,9 @@ class Iterator:
     - ``memory_stats() -> dict``: ``limit_bytes``, ``current_bytes``, ``peak_bytes`` (of the budget this
       iterator uses; ``shared`` says whether that is the process budget), ``overdraft_bytes``,
       ``estimate_miss_bytes``, ``stalls``, ``threads_alive`` (names of threads still running after
-      ``close()``) and per stage ``current_bytes`` / ``peak_bytes`` / ``cap_bytes`` / ``held_elements`` /
-      ``demand_elements``.
+      ``close()``), per stage ``current_bytes`` / ``peak_bytes`` / ``cap_bytes`` / ``held_elements`` /
+      ``demand_elements``, and the resident memory now: ``rss_bytes`` = ``process_rss_bytes`` (this
+      process) + ``worker_rss_bytes`` (its ``map`` worker processes; psutil).
     - ``close()``: stop every thread of the pipeline (within about one second, see the module docstring);
       also on ``with`` exit, garbage collection and interpreter exit; from any thread.
 
@@ -143,7 +144,16 @@ class Iterator:
         root = self._root
         alive = [t.name for t in root.alive_threads()] if root is not None else []
         stats["threads_alive"] = alive or [n for n in self._threads_alive]
+        workers = self.worker_rss_bytes()
+        own = rss_bytes()
+        stats["process_rss_bytes"] = own
+        stats["worker_rss_bytes"] = workers
+        stats["rss_bytes"] = own + workers
         return stats
+
+    def worker_rss_bytes(self) -> int:
+        """The RSS of this iterator's worker processes (the process executor of ``map``), summed."""
+        return sum(r.rss_bytes() for r in list(self._ctx.resources.values()) if hasattr(r, "rss_bytes"))
 
     @property
     def threads_alive(self) -> list[str]:
@@ -162,6 +172,7 @@ class Iterator:
         root.signal_stop()
         root.join(time.monotonic() + JOIN_TIMEOUT_S)
         root.close()
+        self._ctx.close_resources()  # worker processes: stopped and reaped
         alive = root.alive_threads()
         if alive:
             self._threads_alive = [t.name for t in alive]

@@ -27,6 +27,22 @@ Errors: an exception from the input or from ``fn`` is stored as that sequence nu
 re-raised by the consumer at its position, with a note naming the stage and element; the stage stays
 usable afterwards. An exception in the pool's own machinery is re-raised to the consumer too.
 
+Run-time settings (the autotuner, ``headrace._ops.tuner``): ``set_workers(n)`` changes how many workers
+take elements (threads are started when needed; those above ``n`` park, holding nothing); ``n = 0`` runs
+the stage *inline*: once nothing is in flight, the consumer pulls and applies ``fn`` itself (no hand-off:
+cheaper than a thread for cheap functions; like the sequential stage, nothing is reserved then).
+``set_window(n)`` changes the elements in flight. Both keep the state exact: sequence numbers, snapshots
+and ordering are the same whoever computes an element.
+
+Executor: with ``executor`` (``headrace._ops.executor``: worker processes or ``"auto"``) a worker thread
+calls ``executor.call(x, index, stop)`` instead of ``fn(x)``; the reservation adds
+``executor.extra_bytes(out)`` (a process call holds one more copy of the output).
+
+Counters (:class:`PoolStats`, per worker thread, no locks): calls, time inside the function (wall and
+the thread's CPU time), time getting input (the input lock and ``source.__next__``), waiting for room in
+the window, waiting for the memory budget; on the consumer side the time it waited for a result and the
+elements and bytes delivered. ``Iterator.explain()`` and the autotuner read them.
+
 Shutdown: ``signal_stop()`` sets the generation's stop event and wakes every waiter (never blocks);
 ``join(deadline)`` joins the threads; ``alive_threads()`` lists those still inside user code after it.
 Every wait is a timed wait that re-checks the stop event. ``restore()`` stops the workers and waits (timed)
@@ -52,6 +68,20 @@ SNAPSHOT_EVERY = 16
 """Pulls between two snapshots of the input's state (restore re-reads at most this many elements)."""
 RESTORE_WAIT_S = 60.0
 """How long ``set_state`` waits for a worker stuck in the input (a slow user function) to leave it."""
+
+
+class PoolStats:
+    """Counters of one worker thread (written by that thread only; read as sums by :meth:`ParallelApplier.stats`)."""
+
+    __slots__ = ("budget_s", "busy_s", "calls", "cpu_s", "input_s", "room_s")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.busy_s = 0.0   # inside fn / the executor (wall)
+        self.cpu_s = 0.0    # the thread's CPU time inside fn
+        self.input_s = 0.0  # waiting for the input lock and inside source.__next__
+        self.room_s = 0.0   # waiting for room in the window
+        self.budget_s = 0.0  # waiting in the memory budget's reserve()
 
 
 class _Result:
@@ -104,11 +134,14 @@ class ParallelApplier:
                  thread_name: str, index_base: int = 0, identity: bool = False, input_charged: bool = False,
                  release_input: Callable[[Any], None] | None = None, record_state: bool = True,
                  refill_at: int | Callable[[], int] | None = None, snapshot_every: int | None = None,
-                 urgent_when_waited: bool = False, headroom: bool | None = None) -> None:
+                 urgent_when_waited: bool = False, headroom: bool | None = None, executor: Any = None) -> None:
         self.source = source
         self.fn = fn
+        self.executor = executor
         self.num_workers = num_workers
+        self.active = num_workers      # workers taking elements now (0: inline in the consumer's thread)
         self._window = window
+        self._window_set: int | None = None
         self._refill_at = refill_at
         input_replays = replays_deterministically(source)
         # Out-of-order delivery is checkpointed as "these positions after the prefix were delivered", which
@@ -144,6 +177,12 @@ class ParallelApplier:
                 self.record_state = False
         self._every = snapshot_every or (SNAPSHOT_EVERY if input_replays else 1)
         self._replay_epoch = source.replay_epoch() if self.record_state else 0
+        self._worker_stats: list[PoolStats] = []
+        self._inline_stats = PoolStats()
+        self.consumer_wait_s = 0.0
+        self.delivered = 0
+        self.delivered_bytes = 0
+        self.started_s = time.monotonic()
         self._reset_counters(index_base, base_state, 0, [])
 
     # ---- bookkeeping -------------------------------------------------------------------------------
@@ -161,12 +200,40 @@ class ParallelApplier:
 
     def _start(self) -> None:
         self._started = True
+        self._ensure_threads(self.active)
+
+    def _ensure_threads(self, n: int) -> None:
+        """Threads 0..n-1 of this generation exist (a thread parks while its index >= ``active``)."""
         gen, stop = self._gen, self._stop
-        for i in range(self.num_workers):
-            self._threads.append(start_thread(f"{self.thread_name}-{i}", lambda: self._work(gen, stop), stop))
+        while len(self._threads) < n:
+            i = len(self._threads)
+            while len(self._worker_stats) <= i:
+                self._worker_stats.append(PoolStats())
+            stats = self._worker_stats[i]
+            self._threads.append(start_thread(f"{self.thread_name}-{i}",
+                                              lambda i=i, st=stats: self._work(gen, stop, i, st), stop))
+
+    def set_workers(self, n: int) -> None:
+        """Run with ``n`` workers from now on (0: inline, in the consumer's thread)."""
+        n = max(0, int(n))
+        with self._cv:
+            self.active = n
+            if self._started:
+                self._ensure_threads(n)
+            self._notify_all()
+        if self.executor is not None and n > 0:
+            self.executor.set_workers(n)
+
+    def set_window(self, n: int) -> None:
+        """At most ``n`` elements in flight from now on."""
+        with self._cv:
+            self._window_set = max(1, int(n))
+            self._notify_all()
 
     @property
     def window(self) -> int:
+        if self._window_set is not None:
+            return self._window_set
         w = self._window
         return max(1, w() if callable(w) else w)
 
@@ -186,15 +253,16 @@ class ParallelApplier:
 
     def _estimate(self) -> int:
         out = self.account.estimate()
-        return out if (self.identity or self.input_charged) else out + self._in_max
+        extra = self.executor.extra_bytes(out) if self.executor is not None else 0
+        return out + extra if (self.identity or self.input_charged) else out + extra + self._in_max
 
     def _in_flight(self) -> int:
         return self._next_seq - self._prefix - len(self._beyond)
 
     # ---- worker side -------------------------------------------------------------------------------
-    def _work(self, gen: int, stop: Flag) -> None:
+    def _work(self, gen: int, stop: Flag, index: int, stats: PoolStats) -> None:
         try:
-            self._work_loop(gen, stop)
+            self._work_loop(gen, stop, index, stats)
         except Cancelled:
             return
         except BaseException as e:  # a defect in the pool itself: the consumer must see it, not hang
@@ -209,55 +277,81 @@ class ParallelApplier:
                 return False
         return True
 
-    def _work_loop(self, gen: int, stop: Flag) -> None:
+    def _park(self, stop: Flag, index: int) -> None:
+        """Wait (timed) while this worker is above the active count (``set_workers``)."""
+        if index < self.active:
+            return
+        with self._cv:
+            while index >= self.active and not stop.is_set():
+                self._room.wait(WAIT_SLICE_S)
+
+    def _work_loop(self, gen: int, stop: Flag, index: int, stats: PoolStats) -> None:
         cv = self._cv
-        source = self.source
+        clock = time.perf_counter
         while not stop.is_set():
+            self._park(stop, index)
+            t0 = clock()
             if not self._acquire_input(stop):
                 return
             reserved = 0
             try:
+                t1 = clock()
                 with cv:
                     while (not stop.is_set() and self._end_seq is None
-                           and self._in_flight() >= self.window):
+                           and (self._in_flight() >= self.window or index >= self.active)):
                         self._room_waiting = True
                         self._room.wait(WAIT_SLICE_S)
                         self._room_waiting = False
                     if stop.is_set() or self._end_seq is not None:
                         return
+                    if index >= self.active:
+                        continue  # parked meanwhile (the input lock is released below)
                     seq = self._next_seq
                     self._next_seq += 1
+                t2 = clock()
                 reserved = self.account.reserve(self._estimate(), stop, urgent=self._urgent(seq),
                                                 headroom=self.headroom)
-                if self.record_state and self._every > 1 and seq % self._every == 0 and seq:
-                    snap = source.get_state()
-                    with cv:
-                        if gen == self._gen:
-                            self._snaps[seq] = (snap, 0)
-                try:
-                    x = source.__next__()
-                    error = None
-                    if self.record_state:
-                        self._snapshot_after_replay_event(gen, seq)
-                except StopIteration:
+                t3 = clock()
+                x, error, ended = self._pull(gen, stop, seq)
+                if ended:
                     self.account.cancel(reserved)
                     reserved = 0
-                    with cv:
-                        if gen == self._gen and not stop.is_set():
-                            self._end_seq = seq
-                            self._next_seq = seq
-                        self._notify_all()
                     return
-                except Exception as e:
-                    x, error = None, e
             except BaseException:
                 if reserved:
                     self.account.cancel(reserved)
                 raise
             finally:
                 self._input_lock.release()
-            self._finish(gen, stop, seq, x, error, reserved)
+            t4 = clock()
+            stats.room_s += t2 - t1
+            stats.budget_s += t3 - t2
+            stats.input_s += (t1 - t0) + (t4 - t3)
+            self._finish(gen, stop, seq, x, error, reserved, stats)
             x = error = None  # no reference to the element while this worker waits for room
+
+    def _pull(self, gen: int, stop: Flag, seq: int) -> tuple[Any, BaseException | None, bool]:
+        """Input lock held: snapshot if due, pull element ``seq``; ``(x, error, ended)``."""
+        source = self.source
+        if self.record_state and self._every > 1 and seq % self._every == 0 and seq:
+            snap = source.get_state()
+            with self._cv:
+                if gen == self._gen:
+                    self._snaps[seq] = (snap, 0)
+        try:
+            x = source.__next__()
+        except StopIteration:
+            with self._cv:
+                if gen == self._gen and not stop.is_set():
+                    self._end_seq = seq
+                    self._next_seq = seq
+                self._notify_all()
+            return None, None, True
+        except Exception as e:
+            return None, e, False
+        if self.record_state:
+            self._snapshot_after_replay_event(gen, seq)
+        return x, None, False
 
     def _snapshot_after_replay_event(self, gen: int, seq: int) -> None:
         """Input lock held. Snapshot the input right after this element when the input does not replay
@@ -276,8 +370,34 @@ class ParallelApplier:
                         # them in order until the prefix passes the event, so no skip offset names them.
                         self._barrier = seq if self._barrier is None else min(self._barrier, seq)
 
+    def _apply(self, x: Any, seq: int, stop: Flag, stats: PoolStats) -> tuple[Any, int, BaseException | None]:
+        """``fn(x)`` (or the executor's call), timed into ``stats``: ``(value, nbytes, error)``."""
+        if not (self.identity or self.input_charged):
+            n_in = nbytes(x)
+            if n_in > self._in_max:
+                self._in_max = n_in
+        w0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            try:
+                if self.executor is not None:
+                    value = self.executor.call(x, self._index_base + seq, stop)
+                else:
+                    value = self.fn(x)
+            finally:  # the input's bytes go whether fn succeeded or not
+                if self.release_input is not None:
+                    self.release_input(x)
+                stats.calls += 1
+                stats.busy_s += time.perf_counter() - w0
+                stats.cpu_s += time.thread_time() - c0
+            x = None
+            return value, nbytes(value), None
+        except Cancelled:
+            raise
+        except Exception as e:
+            return None, 0, note_error(e, self.stage, self._index_base + seq)
+
     def _finish(self, gen: int, stop: Flag, seq: int, x: Any, error: BaseException | None,
-                reserved: int) -> None:
+                reserved: int, stats: PoolStats) -> None:
         cv = self._cv
         if seq in self._skip:  # delivered before the state this run was restored from
             self.account.cancel(reserved)
@@ -291,20 +411,12 @@ class ParallelApplier:
             return
         value, n = None, 0
         if error is None:
-            if not (self.identity or self.input_charged):
-                n_in = nbytes(x)
-                if n_in > self._in_max:
-                    self._in_max = n_in
             try:
-                try:
-                    value = self.fn(x)
-                finally:  # the input's bytes go whether fn succeeded or not
-                    if self.release_input is not None:
-                        self.release_input(x)
-                x = None
-                n = nbytes(value)
-            except Exception as e:
-                error = note_error(e, self.stage, self._index_base + seq)
+                value, n, error = self._apply(x, seq, stop, stats)
+            except Cancelled:
+                self.account.cancel(reserved)
+                raise
+            x = None
         if error is None:
             self.account.settle(reserved, n)
         else:
@@ -340,6 +452,7 @@ class ParallelApplier:
         if not self._started:
             self._start()
         cv = self._cv
+        waited = 0.0
         with cv:
             while True:
                 if self._crash is not None:
@@ -351,17 +464,27 @@ class ParallelApplier:
                     raise StopIteration
                 if self._stop.is_set():
                     raise Cancelled()
+                if self.active == 0 and self._in_flight() == 0:
+                    break  # inline: this thread computes the next element (outside the lock)
                 if not any(t.is_alive() for t in self._threads):
                     raise RuntimeError(f"{self.stage}: worker threads stopped unexpectedly (a headrace defect; "
                                        "please report it with the pipeline)")
                 self._consumer_waiting = True
+                w0 = time.perf_counter()
                 try:
                     cv.wait(WAIT_SLICE_S)
                 finally:
                     self._consumer_waiting = False
-            if self._room_waiting and (not self._results or self._in_flight() <= self.refill_at):
+                    waited += time.perf_counter() - w0
+            if result is not None and self._room_waiting and (
+                    not self._results or self._in_flight() <= self.refill_at):
                 self._room.notify()  # the one worker waiting for room (it holds the input lock)
+        self.consumer_wait_s += waited
+        if result is None:
+            return self._next_inline()
+        self.delivered += 1
         if result.error is None:
+            self.delivered_bytes += result.nbytes
             self.account.release(result.nbytes)
             return result.value
         error, result = result.error, None
@@ -370,9 +493,68 @@ class ParallelApplier:
         finally:
             del error  # no frame -> exception -> traceback -> frame cycle keeping the pipeline alive
 
+    def _next_inline(self) -> Any:
+        """Pull and apply in the consumer's thread (``active == 0``, nothing in flight); same bookkeeping as
+        a worker (sequence numbers, snapshots, skips), nothing reserved (as in a sequential stage)."""
+        gen, stop = self._gen, self._stop
+        stats = self._inline_stats
+        while True:
+            t0 = time.perf_counter()
+            if not self._acquire_input(stop):
+                raise Cancelled()
+            try:
+                with self._cv:
+                    if self._end_seq is not None:
+                        raise StopIteration
+                    seq = self._next_seq
+                    self._next_seq += 1
+                x, error, ended = self._pull(gen, stop, seq)
+            finally:
+                self._input_lock.release()
+            stats.input_s += time.perf_counter() - t0
+            if ended:
+                raise StopIteration
+            if seq in self._skip:  # delivered before the state this run was restored from
+                if error is None and self.release_input is not None:
+                    self.release_input(x)
+                with self._cv:
+                    self._skip.discard(seq)
+                    self._beyond.add(seq)
+                    self._roll_prefix()
+                continue
+            value, n = None, 0
+            if error is None:
+                value, n, error = self._apply(x, seq, stop, stats)
+                x = None
+            with self._cv:
+                self._beyond.add(seq)
+                self._roll_prefix()
+            self.delivered += 1
+            if error is not None:
+                try:
+                    raise error
+                finally:
+                    del error
+            self.delivered_bytes += n
+            return value
+
+    def stats(self) -> dict[str, Any]:
+        """The counters (:class:`PoolStats` summed over the workers and the inline calls) and settings."""
+        parts = [*self._worker_stats, self._inline_stats]
+        return {
+            "workers": self.active, "threads": len(self._threads), "window": self.window,
+            "calls": sum(p.calls for p in parts), "busy_s": sum(p.busy_s for p in parts),
+            "cpu_s": sum(p.cpu_s for p in parts), "input_s": sum(p.input_s for p in parts),
+            "room_s": sum(p.room_s for p in parts), "budget_s": sum(p.budget_s for p in parts),
+            "consumer_wait_s": self.consumer_wait_s, "delivered": self.delivered,
+            "delivered_bytes": self.delivered_bytes, "elapsed_s": time.monotonic() - self.started_s,
+        }
+
     def has_ready(self) -> bool:
         """Whether ``next()`` would return without waiting (a result is ready, or the stream ended)."""
         with self._cv:
+            if self.active == 0 and self._in_flight() == 0:
+                return True
             if self._end_seq is not None and self._prefix >= self._end_seq:
                 return True
             return self._next_ready() is not None
@@ -467,9 +649,12 @@ class PoolIterator(DatasetIterator):
 
     def __init__(self, ctx: Any, source: DatasetIterator, fn: Callable[[Any], Any], stage: str, workers: int,
                  deterministic: bool, *, kind: str, window: int | Callable[[], int],
-                 account: StageAccount | None = None, warn_shrink: bool = True, **pool_options: Any) -> None:
+                 account: StageAccount | None = None, warn_shrink: bool = True, autotune: bool = False,
+                 **pool_options: Any) -> None:
         super().__init__(ctx)
         self.kind = kind
+        self.stage = stage
+        self.autotune = autotune
         self._source = source
         self._owns_account = account is None
         if account is None:
@@ -483,6 +668,14 @@ class PoolIterator(DatasetIterator):
 
     def __next__(self) -> Any:
         return self._pool.next()
+
+    @property
+    def pool(self) -> ParallelApplier:
+        return self._pool
+
+    @property
+    def account(self) -> StageAccount:
+        return self._account
 
     def has_ready(self) -> bool:
         return self._pool.has_ready()
