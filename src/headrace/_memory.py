@@ -460,6 +460,16 @@ class StageAccount:
             if grew:
                 b._recompute_caps()
 
+    def set_demand(self, demand: int | None) -> None:
+        """The stage now wants up to ``demand`` elements (AUTOTUNE changed its buffer): shares recomputed."""
+        b = self.budget
+        with b._cv:
+            if demand != self.demand:
+                self.demand = demand
+                b._recompute_caps()
+                if b.waiters:
+                    b._cv.notify_all()
+
     def grow_unit(self, nbytes: int) -> None:
         """One unit of this stage's work now takes ``nbytes`` (e.g. a worker process whose footprint grew):
         the shares are computed again."""

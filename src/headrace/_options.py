@@ -32,6 +32,8 @@ class Options:
             ``map(..., executor=...)`` overrides it per stage.
         cpu_budget: the most cores the pipeline's autotuned workers may keep busy at once (threads count by
             the share of their time they compute; a worker process counts 1). Default: the CPU count.
+        autotune: ``False`` keeps every ``AUTOTUNE`` value at its starting rule (no tuner thread);
+            ``None`` / ``True``: a tuner thread adjusts them while the iterator runs.
 
     Options set later (outer ``with_options``) override earlier ones field by field; fields left
     ``None`` inherit.
@@ -42,6 +44,7 @@ class Options:
     max_parallelism: int | None = None
     map_executor: str | None = None
     cpu_budget: int | None = None
+    autotune: bool | None = None
 
     def __post_init__(self) -> None:
         if self.memory_budget is not None:
@@ -52,6 +55,8 @@ class Options:
                 isinstance(self.max_parallelism, bool) or not isinstance(self.max_parallelism, int)
                 or self.max_parallelism < 1):
             raise ValueError(f"Options(max_parallelism={self.max_parallelism!r}) must be an int >= 1 or None")
+        if self.autotune is not None and not isinstance(self.autotune, bool):
+            raise TypeError(f"Options(autotune={self.autotune!r}): expected True, False or None")
         if self.map_executor is not None and self.map_executor not in ("auto", "thread", "process"):
             raise ValueError(f"Options(map_executor={self.map_executor!r}): expected 'auto', 'thread', 'process' "
                              "or None (auto for num_parallel_calls=AUTOTUNE, else thread)")

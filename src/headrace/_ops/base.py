@@ -87,8 +87,8 @@ class IteratorContext:
         self._names: dict[tuple[int, str], str] = {}
         self._lock = TimedLock("stage names")
         self.owner: object = self
-        self.resources: dict[str, Any] = {}  # per iteration, shared by copies: worker processes, tunables
-        self.tunables: list[Any] = []
+        self.resources: dict[str, Any] = {}  # per iteration, shared by copies: worker processes
+        self.tunings: dict[str, Any] = {}    # per iteration: AUTOTUNE settings per stage (headrace._ops.tuner)
 
     def resource(self, key: str, make: Callable[[], Any]) -> Any:
         """The object kept under ``key`` for this iteration (made by ``make()`` the first time): what a stage

@@ -63,6 +63,7 @@ from .._structure import nbytes
 from .._sync import Condition, Flag
 from .._sync import Lock as TimedLock
 from .base import DatasetIterator, check_state, join_threads, note_error, start_thread
+from .tuner import MAX_BUFFER, MAX_WINDOW, MAX_WORKERS, stage_tuning
 
 SNAPSHOT_EVERY = 16
 """Pulls between two snapshots of the input's state (restore re-reads at most this many elements)."""
@@ -73,9 +74,11 @@ RESTORE_WAIT_S = 60.0
 class PoolStats:
     """Counters of one worker thread (written by that thread only; read as sums by :meth:`ParallelApplier.stats`)."""
 
-    __slots__ = ("budget_s", "busy_s", "calls", "cpu_s", "input_s", "room_s")
+    __slots__ = ("budget_s", "busy_s", "calls", "cpu_s", "input_s", "parked_s", "room_s", "t0")
 
     def __init__(self) -> None:
+        self.t0 = time.monotonic()  # when the thread started (reset when a new generation reuses it)
+        self.parked_s = 0.0  # parked above the active worker count
         self.calls = 0
         self.busy_s = 0.0   # inside fn / the executor (wall)
         self.cpu_s = 0.0    # the thread's CPU time inside fn
@@ -197,6 +200,7 @@ class ParallelApplier:
         self._snaps: dict[int, tuple[Any, int]] = {0: (base_state, forward)}  # position -> (state, forward)
         self._barrier: int | None = None  # out-of-order delivery stops at this seq until the prefix passes it
         self._started = False
+        self._inline_dirty = False  # inline calls since the last snapshot (see _next_inline)
 
     def _start(self) -> None:
         self._started = True
@@ -210,6 +214,7 @@ class ParallelApplier:
             while len(self._worker_stats) <= i:
                 self._worker_stats.append(PoolStats())
             stats = self._worker_stats[i]
+            stats.t0, stats.parked_s = time.monotonic(), 0.0
             self._threads.append(start_thread(f"{self.thread_name}-{i}",
                                               lambda i=i, st=stats: self._work(gen, stop, i, st), stop))
 
@@ -281,9 +286,11 @@ class ParallelApplier:
         """Wait (timed) while this worker is above the active count (``set_workers``)."""
         if index < self.active:
             return
+        t0 = time.monotonic()
         with self._cv:
             while index >= self.active and not stop.is_set():
                 self._room.wait(WAIT_SLICE_S)
+        self._worker_stats[index].parked_s += time.monotonic() - t0
 
     def _work_loop(self, gen: int, stop: Flag, index: int, stats: PoolStats) -> None:
         cv = self._cv
@@ -297,17 +304,19 @@ class ParallelApplier:
             try:
                 t1 = clock()
                 with cv:
-                    while (not stop.is_set() and self._end_seq is None
-                           and (self._in_flight() >= self.window or index >= self.active)):
+                    while (not stop.is_set() and self._end_seq is None and index < self.active
+                           and self._in_flight() >= self.window):
                         self._room_waiting = True
                         self._room.wait(WAIT_SLICE_S)
                         self._room_waiting = False
                     if stop.is_set() or self._end_seq is not None:
                         return
                     if index >= self.active:
-                        continue  # parked meanwhile (the input lock is released below)
+                        continue  # parked meanwhile: give the input lock back (below) and park
                     seq = self._next_seq
                     self._next_seq += 1
+                if self._inline_dirty:
+                    self._resnapshot_after_inline(seq)
                 t2 = clock()
                 reserved = self.account.reserve(self._estimate(), stop, urgent=self._urgent(seq),
                                                 headroom=self.headroom)
@@ -451,6 +460,8 @@ class ParallelApplier:
     def next(self) -> Any:
         if not self._started:
             self._start()
+        if self.active == 0 and self._next_seq == self._prefix and not self._results and self._crash is None:
+            return self._next_inline()  # inline, nothing in flight (see _next_inline)
         cv = self._cv
         waited = 0.0
         with cv:
@@ -494,55 +505,93 @@ class ParallelApplier:
             del error  # no frame -> exception -> traceback -> frame cycle keeping the pipeline alive
 
     def _next_inline(self) -> Any:
-        """Pull and apply in the consumer's thread (``active == 0``, nothing in flight); same bookkeeping as
-        a worker (sequence numbers, snapshots, skips), nothing reserved (as in a sequential stage)."""
-        gen, stop = self._gen, self._stop
+        """Pull and apply in the consumer's thread (``active == 0``, nothing in flight), as a sequential
+        stage does: no reservation, no snapshots (``state()`` asks the input for its position instead, which
+        is exact since nothing is in flight; a worker taking over snapshots first), the same sequence
+        numbers and skips. No worker claims or finishes an element meanwhile (they are parked; a number is
+        claimed under the input lock), so the prefix moves without the results lock."""
+        stop = self._stop
         stats = self._inline_stats
+        clock = time.perf_counter
+        source = self.source
         while True:
-            t0 = time.perf_counter()
             if not self._acquire_input(stop):
                 raise Cancelled()
+            error = None
             try:
-                with self._cv:
-                    if self._end_seq is not None:
-                        raise StopIteration
-                    seq = self._next_seq
-                    self._next_seq += 1
-                x, error, ended = self._pull(gen, stop, seq)
+                if self._end_seq is not None:
+                    raise StopIteration
+                seq = self._next_seq
+                self._next_seq = seq + 1
+                self._inline_dirty = True
+                try:
+                    x = source.__next__()
+                except StopIteration:
+                    with self._cv:
+                        self._end_seq = seq
+                        self._next_seq = seq
+                    raise
+                except Exception as e:
+                    x, error = None, e
             finally:
                 self._input_lock.release()
-            stats.input_s += time.perf_counter() - t0
-            if ended:
-                raise StopIteration
-            if seq in self._skip:  # delivered before the state this run was restored from
+            skipped = bool(self._skip) and seq in self._skip
+            value = None
+            if skipped:  # delivered before the state this run was restored from
                 if error is None and self.release_input is not None:
                     self.release_input(x)
+                self._skip.discard(seq)
+            elif error is None:
+                t1 = clock()
+                try:
+                    try:
+                        value = (self.executor.call(x, self._index_base + seq, stop) if self.executor is not None
+                                 else self.fn(x))
+                    finally:
+                        if self.release_input is not None:
+                            self.release_input(x)
+                except Cancelled:
+                    raise
+                except Exception as e:
+                    error = note_error(e, self.stage, self._index_base + seq)
+                x = None
+                stats.calls += 1
+                stats.busy_s += clock() - t1
+            if not self._beyond and seq == self._prefix:
+                self._prefix = seq + 1
+            else:
                 with self._cv:
-                    self._skip.discard(seq)
                     self._beyond.add(seq)
                     self._roll_prefix()
+            if skipped:
                 continue
-            value, n = None, 0
-            if error is None:
-                value, n, error = self._apply(x, seq, stop, stats)
-                x = None
-            with self._cv:
-                self._beyond.add(seq)
-                self._roll_prefix()
             self.delivered += 1
             if error is not None:
                 try:
                     raise error
                 finally:
                     del error
-            self.delivered_bytes += n
             return value
 
+    def _resnapshot_after_inline(self, seq: int) -> None:
+        """Input lock held, nothing in flight: the inline calls took no snapshots; take one at ``seq``."""
+        if self._inline_dirty and self.record_state:
+            snap = self.source.get_state()
+            with self._cv:
+                self._snaps = {seq: (snap, 0)}
+                self._replay_epoch = self.source.replay_epoch()
+        self._inline_dirty = False
+
     def stats(self) -> dict[str, Any]:
-        """The counters (:class:`PoolStats` summed over the workers and the inline calls) and settings."""
+        """The counters (:class:`PoolStats` summed over the workers and the inline calls) and settings;
+        ``worker_time_s``: the time the workers existed and were not parked (the denominator of shares)."""
         parts = [*self._worker_stats, self._inline_stats]
+        now = time.monotonic()
+        inline = self._inline_stats
+        span = sum(now - p.t0 - p.parked_s for p in self._worker_stats[:len(self._threads)])
+        span += inline.busy_s + inline.input_s  # the consumer's thread, while it computed inline
         return {
-            "workers": self.active, "threads": len(self._threads), "window": self.window,
+            "workers": self.active, "threads": len(self._threads), "window": self.window, "worker_time_s": span,
             "calls": sum(p.calls for p in parts), "busy_s": sum(p.busy_s for p in parts),
             "cpu_s": sum(p.cpu_s for p in parts), "input_s": sum(p.input_s for p in parts),
             "room_s": sum(p.room_s for p in parts), "budget_s": sum(p.budget_s for p in parts),
@@ -583,6 +632,10 @@ class ParallelApplier:
     def state(self) -> dict[str, Any]:
         if not self.record_state:
             raise NotImplementedError(f"{self.stage}: its input does not support get_state()")
+        if self._inline_dirty:
+            inline = self._inline_state()
+            if inline is not None:
+                return inline
         with self._cv:
             prefix = self._prefix
             pos = max(p for p in self._snaps if p <= prefix)
@@ -590,6 +643,20 @@ class ParallelApplier:
             beyond = sorted(s - prefix for s in self._beyond | self._skip) if self._beyond or self._skip else []
             return {"input": snap, "forward": forward + prefix - pos, "skip": beyond,
                     "index": self._index_base + prefix}
+
+    def _inline_state(self) -> dict[str, Any] | None:
+        """After inline calls and with nothing in flight, the input's position *is* the prefix's."""
+        if not self._acquire_input(self._stop):
+            return None
+        try:
+            with self._cv:
+                if self._next_seq != self._prefix or self._beyond or self._results:
+                    return None
+                skip = sorted(s - self._prefix for s in self._skip)
+                index = self._index_base + self._prefix
+            return {"input": self.source.get_state(), "forward": 0, "skip": skip, "index": index}
+        finally:
+            self._input_lock.release()
 
     def restore(self, state: dict[str, Any]) -> None:
         self.stop()
@@ -665,6 +732,52 @@ class PoolIterator(DatasetIterator):
         self._deterministic = deterministic
         self._pool = ParallelApplier(source, fn, num_workers=workers, window=window, deterministic=deterministic,
                                      account=account, stage=stage, thread_name=stage, **pool_options)
+        self._tuning: Any = None
+        if autotune and ctx.options.autotune is not False:
+            self._tune(ctx, workers, window)
+
+    # ---- AUTOTUNE (headrace._ops.tuner) ------------------------------------------------------------
+    def _tune(self, ctx: Any, workers: int, window: int | Callable[[], int]) -> None:
+        t = stage_tuning(ctx, self.stage, self.kind)
+        if self.kind == "prefetch":
+            t.knob("buffer", int(window) if isinstance(window, int) else 1, 0, MAX_BUFFER,
+                   f"AUTOTUNE start: {window} elements")
+        else:
+            executor = self._pool.executor
+            t.executor = executor
+            hi = ctx.cpu_budget if getattr(executor, "kind", "") == "process" else MAX_WORKERS
+            if ctx.options.max_parallelism:
+                hi = min(hi, ctx.options.max_parallelism)
+            if "workers" not in t.knobs:  # the first stage made takes from what is left of the CPU budget
+                left = ctx.cpu_budget - sum(k.value for u in list(ctx.tunings.values()) for k in u.knobs.values()
+                                            if k.compute)
+                workers = max(0, min(workers, left))
+            t.knob("workers", workers, 0, hi, f"AUTOTUNE start: {workers} of cpu_budget={ctx.cpu_budget} "
+                                              "(the CPU count; stages made earlier took the rest)", compute=True)
+            if isinstance(window, int):
+                t.knob("window", window, 1, MAX_WINDOW, f"AUTOTUNE start: {window // max(1, workers)} per worker")
+        t.add(self)
+        self._tuning = t
+        for name, k in t.knobs.items():
+            self.apply_knob(name, k.value)
+
+    def apply_knob(self, name: str, value: int) -> None:
+        pool = self._pool
+        if name == "workers":
+            pool.set_workers(value)
+        elif name == "window":
+            pool.set_window(value)
+            if self._owns_account:
+                self._account.set_demand(value)
+        elif name == "buffer":
+            pool.set_workers(1 if value > 0 else 0)
+            if value > 0:
+                pool.set_window(value)
+                if self._owns_account:
+                    self._account.set_demand(value)
+
+    def tuning_stats(self) -> dict[str, Any]:
+        return self._pool.stats()
 
     def __next__(self) -> Any:
         return self._pool.next()
@@ -697,6 +810,8 @@ class PoolIterator(DatasetIterator):
         return self._pool.alive_threads()
 
     def _close_self(self) -> None:
+        if self._tuning is not None:
+            self._tuning.remove(self)
         self._pool.stop(timeout_s=0.0)
         if self._owns_account:
             self._account.close()
