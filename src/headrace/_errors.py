@@ -24,7 +24,9 @@ standard library would catch (the second base).
         ├── ExportError            (also ValueError)    ``headrace.compress`` could not export a model to
         │                                               ONNX / torch.export (names the layer)
         ├── WorkerError            (also RuntimeError)  a map worker process died (signal, exit status)
-        └── SharedMemoryError      (also OSError)       /dev/shm too small for the process executor
+        ├── SharedMemoryError      (also OSError)       /dev/shm too small for the process executor
+        └── RemoteTraceback                             the ``__cause__`` of an exception raised in a map
+                                                        worker process: the worker's traceback
 
 Warnings: ``MemoryBudgetWarning`` (a buffer shrunk to fit the budget), ``IgnoredErrorsWarning``
 (``ignore_errors()`` dropped elements: counts and the first error) and
@@ -116,8 +118,9 @@ class SharedMemoryError(HeadraceError, OSError):
     the space free and the fixes (a larger ``/dev/shm``, fewer workers, ``map_executor="thread"``)."""
 
 
-class RemoteTraceback(Exception):
-    """The ``__cause__`` of an exception raised in a worker process: ``str()`` is the worker's traceback."""
+class RemoteTraceback(HeadraceError):
+    """The ``__cause__`` of an exception raised in a worker process (never raised on its own): ``str()`` is
+    the worker's traceback."""
 
     def __init__(self, text: str) -> None:
         super().__init__(text)

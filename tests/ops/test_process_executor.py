@@ -118,8 +118,8 @@ def test_a_gil_bound_function_scales_on_processes():
     assert parent_cpu < 48 * 0.03, f"the parent computed {parent_cpu:.2f} s: the calls ran in it"
     on_threads, _ = _parallelism(list(D.range(24).map(_spin, num_parallel_calls=2, executor="thread")))
     assert on_threads < 1.15  # the GIL: one call computes at a time
-    load = os.getloadavg()[0]
-    if load > len(os.sched_getaffinity(0)) - 1.5:
+    load = os.getloadavg()[0]  # includes this test's own processes (about 1 to 3)
+    if on_procs <= 1.3 and load > len(os.sched_getaffinity(0)) - 0.5:
         pytest.skip(f"processes ran {on_procs:.2f} calls at once, threads {on_threads:.2f}; the machine's load "
                     f"({load:.1f}) leaves no second core to show the scaling (bench/python_map.py measures it)")
     assert on_procs > 1.3, f"processes ran only {on_procs:.2f} calls at once (threads {on_threads:.2f})"
