@@ -149,3 +149,20 @@ def test_options_autotune_false_keeps_the_starting_rule():
         assert it.explain()["tuner"] is None
     with pytest.raises(TypeError, match="autotune='yes'"):
         hr.Options(autotune="yes")
+
+
+def test_explain_names_a_slow_sequential_input_below_a_waiting_stage():
+    def slow_source():
+        for i in range(10**6):
+            time.sleep(0.005)  # a slow reader, run by one thread at a time
+            yield i
+
+    ds = D.from_generator(slow_source, output_signature=hr.TensorSpec((), "int64")).map(
+        lambda x: x + 1, num_parallel_calls=2).prefetch(2)
+    with iter(ds) as it:
+        for _ in range(60):
+            next(it)
+        plan = it.explain()
+    map_node = plan["tree"]["inputs"][0]
+    assert plan["bottleneck"]["stage"] == map_node["inputs"][0]["stage"], (plan["bottleneck"], map_node)
+    assert map_node["stage"] in plan["bottleneck"]["why"]

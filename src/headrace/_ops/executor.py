@@ -8,9 +8,10 @@
 - ``"auto"`` (the default for ``num_parallel_calls=AUTOTUNE``; an explicit number means threads): the
   first calls are measured on threads, then the function stays on threads or moves to processes.
 
-``"auto"``'s measurement (:class:`AutoExecutor`), on the first elements the stage computes anyway:
-*solo*: ``SOLO_CALLS`` calls one at a time, timing each call's wall time and the CPU time of the calling
-thread; *pair*: ``PAIR_CALLS`` calls two at a time. From these: the CPU share of a call
+``"auto"``'s measurement (:class:`AutoExecutor`), on the first elements the stage computes anyway (after
+one warm-up call, not counted): *solo*: ``SOLO_CALLS`` calls one at a time, timing each call's wall time
+and the CPU time of the calling thread; *pair*: ``PAIR_CALLS`` calls two at a time. From these: the CPU
+share of a call
 (``cpu / wall``), how many calls really ran at once in the pair phase (``sum of walls / elapsed``) and the
 *slowdown* of a call when two run together (mean pair wall / mean solo wall). A function that holds the
 GIL takes twice as long when two threads run it (each waits for the other); one that releases it does not.
@@ -123,6 +124,7 @@ class AutoExecutor:
         self.measured: dict[str, Any] = {}
         self._cv = Condition(f"{stage} executor measurement")
         self._running = 0
+        self._warm = False
         self._solo: list[tuple[float, float]] = []   # (wall, cpu) per call
         self._pair: list[tuple[float, float, float]] = []  # (start, end, cpu)
         self._t0 = time.monotonic()
@@ -164,7 +166,9 @@ class AutoExecutor:
             w1, cpu = time.perf_counter(), time.thread_time() - c0
             with cv:
                 self._running -= 1
-                if self.kind == "measuring":
+                if not self._warm:  # the first call (imports, caches, lazy set-up) is not a typical one
+                    self._warm = True
+                elif self.kind == "measuring":
                     if solo:
                         self._solo.append((w1 - w0, cpu))
                     else:

@@ -23,6 +23,9 @@ from .._memory import format_bytes
 BUSY_BOTTLENECK = 0.5
 """A stage whose workers compute at least this share of the time can be the bottleneck."""
 CONSUMER_WAIT_LOW = 0.2
+INPUT_BOTTLENECK = 0.3
+"""A stage whose workers wait on their input at least this share of the time, and longer than they
+compute, points at its input as the bottleneck."""
 
 
 def _name(it: Any) -> str:
@@ -57,7 +60,7 @@ def describe_stage(it: Any, stages: dict[str, dict[str, Any]], limit: int, tunin
     st: dict[str, Any] | None = None
     tuning = tunings.get(name)
     if tuning is not None and it in tuning.members():
-        st = it.tuning_stats()
+        st = tuning.stats()  # over the stage's iterators in this iteration (one per repeat epoch)
     elif hasattr(it, "pool"):
         st = it.pool.stats()
     elif hasattr(it, "timing_stats"):
@@ -122,8 +125,8 @@ def bottleneck(tree: dict[str, Any], consumer_wait_share: float) -> dict[str, st
 
     The timed stage whose workers spend the largest share of their time computing, if that share is at
     least ``BUSY_BOTTLENECK``; else, when the consumer rarely waits for the pipeline, the consumer itself;
-    else the untimed input below the deepest stage whose workers mostly wait on their input (a source or
-    sequential stages).
+    else the input below the deepest stage whose workers wait on it longer than they compute (and at least
+    ``INPUT_BOTTLENECK`` of their time): a source or sequential stages, which one thread runs at a time.
     """
     flat = _flatten(tree)
     timed = [(d, n) for d, n in flat if "shares" in n]
@@ -135,12 +138,12 @@ def bottleneck(tree: dict[str, Any], consumer_wait_share: float) -> dict[str, st
     if consumer_wait_share < CONSUMER_WAIT_LOW:
         return {"stage": "consumer", "why": f"next() waited only {consumer_wait_share:.0%} of the time: the "
                                             "pipeline keeps up with the loop that consumes it"}
-    waiting = [(d, n) for d, n in timed if n["shares"]["input"] >= BUSY_BOTTLENECK]
+    waiting = [(d, n) for d, n in timed if n["shares"]["input"] >= max(INPUT_BOTTLENECK, n["shares"]["busy"])]
     if waiting:
         _d, n = max(waiting, key=lambda dn: dn[0])
         below = n["inputs"][0]["stage"] if n["inputs"] else "its source"
         return {"stage": below, "why": f"the workers of {n['stage']} wait on it {n['shares']['input']:.0%} of "
-                                       "the time"}
+                                       f"their time (and compute {n['shares']['busy']:.0%})"}
     if best is not None:
         n = best[1]
         return {"stage": n["stage"], "why": f"the busiest stage ({n['shares']['busy']:.0%} of its workers' time)"}

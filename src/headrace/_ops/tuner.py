@@ -61,6 +61,8 @@ WATCH_S = 2.0
 MAX_WORKERS = 64
 MAX_WINDOW = 512
 MAX_BUFFER = 64
+CURRENT_KEYS = ("workers", "window", "threads")
+"""Settings, not counters: not carried over from closed iterators."""
 CHEAP_CALL_S = 100e-6
 """A call shorter than this costs less than handing the element to a thread: inline is a candidate."""
 
@@ -88,6 +90,7 @@ class StageTuning:
         self.kind = kind
         self.knobs: dict[str, Knob] = {}
         self._members: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._retired: dict[str, float] = {}  # counters of the members closed so far (earlier epochs)
         self._lock = TimedLock(f"{stage} tuning")
         self.executor: Any = None
 
@@ -108,8 +111,16 @@ class StageTuning:
             self._members.add(member)
 
     def remove(self, member: Any) -> None:
+        """``member`` closes (a ``repeat`` epoch ended): its counters stay in the stage's sums."""
         with self._lock:
+            if member not in self._members:
+                return
             self._members.discard(member)
+        final = member.tuning_stats()
+        with self._lock:
+            for key, v in final.items():
+                if isinstance(v, int | float) and key not in CURRENT_KEYS:
+                    self._retired[key] = self._retired.get(key, 0.0) + v
 
     def members(self) -> list[Any]:
         with self._lock:
@@ -123,8 +134,10 @@ class StageTuning:
             m.apply_knob(name, k.value)
 
     def stats(self) -> dict[str, float]:
-        """The members' counters summed (``ParallelApplier.stats`` keys)."""
-        total: dict[str, float] = {}
+        """The counters (``ParallelApplier.stats`` keys) summed over the stage's iterators in this iteration,
+        the closed ones included (a stage made again per ``repeat`` epoch); ``CURRENT_KEYS``: the live ones'."""
+        with self._lock:
+            total: dict[str, float] = dict(self._retired)
         for m in self.members():
             for key, v in m.tuning_stats().items():
                 if isinstance(v, int | float):
@@ -291,6 +304,7 @@ class Tuner:
             self._weights[t.stage] = w
             granted += w * k.value
         self.cpu_granted = granted
+        self._enforce_cpu()
 
     def _cost(self, stage: StageTuning, knob: Knob, value: int) -> float:
         """The CPU granted if ``knob`` of ``stage`` took ``value``."""
@@ -347,18 +361,20 @@ class Tuner:
         return [(t, k, new) for _s, t, k, new in out]
 
     def _enforce_cpu(self) -> None:
-        """Take workers away while measured use exceeds the CPU budget (a stage turned CPU-bound)."""
+        """Take workers away while measured use exceeds the CPU budget (a stage's calls turned more CPU-bound):
+        one worker at a time from the stage whose one worker covers the excess at the least cost (else the
+        stage whose workers weigh most), down to 0 (inline: the consumer's thread, not a worker)."""
         while self.cpu_granted > self.cpu_budget + 1e-9:
-            worst = None
+            excess = self.cpu_granted - self.cpu_budget
+            options = []
             for t in list(self.ctx.tunings.values()):
                 k = t.knobs.get("workers")
-                if k is not None and k.compute and k.value > max(1, k.lo):
-                    w = self._weights.get(t.stage, 1.0)
-                    if worst is None or w > worst[2]:
-                        worst = (t, k, w)
-            if worst is None:
+                if k is not None and k.compute and k.value > k.lo:
+                    options.append((self._weights.get(t.stage, 1.0), t, k))
+            if not options:
                 return
-            t, k, w = worst
+            covering = [o for o in options if o[0] >= excess - 1e-9]
+            w, t, k = min(covering, key=lambda o: o[0]) if covering else max(options, key=lambda o: o[0])
             t.set("workers", k.value - 1, f"reduced to stay inside cpu_budget={self.cpu_budget}")
             self.cpu_granted -= w
 
@@ -372,7 +388,6 @@ class Tuner:
     def _loop(self) -> None:
         base = self._measure()
         while base is not None:
-            self._enforce_cpu()
             candidates = self._candidates()
             if not candidates:
                 if self.converged_after_s is None:
