@@ -11,16 +11,19 @@
 ``"auto"``'s measurement (:class:`AutoExecutor`), on the first elements the stage computes anyway (after
 one warm-up call, not counted): *solo*: ``SOLO_CALLS`` calls one at a time, timing each call's wall time
 and the CPU time of the calling thread; *pair*: ``PAIR_CALLS`` calls two at a time. From these: the CPU
-share of a call
-(``cpu / wall``), how many calls really ran at once in the pair phase (``sum of walls / elapsed``) and the
-*slowdown* of a call when two run together (mean pair wall / mean solo wall). A function that holds the
-GIL takes twice as long when two threads run it (each waits for the other); one that releases it does not.
+share of a call (``cpu / wall``), how many calls really ran at once in the pair phase (``sum of walls /
+elapsed``) and the *slowdown* of a call when two run together (median pair wall / median solo wall).
+Meanwhile a *GIL probe* thread sleeps 1 ms again and again and notes how late it wakes while a call runs:
+a call that holds the GIL gives it up only after the switch interval (5 ms late), one that released it
+(C code) lets the probe run at once (~0.1 ms). The probe decides "holds the GIL" (the slowdown only when
+it got fewer than 5 samples): timings of the calls change with the machine's load, the probe's does not.
 Processes are chosen when all of these hold (otherwise threads, and the report says which failed):
 
 - the stage has at least 2 workers and ``Options(cpu_budget)`` is at least 2;
 - a call is CPU work (``cpu / wall >= CPU_BOUND_SHARE``): a function that waits (I/O, sleep) overlaps on
   threads;
-- two calls really overlapped (``>= MIN_OVERLAP``) and each slowed down by ``>= GIL_SLOWDOWN``;
+- two calls really overlapped (``>= MIN_OVERLAP``): else the input is slower than the function;
+- the calls hold the GIL (the probe waited ``>= GIL_HELD_SHARE`` of the switch interval);
 - a call takes at least ``MIN_PROCESS_CALL_S`` (a process round trip costs about 0.1-0.3 ms);
 - the function pickles (cloudpickle), and a worker process fits the memory budget.
 
@@ -31,6 +34,8 @@ by side (0.3-1 s); calls wait for them (computing on threads meanwhile would slo
 
 from __future__ import annotations
 
+import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,14 +48,18 @@ from .base import IteratorContext, join_threads, start_thread
 from .proc_pool import WORKER_ESTIMATE_BYTES, ProcessWorkers, process_extra_bytes
 
 EXECUTORS = ("auto", "thread", "process")
-SOLO_CALLS = 3
-PAIR_CALLS = 6
+SOLO_CALLS = 4
+PAIR_CALLS = 8
 CPU_BOUND_SHARE = 0.25
 """A call below this CPU share waits (sleep, I/O: ~0.01-0.1); a CPU-bound call on a loaded machine still
 shows 0.3-0.6 (it is preempted), so the line sits well below 0.5."""
 MIN_OVERLAP = 1.5
 GIL_SLOWDOWN = 1.4
 MIN_PROCESS_CALL_S = 200e-6
+GIL_PROBE_S = 0.001
+GIL_HELD_SHARE = 0.4
+"""The probe thread (module docstring) waking this share of ``sys.getswitchinterval()`` late or more (the
+median) means the calls hold the GIL."""
 MEASURE_MAX_S = 3.0
 """Past this long without two overlapping calls (a slow input), the measurement stops: threads."""
 
@@ -125,6 +134,8 @@ class AutoExecutor:
         self._cv = Condition(f"{stage} executor measurement")
         self._running = 0
         self._warm = False
+        self._probe: Any = None
+        self._probe_late: list[float] = []  # how late the probe thread woke while a call ran
         self._solo: list[tuple[float, float]] = []   # (wall, cpu) per call
         self._pair: list[tuple[float, float, float]] = []  # (start, end, cpu)
         self._t0 = time.monotonic()
@@ -168,6 +179,7 @@ class AutoExecutor:
                 self._running -= 1
                 if not self._warm:  # the first call (imports, caches, lazy set-up) is not a typical one
                     self._warm = True
+                    self._probe = start_thread(f"{self.stage}-gil-probe", self._probe_gil, None)
                 elif self.kind == "measuring":
                     if solo:
                         self._solo.append((w1 - w0, cpu))
@@ -176,13 +188,27 @@ class AutoExecutor:
                     self._maybe_decide()
                 cv.notify_all()
 
+    def _probe_gil(self) -> None:
+        """Sleep ``GIL_PROBE_S`` again and again while the calls are measured, noting how late it wakes while
+        a call runs: a woken thread needs the GIL, which a call holding it gives up only after the switch
+        interval (5 ms); a call in C code that released it lets the probe run at once. Unlike timing the
+        calls, this does not change when other processes load the machine (a sleeper is woken promptly)."""
+        late = self._probe_late
+        deadline = time.monotonic() + MEASURE_MAX_S + 5.0
+        while self.kind == "measuring" and not self._stop_start.is_set() and time.monotonic() < deadline:
+            running = self._running > 0
+            t = time.perf_counter()
+            time.sleep(GIL_PROBE_S)
+            if running and self._running > 0:
+                late.append(time.perf_counter() - t - GIL_PROBE_S)
+
     # ---- the decision ----------------------------------------------------------------------------------
     def _maybe_decide(self) -> None:
         """Lock held."""
         solo = self._solo
         if not solo:
             return
-        wall1 = sum(w for w, _ in solo) / len(solo)
+        wall1 = statistics.median(w for w, _ in solo)  # medians: a call preempted by another process is an outlier
         share = sum(c for _, c in solo) / max(1e-9, sum(w for w, _ in solo))
         m = self.measured
         m.update(calls_measured=len(solo) + len(self._pair), solo_call_ms=round(wall1 * 1e3, 3),
@@ -206,19 +232,30 @@ class AutoExecutor:
         t1 = max(e for _, e, _ in pair)
         walls = [e - s for s, e, _ in pair]
         overlap = sum(walls) / max(1e-9, t1 - t0)
-        slowdown = (sum(walls) / len(walls)) / max(1e-9, wall1)
+        slowdown = statistics.median(walls) / max(1e-9, wall1)
         share2 = sum(c for _, _, c in pair) / max(1e-9, sum(walls))
         m.update(overlap=round(overlap, 2), slowdown=round(slowdown, 2), pair_cpu_share=round(share2, 3),
                  thread_speedup=round(overlap / slowdown, 2))
+        late = list(self._probe_late)
+        gil_wait = statistics.median(late) if len(late) >= 5 else None
+        held = gil_wait is not None and gil_wait >= GIL_HELD_SHARE * sys.getswitchinterval()
+        if gil_wait is not None:
+            m.update(gil_wait_ms=round(gil_wait * 1e3, 2), gil_probes=len(late))
         if overlap < MIN_OVERLAP:
             self._decide("thread", f"two calls overlapped only {overlap:.2f}x while measuring (the input is slower "
                                    "than the function)")
             return
-        if slowdown < GIL_SLOWDOWN:
+        if gil_wait is not None and not held:
+            self._decide("thread", f"a thread waiting for the GIL got it after {gil_wait * 1e3:.2f} ms while a call "
+                                   f"ran (it releases the GIL; 2 threads ran it {overlap / slowdown:.2f}x as fast "
+                                   "as 1)")
+            return
+        if gil_wait is None and slowdown < GIL_SLOWDOWN:
             self._decide("thread", f"2 threads run it {overlap / slowdown:.2f}x as fast as 1 (it releases the GIL)")
             return
         why = (f"2 threads run it only {overlap / slowdown:.2f}x as fast as 1 (a call slows {slowdown:.2f}x when "
-               f"two run: it holds the GIL) and a call is {share:.0%} CPU")
+               f"two run: it holds the GIL" + (f"; a thread waited {gil_wait * 1e3:.1f} ms for it" if held else "")
+               + f") and a call is {share:.0%} CPU")
         try:
             fn_bytes_ok = self._make_processes(why)
         except (TypeError, MemoryBudgetError) as e:
@@ -270,11 +307,11 @@ class AutoExecutor:
         return self._procs.rss_bytes() if self._procs is not None else 0
 
     def threads(self) -> list[Any]:
-        return [t for t in self._starters if t.is_alive()]
+        return [t for t in [*self._starters, self._probe] if t is not None and t.is_alive()]
 
     def close(self) -> None:
         self._stop_start.set()
-        join_threads(self._starters, 1.0)
+        join_threads([t for t in [*self._starters, self._probe] if t is not None], 1.0)
         if self._procs is not None:
             self._procs.close()
 

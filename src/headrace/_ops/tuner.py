@@ -20,11 +20,11 @@ Measurement: the iterator counts the elements it hands out; every stage counts t
 output rate: hill climbing, one knob at a time. A *trial* measures the rate for ``window_s`` (at least
 ``MIN_WINDOW_S`` and ``MIN_ELEMENTS`` elements), changes one knob, lets it settle, measures again, and
 keeps the change only if the rate rose by ``ACCEPT`` (a gain below ``CONFIRM`` is measured twice), else
-puts it back. Candidates, in order: more
-workers for the stage whose workers are busiest (the bottleneck; doubling for stages that mostly wait on
-I/O), fewer workers or inline for stages whose calls are cheap, larger then smaller buffers. When every
-candidate failed the tuner has *converged* and only watches: a rate that moves by more than ``DRIFT``
-starts a new search.
+puts it back. Candidates, in order: more workers for the stage whose workers are busiest (the
+bottleneck; doubling for stages that mostly wait on I/O), fewer workers or inline for stages whose calls
+are cheap, larger then smaller buffers. Each setting is tried once per search; when every candidate was
+tried the tuner has *converged* and only watches: a rate that moves by more than ``DRIFT`` starts a new
+search.
 
 Budgets, never exceeded, not even while trying:
 
@@ -32,8 +32,9 @@ Budgets, never exceeded, not even while trying:
   (``headrace._memory``), so a larger window or buffer waits for room instead of exceeding the budget;
   a window or buffer whose extra elements cannot fit the stage's share is not tried.
 - CPU (``Options(cpu_budget)``, default the CPU count): the workers of tuned ``map`` / ``batch`` stages
-  are charged by what they compute: a worker process 1 core, a thread the share of its time its calls
-  spend on the CPU (measured; 1 before the first calls). A candidate that would take the sum past the
+  are charged by what they compute: a worker process 1 core, a thread whose calls are CPU work (at least
+  ``CPU_BOUND_SHARE`` of their time on the CPU) 1 core, a thread whose calls mostly wait that share
+  (measured; 1 before the first calls). A candidate that would take the sum past the
   budget is not tried; if measurements push it past (a stage turned CPU-bound), workers are taken away
   from the stage that gains least. ``Iterator.explain()`` reports the sum.
 """
@@ -49,6 +50,7 @@ from .._memory import WAIT_SLICE_S
 from .._sync import Condition
 from .._sync import Lock as TimedLock
 from .base import start_thread
+from .executor import CPU_BOUND_SHARE
 
 MIN_WINDOW_S = 0.2
 MIN_ELEMENTS = 8
@@ -298,7 +300,10 @@ class Tuner:
             if getattr(t.executor, "kind", "") == "process":
                 w = 1.0
             elif busy > 0.01:
-                w = min(1.0, max(0.02, cpu / busy))
+                share = cpu / busy
+                # CPU work counts a whole core: on a loaded machine a CPU-bound call is preempted and its share
+                # looks small, but it would use the core if it could
+                w = 1.0 if share >= CPU_BOUND_SHARE else max(0.02, share)
             else:
                 w = self._weights.get(t.stage, 1.0)
             self._weights[t.stage] = w
@@ -423,8 +428,10 @@ class Tuner:
                 trial.apply(f"tuned: {trial.describe()} raised the rate {rate / max(base, 1e-9):.2f}x "
                             f"({base:.0f} -> {rate:.0f} elements/s)")
                 self.accepted.append(f"{t.stage}: {trial.describe()}")
-                # the landscape changed: everything may be worth trying again, except going straight back
-                self._tried = {(t.stage, k.name, trial.old)}
+                # Each setting is tried once per search (a search ends when nothing is left to try; a drift
+                # starts a new one): the number of trials is bounded and the tuner converges even where
+                # noise makes some changes look good. Going straight back is not tried.
+                self._tried.add((t.stage, k.name, trial.old))
                 base = rate
             else:
                 trial.undo()
