@@ -166,3 +166,23 @@ def test_explain_names_a_slow_sequential_input_below_a_waiting_stage():
     map_node = plan["tree"]["inputs"][0]
     assert plan["bottleneck"]["stage"] == map_node["inputs"][0]["stage"], (plan["bottleneck"], map_node)
     assert map_node["stage"] in plan["bottleneck"]["why"]
+
+
+def test_state_stays_exact_while_the_tuner_changes_settings():
+    def build():
+        return D.range(10**6).map(lambda x: x * 3, num_parallel_calls=hr.AUTOTUNE).batch(4).prefetch(hr.AUTOTUNE)
+
+    states = []
+    with iter(build()) as it:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 2.0:
+            first = next(it)
+            if len(states) < 4 and time.monotonic() - t0 > 0.5 * len(states):
+                states.append((it.get_state(), [next(it) for _ in range(5)], int(first[0])))
+        trials = it._tuner.report()["trials"]
+    assert trials >= 2  # the settings changed under the states taken
+    for state, expected, _ in states:
+        with iter(build()) as restored:
+            restored.set_state(state)
+            got = [next(restored) for _ in range(5)]
+        assert [g.tolist() for g in got] == [e.tolist() for e in expected]
