@@ -221,6 +221,8 @@ def test_no_leaks_after_close_and_after_the_consumer_raises():
     stats = it.memory_stats()
     assert stats["worker_rss_bytes"] > 0
     assert stats["rss_bytes"] == stats["process_rss_bytes"] + stats["worker_rss_bytes"]
+    workers = [v for k, v in stats["stages"].items() if k.endswith(" workers")]
+    assert len(workers) == 1 and workers[0]["current_bytes"] >= 0.5 * stats["worker_rss_bytes"]  # charged
     it.close()
     _no_leaks(before, shm)
     with pytest.raises(KeyError), iter(D.range(50).map(_big, num_parallel_calls=2, executor="process")) as it:
@@ -258,3 +260,14 @@ def test_workers_end_when_the_parent_crashes(how):
         time.sleep(0.05)
     assert not [p for p in pids if _alive(p)], "workers outlived their parent"
     assert not {n for n in _shm_entries() - shm if n.startswith("headrace")}
+
+
+def test_worker_processes_take_at_most_half_the_budget():
+    ds = D.range(12).map(_sleepy, num_parallel_calls=4, executor="process").with_options(
+        hr.Options(memory_budget="90MiB"))
+    with iter(ds) as it:
+        assert list(it) == list(range(12))
+        report = _executor(it)
+        stats = it.memory_stats()
+    assert report["started"] == 1, report  # a second ~48 MiB worker would pass 45 MiB
+    assert stats["peak_bytes"] <= stats["limit_bytes"]
