@@ -101,12 +101,12 @@ class Iterator:
 
     def __next__(self) -> Any:
         root = self._check_open("next()")
-        if self._tuner is None and self._autotune and self._ctx.tunings:
-            self._start_tuner()
         budget = self._budget
         budget.consumer_waiting += 1
         t0 = time.perf_counter()
         try:
+            if self._tuner is None and self._autotune and self._ctx.tunings:
+                self._start_tuner()  # inside the try: an interrupt landing here closes the iterator too
             x = root.__next__()
             self._delivered += 1
             self._delivered_at = time.perf_counter()
