@@ -119,6 +119,22 @@ def test_bench_reports_throughput_and_memory(shards: Path) -> None:
     assert batches["batches"] == 5 and batches["elements"] == 40
 
 
+def test_bench_explain_prints_the_plan_and_its_bottleneck(shards: Path) -> None:
+    result = _invoke("bench", str(shards), "--image-size", "32", "--batch-size", "8", "--seconds", "1",
+                     "--memory-budget", "32MiB", "--explain")
+    assert result.exit_code == 0, result.output
+    plan = _last_json(result.output)["plan"]
+    stages = []
+    node = plan["tree"]
+    while node:
+        stages.append(node["stage"])
+        node = node["inputs"][0] if node["inputs"] else None
+    assert stages[0].startswith("prefetch") and any(s.startswith("map(") for s in stages)
+    assert plan["bottleneck"]["stage"] in [*stages, "consumer"] and plan["bottleneck"]["why"]
+    assert f"bottleneck: {plan['bottleneck']['stage']}" in result.output  # the printed tree
+    assert "executor:" in result.output
+
+
 def test_train_then_resume(shards: Path, tmp_path: Path) -> None:
     args = ["train", str(shards), "--model", "small-cnn", "--image-size", "32", "--global-batch-size", "8",
             "--epochs", "2", "--memory-budget", "128MiB", "--checkpoint-dir", str(tmp_path / "ck")]

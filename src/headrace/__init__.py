@@ -34,9 +34,12 @@ from ._errors import (
     MemoryBudgetError,
     MemoryBudgetWarning,
     MissingDependencyError,
+    RemoteTraceback,
     SchemaConflictError,
+    SharedMemoryError,
     StateError,
     TooManyErrorsError,
+    WorkerError,
 )
 from ._iterator import Iterator
 from ._memory import parse_bytes
@@ -75,9 +78,12 @@ __all__ = [
     "MemoryBudgetWarning",
     "MissingDependencyError",
     "Options",
+    "RemoteTraceback",
     "SchemaConflictError",
+    "SharedMemoryError",
     "StateError",
     "TensorSpec",
     "TooManyErrorsError",
+    "WorkerError",
     "parse_bytes",
 ]

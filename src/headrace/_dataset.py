@@ -220,22 +220,28 @@ class Dataset:
 
     # ---- transformations ------------------------------------------------------------------------------
     def map(self, map_func: Callable[..., Any], num_parallel_calls: int | None = None,
-            deterministic: bool | None = None, name: str | None = None) -> Dataset:
+            deterministic: bool | None = None, name: str | None = None, *, executor: str | None = None) -> Dataset:
         """Apply ``map_func`` to each element (a tuple element is unpacked into positional arguments).
 
         Args:
             map_func: element -> new element (any structure of numpy values / Python scalars / bytes).
             num_parallel_calls: ``None`` runs in the consumer's thread; an int >= 1 or ``AUTOTUNE`` (the
-                CPU count) runs that many worker threads, which scale for GIL-releasing functions.
+                CPU count, then tuned) runs that many workers.
             deterministic: ``False`` yields results as they finish; ``None`` uses ``Options.deterministic``
                 (default ``True``: input order).
             name: stage name used in error notes and ``memory_stats()`` (default: the function's name).
+            executor: headrace's addition: where the function runs: ``"thread"`` (functions that release
+                the GIL), ``"process"`` (worker processes, for functions that hold it; the function must
+                pickle with cloudpickle) or ``"auto"`` (measured on the first calls). ``None``:
+                ``Options(map_executor)``, else ``"auto"`` for ``AUTOTUNE`` and ``"thread"`` otherwise.
 
-        Errors raised by ``map_func`` reach ``next()`` with the note ``in map(<name>) at element <i>``;
-        the iterator then continues with the next element.
+        Errors raised by ``map_func`` reach ``next()`` with the note ``in map(<name>) at element <i>``
+        (from a worker process: the same exception type, the worker's traceback as ``__cause__``); the
+        iterator then continues with the next element. A worker process that dies raises
+        ``headrace.WorkerError`` naming the element and the signal.
         """
 
-        return _wrap(MapNode(self._node, map_func, num_parallel_calls, deterministic, name))
+        return _wrap(MapNode(self._node, map_func, num_parallel_calls, deterministic, name, executor))
 
     def filter(self, predicate: Callable[..., Any], name: str | None = None) -> Dataset:
         """Keep the elements for which ``predicate`` returns a true scalar bool."""

@@ -21,8 +21,12 @@ standard library would catch (the second base).
         │   │                                           rows, no records, an inconsistent result)
         │   └── SchemaConflictError (also ValueError)   a feature holding strings in some rows and
         │                                               numbers in others
-        └── ExportError            (also ValueError)    ``headrace.compress`` could not export a model to
-                                                        ONNX / torch.export (names the layer)
+        ├── ExportError            (also ValueError)    ``headrace.compress`` could not export a model to
+        │                                               ONNX / torch.export (names the layer)
+        ├── WorkerError            (also RuntimeError)  a map worker process died (signal, exit status)
+        ├── SharedMemoryError      (also OSError)       /dev/shm too small for the process executor
+        └── RemoteTraceback                             the ``__cause__`` of an exception raised in a map
+                                                        worker process: the worker's traceback
 
 Warnings: ``MemoryBudgetWarning`` (a buffer shrunk to fit the budget), ``IgnoredErrorsWarning``
 (``ignore_errors()`` dropped elements: counts and the first error) and
@@ -30,7 +34,9 @@ Warnings: ``MemoryBudgetWarning`` (a buffer shrunk to fit the budget), ``Ignored
 
 Argument validation raises the built-in ``ValueError`` / ``TypeError`` with a message that names the
 offending value, the allowed range and the fix. Exceptions raised by user functions are re-raised
-unchanged, with a note (``e.add_note``) naming the stage and element index where they happened.
+unchanged, with a note (``e.add_note``) naming the stage and element index where they happened; from a
+worker process they come back as the same type, with the worker's traceback as ``__cause__``
+(:class:`RemoteTraceback`).
 
 The ``headrace`` command line (:mod:`headrace.cli`) prints a ``HeadraceError``, an ``OSError`` (a bad path,
 a full disk) or a ``ValueError`` (a rejected value) as one line, ``headrace: error: ...``, with the
@@ -91,6 +97,39 @@ class InternalTimeoutError(HeadraceError, RuntimeError):
     an interrupt (Ctrl-C) landing at the wrong moment. Raised instead of hanging; close the iterator."""
 
 
+class WorkerError(HeadraceError, RuntimeError):
+    """A worker process of a ``map`` on the process executor died while computing an element: killed by a
+    signal (a segfault in native code, the OOM killer's ``SIGKILL``) or exited (``os._exit``). Names the
+    stage, the element index and the signal or exit status; raised in ``next()`` within seconds, never a
+    hang. ``signal`` is the signal number (or None), ``exitcode`` the exit status (or None)."""
+
+    def __init__(self, message: str, *, stage: str | None = None, index: int | None = None,
+                 signal: int | None = None, exitcode: int | None = None) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.index = index
+        self.signal = signal
+        self.exitcode = exitcode
+
+
+class SharedMemoryError(HeadraceError, OSError):
+    """``/dev/shm`` has no room for the process executor's shared-memory segments (checked when the
+    workers start and whenever a segment grows, instead of a ``Bus error`` later). Names the space needed,
+    the space free and the fixes (a larger ``/dev/shm``, fewer workers, ``map_executor="thread"``)."""
+
+
+class RemoteTraceback(HeadraceError):
+    """The ``__cause__`` of an exception raised in a worker process (never raised on its own): ``str()`` is
+    the worker's traceback."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
 class IgnoredErrorsWarning(UserWarning):
     """``ignore_errors()`` dropped elements: the counts per exception type and the first error (once per
     iteration, when it ends or the iterator is closed)."""
@@ -133,7 +172,10 @@ __all__ = [
     "MemoryBudgetError",
     "MemoryBudgetWarning",
     "MissingDependencyError",
+    "RemoteTraceback",
     "SchemaConflictError",
+    "SharedMemoryError",
     "StateError",
     "TooManyErrorsError",
+    "WorkerError",
 ]

@@ -25,6 +25,7 @@ closed, never half-usable and never hung; restore a state saved before into a ne
 from __future__ import annotations
 
 import atexit
+import threading
 import time
 import warnings
 import weakref
@@ -32,10 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import IteratorClosedError, StateError
 from ._malloc import tune_for_pipelines
-from ._memory import Cancelled, budget_for
+from ._memory import Cancelled, budget_for, rss_bytes
 from ._ops import by_value
-from ._ops.base import JOIN_TIMEOUT_S, DatasetIterator, IteratorContext
+from ._ops.base import JOIN_TIMEOUT_S, DatasetIterator, IteratorContext, join_threads
+from ._ops.explain import Plan, bottleneck, build_tree
 from ._ops.node import as_node
+from ._ops.tuner import Tuner
 from ._versioned import check_versioned
 
 if TYPE_CHECKING:
@@ -58,8 +61,9 @@ class Iterator:
     - ``memory_stats() -> dict``: ``limit_bytes``, ``current_bytes``, ``peak_bytes`` (of the budget this
       iterator uses; ``shared`` says whether that is the process budget), ``overdraft_bytes``,
       ``estimate_miss_bytes``, ``stalls``, ``threads_alive`` (names of threads still running after
-      ``close()``) and per stage ``current_bytes`` / ``peak_bytes`` / ``cap_bytes`` / ``held_elements`` /
-      ``demand_elements``.
+      ``close()``), per stage ``current_bytes`` / ``peak_bytes`` / ``cap_bytes`` / ``held_elements`` /
+      ``demand_elements``, and the resident memory now: ``rss_bytes`` = ``process_rss_bytes`` (this
+      process) + ``worker_rss_bytes`` (its ``map`` worker processes; psutil).
     - ``close()``: stop every thread of the pipeline (within about one second, see the module docstring);
       also on ``with`` exit, garbage collection and interpreter exit; from any thread.
 
@@ -76,6 +80,12 @@ class Iterator:
         self._closed_by: str | None = None
         self._threads_alive: list[str] = []
         self._root: DatasetIterator | None = None
+        self._delivered = 0
+        self._delivered_at = time.perf_counter()  # when the last element was handed out
+        self._next_s = 0.0  # time spent inside next() (the consumer waiting for the pipeline)
+        self._started_s = time.monotonic()
+        self._tuner: Tuner | None = None
+        self._autotune = options.autotune is not False
         self._root = node.make_iterator(self._ctx)
         _LIVE.add(self)
 
@@ -93,8 +103,14 @@ class Iterator:
         root = self._check_open("next()")
         budget = self._budget
         budget.consumer_waiting += 1
+        t0 = time.perf_counter()
         try:
-            return root.__next__()
+            if self._tuner is None and self._autotune and self._ctx.tunings:
+                self._start_tuner()  # inside the try: an interrupt landing here closes the iterator too
+            x = root.__next__()
+            self._delivered += 1
+            self._delivered_at = time.perf_counter()
+            return x
         except Cancelled:
             if self._ctx.stop.is_set():
                 raise IteratorClosedError("next(): the iterator was closed (by close() from another thread) "
@@ -115,8 +131,47 @@ class Iterator:
             raise
         finally:
             budget.consumer_waiting -= 1
+            self._next_s += time.perf_counter() - t0
 
     next = __next__
+
+    def _start_tuner(self) -> None:
+        ref = weakref.ref(self)  # the tuner thread must not keep the iterator alive (``__del__`` closes it)
+
+        def delivered() -> tuple[int, float] | None:
+            it = ref()
+            return None if it is None else (it._delivered, it._delivered_at)
+
+        self._tuner = Tuner(self._ctx, delivered)
+        self._tuner.start()
+
+    def explain(self) -> Plan:
+        """The running plan: a dict (``print()`` it for the indented text).
+
+        ``tree``: per stage, outermost first (``inputs`` below): ``stage``, ``kind``, ``settings`` and
+        ``why`` (AUTOTUNE knobs: the starting rule or the tuner's change), ``workers``, ``window``,
+        ``throughput_per_s``, ``shares`` (of the workers' time: ``busy`` computing, waiting on ``input``,
+        on ``output`` room, on the memory ``budget``), ``call_ms``, ``bytes`` / ``peak_bytes`` held and
+        ``budget_share`` (its share of the budget), ``executor`` for ``map`` (``thread`` / ``process``
+        with ``why`` and the measurement behind ``"auto"``, processes, their RSS). ``bottleneck``:
+        ``{"stage", "why"}`` (a stage, or ``"consumer"`` when the pipeline keeps up). ``memory``:
+        :meth:`memory_stats` figures; ``cpu``: ``budget`` and ``granted`` (cores given to tuned workers);
+        ``tuner``: its state, trials, kept changes, ``converged_after_s``; ``throughput_per_s`` (elements
+        handed out) and ``consumer_wait_share`` (share of the time spent inside ``next()``).
+        """
+        root = self._check_open("explain()")
+        mem = self.memory_stats()
+        elapsed = max(1e-9, time.monotonic() - self._started_s)
+        tree = build_tree(root, mem["stages"], mem["limit_bytes"], dict(self._ctx.tunings),
+                          dict(self._ctx.resources), self._started_s)
+        wait_share = min(1.0, self._next_s / elapsed)
+        tuner = self._tuner.report() if self._tuner is not None else None
+        granted = tuner["cpu_granted"] if tuner else sum(
+            k.value for t in self._ctx.tunings.values() for k in t.knobs.values() if k.compute)
+        return Plan(tree=tree, bottleneck=bottleneck(tree, wait_share),
+                    memory={k: v for k, v in mem.items() if k != "stages"},
+                    cpu={"budget": self._ctx.cpu_budget, "granted": granted}, tuner=tuner,
+                    throughput_per_s=round(self._delivered / elapsed, 1), consumer_wait_share=round(wait_share, 3))
 
     def get_next(self) -> Any:
         """tf.data's spelling of ``next(iterator)``."""
@@ -140,12 +195,26 @@ class Iterator:
             self._ctx.restoring.clear()
             budget.consumer_waiting -= 1
 
+    def _extra_threads(self) -> list[threading.Thread]:
+        """The tuner's thread and the resources' (process start-up) beside the stage tree's."""
+        tuner = self._tuner.threads() if self._tuner is not None else []
+        return tuner + self._ctx.resource_threads()
+
     def memory_stats(self) -> dict[str, Any]:
         stats = self._budget.stats(owner=self._ctx.owner)
         root = self._root
         alive = [t.name for t in root.alive_threads()] if root is not None else []
         stats["threads_alive"] = alive or [n for n in self._threads_alive]
+        workers = self.worker_rss_bytes()
+        own = rss_bytes()
+        stats["process_rss_bytes"] = own
+        stats["worker_rss_bytes"] = workers
+        stats["rss_bytes"] = own + workers
         return stats
+
+    def worker_rss_bytes(self) -> int:
+        """The RSS of this iterator's worker processes (the process executor of ``map``), summed."""
+        return sum(r.rss_bytes() for r in list(self._ctx.resources.values()) if hasattr(r, "rss_bytes"))
 
     @property
     def threads_alive(self) -> list[str]:
@@ -161,10 +230,16 @@ class Iterator:
             return
         self._closed_by = by
         self._ctx.stop.set()
+        if self._tuner is not None:
+            self._tuner.wake()
         root.signal_stop()
-        root.join(time.monotonic() + JOIN_TIMEOUT_S)
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        root.join(deadline)
+        if self._tuner is not None:
+            join_threads(self._tuner.threads(), max(0.0, deadline - time.monotonic()))
         root.close()
-        alive = root.alive_threads()
+        self._ctx.close_resources()  # worker processes: stopped and reaped
+        alive = root.alive_threads() + [t for t in self._extra_threads() if t.is_alive()]
         if alive:
             self._threads_alive = [t.name for t in alive]
             warnings.warn(f"headrace: {len(alive)} pipeline thread(s) still running after close() (inside user "

@@ -124,6 +124,14 @@ def format_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def rss_bytes(pid: int | None = None) -> int:
+    """Resident set size of this process (or ``pid``) in bytes (psutil); 0 if it is gone."""
+    try:
+        return int((psutil.Process(pid) if pid else psutil.Process()).memory_info().rss)
+    except psutil.Error:
+        return 0
+
+
 def default_budget_bytes() -> int:
     """50% of the memory available now (``psutil.virtual_memory().available``)."""
     return max(1, psutil.virtual_memory().available // 2)
@@ -454,6 +462,26 @@ class StageAccount:
             self.seen = True
             self._take(nbytes)
             if grew:
+                b._recompute_caps()
+
+    def set_demand(self, demand: int | None) -> None:
+        """The stage now wants up to ``demand`` elements (AUTOTUNE changed its buffer): shares recomputed."""
+        b = self.budget
+        with b._cv:
+            if demand != self.demand:
+                self.demand = demand
+                b._recompute_caps()
+                if b.waiters:
+                    b._cv.notify_all()
+
+    def grow_unit(self, nbytes: int) -> None:
+        """One unit of this stage's work now takes ``nbytes`` (e.g. a worker process whose footprint grew):
+        the shares are computed again."""
+        b = self.budget
+        with b._cv:
+            if nbytes > self.max_element_bytes or not self.seen:
+                self.max_element_bytes = max(self.max_element_bytes, nbytes)
+                self.seen = True
                 b._recompute_caps()
 
     def force(self, nbytes: int) -> None:

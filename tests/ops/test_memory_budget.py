@@ -125,7 +125,9 @@ def test_memory_stats_per_stage():
             next(it)
         stats = it.memory_stats()
     assert set(stats) == {"limit_bytes", "current_bytes", "peak_bytes", "overdraft_bytes", "estimate_miss_bytes",
-                          "stalls", "shared", "threads_alive", "stages"}
+                          "stalls", "shared", "threads_alive", "stages", "rss_bytes", "process_rss_bytes",
+                          "worker_rss_bytes"}
+    assert stats["worker_rss_bytes"] == 0 and stats["rss_bytes"] == stats["process_rss_bytes"] > 0
     assert stats["overdraft_bytes"] == 0
     assert {"map(<lambda>)", "shuffle(10)", "prefetch(3)"} <= set(stats["stages"])
     shuffle = stats["stages"]["shuffle(10)"]

@@ -16,6 +16,7 @@ import pytest
 
 import headrace as hr
 from tests.conftest import assert_same
+from tests.ops.proc_fns import times_three as _times_three
 
 D = hr.Dataset
 
@@ -68,6 +69,7 @@ PIPELINES: dict[str, Callable[[object], hr.Dataset]] = {
     "map_parallel": lambda _: D.range(20).map(lambda x: x * 3, num_parallel_calls=3),
     "map_parallel_nondeterministic": lambda _: D.range(20).map(lambda x: x * 3, num_parallel_calls=3,
                                                                deterministic=False),
+    "map_process": lambda _: D.range(4).map(_times_three, num_parallel_calls=2, executor="process"),
     "filter": lambda _: D.range(20).filter(lambda x: x % 3 == 0),
     "flat_map": lambda _: D.range(5).flat_map(_sub),
     "interleave": lambda _: D.range(7).interleave(_sub, cycle_length=3, block_length=2),

@@ -5,7 +5,7 @@ A *shape* is a JSON-friendly dict, so it can be handed to a child process and pr
     {"seed": 7, "n": 600, "sizes": {"kind": "skewed", "small": 4096, "large": 4194304, "p_large": 0.1},
      "source": {"kind": "interleave", "files": 8, "cycle_length": 4, "parallel": True, "deterministic": True,
                 "block_length": 1},
-     "stages": [{"op": "map", "parallel": 2, "deterministic": False, "blowup": 1.0},
+     "stages": [{"op": "map", "parallel": 2, "deterministic": False, "blowup": 1.0},  # "executor": "process"
                 {"op": "shuffle", "buffer": 64}, {"op": "batch", "size": 4, "parallel": None},
                 {"op": "prefetch", "buffer": 2}],
      "budget": 67108864}
@@ -118,7 +118,7 @@ def build(shape: dict[str, Any], cache_dir: str | None = None) -> hr.Dataset:
         op = st["op"]
         if op == "map":
             ds = ds.map(_Blowup(st["blowup"], shape["sizes"]), num_parallel_calls=st["parallel"],
-                        deterministic=st["deterministic"])
+                        deterministic=st["deterministic"], executor=st.get("executor"))
         elif op == "shuffle":
             ds = ds.shuffle(st["buffer"], seed=st.get("seed", 0))
         elif op == "batch":

@@ -36,6 +36,10 @@ OBSERVED = {
                                     [{"op": "map", "parallel": 2, "deterministic": True, "blowup": 1.0},
                                      {"op": "batch", "size": 16, "parallel": None},
                                      {"op": "prefetch", "buffer": 2}]),
+    # map on 2 worker processes (their RSS is sampled with the parent's), outputs twice their inputs
+    "map-process-blowup2": _shape(96, {"kind": "fixed", "small": 4 * MiB}, {"kind": "range"},
+                                  [{"op": "map", "parallel": 2, "deterministic": True, "blowup": 2.0,
+                                    "executor": "process"}, {"op": "prefetch", "buffer": 2}], 192),
     # padded_batch whose first row in each batch is tiny and the rest large
     "padded-first-row-tiny": _shape(512, {"kind": "first_small", "small": 8, "large": 4 * MiB, "period": 16},
                                     {"kind": "range"}, [{"op": "padded_batch", "size": 16}]),

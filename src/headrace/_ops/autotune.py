@@ -1,11 +1,12 @@
-"""The simple AUTOTUNE rules (a full tuner comes later): parallelism from the CPU count, buffer sizes
-capped by the memory budget's fair shares (see ``headrace._memory``).
+"""AUTOTUNE's starting values: parallelism from the CPU count, buffer sizes capped by the memory budget's
+fair shares (see ``headrace._memory``). The tuner (``headrace._ops.tuner``) adjusts them from there.
 
 =====================================  ==========================================================
 argument = AUTOTUNE                    chosen value
 =====================================  ==========================================================
 ``map(num_parallel_calls)``            CPU count (``os.sched_getaffinity``), at most
-                                       ``Options.max_parallelism``
+                                       ``Options.max_parallelism`` and ``cpu_budget``; with the tuner
+                                       on, what the stages made before it left of ``cpu_budget``
 ``batch(num_parallel_calls)``          same
 ``interleave(cycle_length)``           CPU count (tf.data's rule)
 ``interleave(num_parallel_calls)``     ``cycle_length``
@@ -57,7 +58,7 @@ def parallelism(value: int | None, ctx: IteratorContext) -> int:
     if value is None:
         return 1
     if value == AUTOTUNE:
-        n = cpu_count()
+        n = min(cpu_count(), ctx.cpu_budget)
         cap = ctx.options.max_parallelism
         return min(n, cap) if cap else n
     return int(value)

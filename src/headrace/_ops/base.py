@@ -90,6 +90,39 @@ class IteratorContext:
         self._names: dict[tuple[int, str], str] = {}
         self._lock = TimedLock("stage names")
         self.owner: object = self
+        self.resources: dict[str, Any] = {}  # per iteration, shared by copies: worker processes
+        self.tunings: dict[str, Any] = {}    # per iteration: AUTOTUNE settings per stage (headrace._ops.tuner)
+
+    def resource(self, key: str, make: Callable[[], Any]) -> Any:
+        """The object kept under ``key`` for this iteration (made by ``make()`` the first time): what a stage
+        made again for each ``repeat`` epoch shares, e.g. its worker processes. Closed with the iterator."""
+        with self._lock:
+            r = self.resources.get(key)
+        if r is None:
+            made = make()
+            with self._lock:
+                r = self.resources.setdefault(key, made)
+            if r is not made:
+                made.close()
+        return r
+
+    def close_resources(self) -> None:
+        with self._lock:
+            items = list(self.resources.values())
+            self.resources.clear()
+        for r in items:
+            r.close()
+
+    def resource_threads(self) -> list[threading.Thread]:
+        with self._lock:
+            items = list(self.resources.values())
+        return [t for r in items for t in getattr(r, "threads", list)()]
+
+    @property
+    def cpu_budget(self) -> int:
+        from .autotune import cpu_count
+
+        return self.options.cpu_budget or cpu_count()
 
     def for_iteration(self, *epoch: int) -> IteratorContext:
         """The same context for a subtree made for ``repeat`` epoch ``epoch`` (shares everything else)."""

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._memory import StageAccount
-from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
+from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._structure import nbytes
 from . import by_value
 from .autotune import parallelism, validate_count, validate_parallel_calls
@@ -98,7 +98,8 @@ def make_batcher(ctx: IteratorContext, node: DatasetNode, source: DatasetIterato
         return combine(group.items, stage)
 
     return PoolIterator(ctx, gatherer, combine_group, stage, workers, ctx.deterministic(deterministic),
-                        kind="batch", window=2 * workers, input_charged=True, release_input=release_group)
+                        kind="batch", window=2 * workers, input_charged=True, release_input=release_group,
+                        autotune=num_parallel_calls == AUTOTUNE)
 
 
 class _BatchIterator(DatasetIterator):

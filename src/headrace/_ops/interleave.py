@@ -36,6 +36,7 @@ from .map import guarded_call
 from .node import DatasetNode, node_of
 from .parallel import PoolIterator
 from .prefetch import _identity
+from .tuner import MAX_BUFFER, stage_tuning
 
 SLOT_BUFFER = 16  # elements read ahead per parallel slot (records are small; the budget still caps bytes)
 
@@ -109,13 +110,48 @@ class _InterleaveIterator(DatasetIterator):
         self._input_index = 0
         self._input_replays = source.replays_deterministically()
         self._account = None
+        self._read_ahead = max(SLOT_BUFFER, self._block_length)
+        self._parallel_slots = cycle_length
+        self._tuning: Any = None
         if parallel:
-            self._account = ctx.account(stage, cycle_length * max(SLOT_BUFFER, self._block_length))
+            self._account = ctx.account(stage, cycle_length * self._read_ahead)
             self._account.warn_shrink = False
+            if node.num_parallel_calls == AUTOTUNE and ctx.options.autotune is not False:
+                t = self._tuning = stage_tuning(ctx, stage, "interleave")
+                t.knob("parallel_slots", cycle_length, 0, cycle_length,
+                       f"AUTOTUNE start: every slot of cycle_length={cycle_length} read by its own thread")
+                t.knob("read_ahead", self._read_ahead, 1, MAX_BUFFER,
+                       f"AUTOTUNE start: {self._read_ahead} elements per slot (within its share of the budget)")
+                t.add(self)
+                for name, k in t.knobs.items():
+                    self.apply_knob(name, k.value)
+
+    # ---- AUTOTUNE (headrace._ops.tuner) ------------------------------------------------------------------
+    def apply_knob(self, name: str, value: int) -> None:
+        if name == "read_ahead":
+            self._read_ahead = max(1, value)
+            if self._account is not None:
+                self._account.set_demand(self._cycle_length * self._read_ahead)
+        elif name == "parallel_slots":
+            self._parallel_slots = value
+            for j, slot in enumerate(list(self._slots)):
+                if slot is not None and isinstance(slot.iterator, PoolIterator):
+                    slot.iterator.pool.set_workers(1 if j < value else 0)
+
+    def tuning_stats(self) -> dict[str, Any]:
+        total: dict[str, Any] = {}
+        for slot in list(self._slots):
+            if slot is not None and isinstance(slot.iterator, PoolIterator):
+                for key, v in slot.iterator.pool.stats().items():
+                    total[key] = total.get(key, 0) + v
+        total["workers"] = self._parallel_slots
+        total["window"] = self._read_ahead
+        return total
 
     def _slot_window(self) -> int:
-        """Read-ahead per slot: SLOT_BUFFER (or block_length), at most a fair part of the stage's share."""
-        most = max(SLOT_BUFFER, self._block_length)
+        """Read-ahead per slot: SLOT_BUFFER (or block_length; AUTOTUNE: the tuned read-ahead), at most a
+        fair part of the stage's share."""
+        most = self._read_ahead
         acc = self._account
         unit = acc.unit_bytes() if acc is not None else 0
         if unit <= 0:
@@ -143,6 +179,8 @@ class _InterleaveIterator(DatasetIterator):
                               kind="interleave_slot", window=self._slot_window, account=self._account,
                               identity=True, refill_at=lambda: self._slot_window() // 2,
                               urgent_when_waited=True, headroom=self._cycle_length > 1)
+            if slot >= self._parallel_slots:
+                it.pool.set_workers(0)  # AUTOTUNE: this slot is read in the consumer's thread
         return _Slot(it, before, x, epoch)
 
     def _advance(self) -> None:
@@ -240,6 +278,8 @@ class _InterleaveIterator(DatasetIterator):
         self._input_index = int(state["input_index"])
 
     def _close_self(self) -> None:
+        if self._tuning is not None:
+            self._tuning.remove(self)
         for j in range(self._cycle_length):
             self._close_slot(j)
         if self._account is not None:

@@ -4,9 +4,14 @@ Like tf.data, a tuple element is unpacked into positional arguments (``fn(*x)``)
 (dict, namedtuple, array) is passed as one argument. The function's result is normalized (Python ints ->
 int64, floats -> float32, str -> bytes; lists stay structures).
 
-``num_parallel_calls=None`` runs in the consumer's thread; an int or ``AUTOTUNE`` runs that many worker
-threads (``headrace._ops.parallel``), which scale with functions that release the GIL (numpy, OpenCV,
-image decoders). ``deterministic=False`` yields results as they finish.
+``num_parallel_calls=None`` runs in the consumer's thread; an int or ``AUTOTUNE`` runs that many workers
+(``headrace._ops.parallel``). ``deterministic=False`` yields results as they finish.
+
+Where the function runs (``executor=`` per stage, else ``Options(map_executor=...)``, else ``"auto"`` for
+``AUTOTUNE`` and ``"thread"`` for an explicit number; ``headrace._ops.executor``): on the workers' threads
+(functions that release the GIL: numpy, OpenCV, image decoders), in worker processes (functions that
+hold it), or measured first (``"auto"``). ``executor="process"`` (or ``"auto"``) with
+``num_parallel_calls=None`` runs one worker, in order. The options apply to parallel maps only.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._options import AUTOTUNE
 from .._structure import SCALAR_TYPES, normalize
 from .autotune import MAP_WINDOW_PER_WORKER, parallelism, validate_parallel_calls
 from .base import DatasetIterator, IteratorContext, UnaryIterator, fn_name, note_error
+from .executor import AutoExecutor, ProcessExecutor, validate_executor
 from .node import DatasetNode
 from .parallel import PoolIterator
 
@@ -37,14 +44,16 @@ def guarded_call(fn: Callable[..., Any], x: Any, stage: str) -> Any:
 class MapNode(DatasetNode):
     shard_passes = True
     def __init__(self, input_node: DatasetNode, fn: Callable[..., Any], num_parallel_calls: int | None,
-                 deterministic: bool | None, name: str | None) -> None:
+                 deterministic: bool | None, name: str | None, executor: str | None = None) -> None:
         super().__init__([input_node])
         if not callable(fn):
             raise TypeError(f"map(map_func={fn!r}): map_func must be callable")
         validate_parallel_calls(num_parallel_calls, "map")
+        validate_executor(executor, "map(executor)")
         self.fn = fn
         self.num_parallel_calls = num_parallel_calls
         self.deterministic = deterministic
+        self.executor = executor
         self.label = f"map({name or fn_name(fn)})"
 
     def cardinality(self) -> int:
@@ -53,12 +62,33 @@ class MapNode(DatasetNode):
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         source = self.inputs[0].make_iterator(ctx)
         stage = ctx.stage_name(self, self.label)
-        if self.num_parallel_calls is None:
+        kind = self.executor_kind(ctx)
+        if self.num_parallel_calls is None and kind == "thread":
             return _MapIterator(ctx, source, self.fn, stage)
         workers = parallelism(self.num_parallel_calls, ctx)
-        return PoolIterator(ctx, source, lambda x: normalize(guarded_call(self.fn, x, stage), stage),
-                            stage, workers, ctx.deterministic(self.deterministic), kind="map",
-                            window=MAP_WINDOW_PER_WORKER * workers)
+        fn = self.fn
+
+        def thread_fn(x: Any) -> Any:
+            return normalize(guarded_call(fn, x, stage), stage)
+
+        executor: Any = None
+        if kind == "process":
+            executor = ctx.resource(stage, lambda: ProcessExecutor(fn, stage, ctx, workers))
+        elif kind == "auto":
+            executor = ctx.resource(stage, lambda: AutoExecutor(fn, thread_fn, stage, ctx, workers, ctx.cpu_budget))
+        return PoolIterator(ctx, source, thread_fn, stage, workers, ctx.deterministic(self.deterministic), kind="map",
+                            window=MAP_WINDOW_PER_WORKER * workers, executor=executor,
+                            autotune=self.num_parallel_calls == AUTOTUNE)
+
+    def executor_kind(self, ctx: IteratorContext) -> str:
+        """``"thread"``, ``"process"`` or ``"auto"`` for this stage (see the module docstring)."""
+        if self.executor is not None:
+            return self.executor
+        if self.num_parallel_calls is None:
+            return "thread"
+        if ctx.options.map_executor is not None:
+            return ctx.options.map_executor
+        return "auto" if self.num_parallel_calls == AUTOTUNE else "thread"
 
 
 class _MapIterator(UnaryIterator):

@@ -27,6 +27,22 @@ Errors: an exception from the input or from ``fn`` is stored as that sequence nu
 re-raised by the consumer at its position, with a note naming the stage and element; the stage stays
 usable afterwards. An exception in the pool's own machinery is re-raised to the consumer too.
 
+Run-time settings (the autotuner, ``headrace._ops.tuner``): ``set_workers(n)`` changes how many workers
+take elements (threads are started when needed; those above ``n`` park, holding nothing); ``n = 0`` runs
+the stage *inline*: once nothing is in flight, the consumer pulls and applies ``fn`` itself (no hand-off:
+cheaper than a thread for cheap functions; like the sequential stage, nothing is reserved then).
+``set_window(n)`` changes the elements in flight. Both keep the state exact: sequence numbers, snapshots
+and ordering are the same whoever computes an element.
+
+Executor: with ``executor`` (``headrace._ops.executor``: worker processes or ``"auto"``) a worker thread
+calls ``executor.call(x, index, stop)`` instead of ``fn(x)``; the reservation adds
+``executor.extra_bytes(out)`` (a process call holds one more copy of the output).
+
+Counters (:class:`PoolStats`, per worker thread, no locks): calls, time inside the function (wall and
+the thread's CPU time), time getting input (the input lock and ``source.__next__``), waiting for room in
+the window, waiting for the memory budget; on the consumer side the time it waited for a result and the
+elements and bytes delivered. ``Iterator.explain()`` and the autotuner read them.
+
 Shutdown: ``signal_stop()`` sets the generation's stop event and wakes every waiter (never blocks);
 ``join(deadline)`` joins the threads; ``alive_threads()`` lists those still inside user code after it.
 Every wait is a timed wait that re-checks the stop event. ``restore()`` stops the workers and waits (timed)
@@ -48,11 +64,28 @@ from .._structure import nbytes
 from .._sync import Condition, Flag
 from .._sync import Lock as TimedLock
 from .base import DatasetIterator, check_state, join_threads, note_error, start_thread
+from .tuner import MAX_BUFFER, MAX_WINDOW, MAX_WORKERS, stage_tuning
 
 SNAPSHOT_EVERY = 16
 """Pulls between two snapshots of the input's state (restore re-reads at most this many elements)."""
 RESTORE_WAIT_S = 60.0
 """How long ``set_state`` waits for a worker stuck in the input (a slow user function) to leave it."""
+
+
+class PoolStats:
+    """Counters of one worker thread (written by that thread only; read as sums by :meth:`ParallelApplier.stats`)."""
+
+    __slots__ = ("budget_s", "busy_s", "calls", "cpu_s", "input_s", "parked_s", "room_s", "t0")
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()  # when the thread started (reset when a new generation reuses it)
+        self.parked_s = 0.0  # parked above the active worker count
+        self.calls = 0
+        self.busy_s = 0.0   # inside fn / the executor (wall)
+        self.cpu_s = 0.0    # the thread's CPU time inside fn
+        self.input_s = 0.0  # waiting for the input lock and inside source.__next__
+        self.room_s = 0.0   # waiting for room in the window
+        self.budget_s = 0.0  # waiting in the memory budget's reserve()
 
 
 class _Result:
@@ -105,11 +138,14 @@ class ParallelApplier:
                  thread_name: str, index_base: int = 0, identity: bool = False, input_charged: bool = False,
                  release_input: Callable[[Any], None] | None = None, record_state: bool = True,
                  refill_at: int | Callable[[], int] | None = None, snapshot_every: int | None = None,
-                 urgent_when_waited: bool = False, headroom: bool | None = None) -> None:
+                 urgent_when_waited: bool = False, headroom: bool | None = None, executor: Any = None) -> None:
         self.source = source
         self.fn = fn
+        self.executor = executor
         self.num_workers = num_workers
+        self.active = num_workers      # workers taking elements now (0: inline in the consumer's thread)
         self._window = window
+        self._window_set: int | None = None
         self._refill_at = refill_at
         input_replays = replays_deterministically(source)
         # Out-of-order delivery is checkpointed as "these positions after the prefix were delivered", which
@@ -145,6 +181,12 @@ class ParallelApplier:
                 self.record_state = False
         self._every = snapshot_every or (SNAPSHOT_EVERY if input_replays else 1)
         self._replay_epoch = source.replay_epoch() if self.record_state else 0
+        self._worker_stats: list[PoolStats] = []
+        self._inline_stats = PoolStats()
+        self.consumer_wait_s = 0.0
+        self.delivered = 0
+        self.delivered_bytes = 0
+        self.started_s = time.monotonic()
         self._events: deque[tuple[int, int]] = deque()  # (seq, epoch increase) of replay events not delivered
         self._epoch_out = 0  # replay events among the delivered elements (what a downstream stage sees)
         self._reset_counters(index_base, base_state, 0, [])
@@ -162,15 +204,45 @@ class ParallelApplier:
         self._barrier: int | None = None  # out-of-order delivery stops at this seq until the prefix passes it
         self._events.clear()
         self._started = False
+        self._inline_dirty = False  # inline calls since the last snapshot (see _next_inline)
 
     def _start(self) -> None:
         self._started = True
+        self._ensure_threads(self.active)
+
+    def _ensure_threads(self, n: int) -> None:
+        """Threads 0..n-1 of this generation exist (a thread parks while its index >= ``active``)."""
         gen, stop = self._gen, self._stop
-        for i in range(self.num_workers):
-            self._threads.append(start_thread(f"{self.thread_name}-{i}", lambda: self._work(gen, stop), stop))
+        while len(self._threads) < n:
+            i = len(self._threads)
+            while len(self._worker_stats) <= i:
+                self._worker_stats.append(PoolStats())
+            stats = self._worker_stats[i]
+            stats.t0, stats.parked_s = time.monotonic(), 0.0
+            self._threads.append(start_thread(f"{self.thread_name}-{i}",
+                                              lambda i=i, st=stats: self._work(gen, stop, i, st), stop))
+
+    def set_workers(self, n: int) -> None:
+        """Run with ``n`` workers from now on (0: inline, in the consumer's thread)."""
+        n = max(0, int(n))
+        with self._cv:
+            self.active = n
+            if self._started:
+                self._ensure_threads(n)
+            self._notify_all()
+        if self.executor is not None and n > 0:
+            self.executor.set_workers(n)
+
+    def set_window(self, n: int) -> None:
+        """At most ``n`` elements in flight from now on."""
+        with self._cv:
+            self._window_set = max(1, int(n))
+            self._notify_all()
 
     @property
     def window(self) -> int:
+        if self._window_set is not None:
+            return self._window_set
         w = self._window
         return max(1, w() if callable(w) else w)
 
@@ -190,15 +262,16 @@ class ParallelApplier:
 
     def _estimate(self) -> int:
         out = self.account.estimate()
-        return out if (self.identity or self.input_charged) else out + self._in_max
+        extra = self.executor.extra_bytes(out) if self.executor is not None else 0
+        return out + extra if (self.identity or self.input_charged) else out + extra + self._in_max
 
     def _in_flight(self) -> int:
         return self._next_seq - self._prefix - len(self._beyond)
 
     # ---- worker side -------------------------------------------------------------------------------
-    def _work(self, gen: int, stop: Flag) -> None:
+    def _work(self, gen: int, stop: Flag, index: int, stats: PoolStats) -> None:
         try:
-            self._work_loop(gen, stop)
+            self._work_loop(gen, stop, index, stats)
         except Cancelled:
             return
         except BaseException as e:  # a defect in the pool itself: the consumer must see it, not hang
@@ -213,55 +286,85 @@ class ParallelApplier:
                 return False
         return True
 
-    def _work_loop(self, gen: int, stop: Flag) -> None:
+    def _park(self, stop: Flag, index: int) -> None:
+        """Wait (timed) while this worker is above the active count (``set_workers``)."""
+        if index < self.active:
+            return
+        t0 = time.monotonic()
+        with self._cv:
+            while index >= self.active and not stop.is_set():
+                self._room.wait(WAIT_SLICE_S)
+        self._worker_stats[index].parked_s += time.monotonic() - t0
+
+    def _work_loop(self, gen: int, stop: Flag, index: int, stats: PoolStats) -> None:
         cv = self._cv
-        source = self.source
+        clock = time.perf_counter
         while not stop.is_set():
+            self._park(stop, index)
+            t0 = clock()
             if not self._acquire_input(stop):
                 return
             reserved = 0
             try:
+                t1 = clock()
                 with cv:
-                    while (not stop.is_set() and self._end_seq is None
+                    while (not stop.is_set() and self._end_seq is None and index < self.active
                            and self._in_flight() >= self.window):
                         self._room_waiting = True
                         self._room.wait(WAIT_SLICE_S)
                         self._room_waiting = False
                     if stop.is_set() or self._end_seq is not None:
                         return
+                    if index >= self.active:
+                        continue  # parked meanwhile: give the input lock back (below) and park
                     seq = self._next_seq
                     self._next_seq += 1
+                if self._inline_dirty:
+                    self._resnapshot_after_inline(seq)
+                t2 = clock()
                 reserved = self.account.reserve(self._estimate(), stop, urgent=self._urgent(seq),
                                                 headroom=self.headroom)
-                if self.record_state and self._every > 1 and seq % self._every == 0 and seq:
-                    snap = source.get_state()
-                    with cv:
-                        if gen == self._gen:
-                            self._snaps[seq] = (snap, 0)
-                try:
-                    x = source.__next__()
-                    error = None
-                    if self.record_state:
-                        self._snapshot_after_replay_event(gen, seq)
-                except StopIteration:
+                t3 = clock()
+                x, error, ended = self._pull(gen, stop, seq)
+                if ended:
                     self.account.cancel(reserved)
                     reserved = 0
-                    with cv:
-                        if gen == self._gen and not stop.is_set():
-                            self._end_seq = seq
-                            self._next_seq = seq
-                        self._notify_all()
                     return
-                except Exception as e:
-                    x, error = None, e
             except BaseException:
                 if reserved:
                     self.account.cancel(reserved)
                 raise
             finally:
                 self._input_lock.release()
-            self._finish(gen, stop, seq, x, error, reserved)
+            t4 = clock()
+            stats.room_s += t2 - t1
+            stats.budget_s += t3 - t2
+            stats.input_s += (t1 - t0) + (t4 - t3)
+            self._finish(gen, stop, seq, x, error, reserved, stats)
             x = error = None  # no reference to the element while this worker waits for room
+
+    def _pull(self, gen: int, stop: Flag, seq: int) -> tuple[Any, BaseException | None, bool]:
+        """Input lock held: snapshot if due, pull element ``seq``; ``(x, error, ended)``."""
+        source = self.source
+        if self.record_state and self._every > 1 and seq % self._every == 0 and seq:
+            snap = source.get_state()
+            with self._cv:
+                if gen == self._gen:
+                    self._snaps[seq] = (snap, 0)
+        try:
+            x = source.__next__()
+        except StopIteration:
+            with self._cv:
+                if gen == self._gen and not stop.is_set():
+                    self._end_seq = seq
+                    self._next_seq = seq
+                self._notify_all()
+            return None, None, True
+        except Exception as e:
+            return None, e, False
+        if self.record_state:
+            self._snapshot_after_replay_event(gen, seq)
+        return x, None, False
 
     def _snapshot_after_replay_event(self, gen: int, seq: int) -> None:
         """Input lock held. Snapshot the input right after this element when the input does not replay
@@ -283,8 +386,34 @@ class ParallelApplier:
                         # them in order until the prefix passes the event, so no skip offset names them.
                         self._barrier = seq if self._barrier is None else min(self._barrier, seq)
 
+    def _apply(self, x: Any, seq: int, stop: Flag, stats: PoolStats) -> tuple[Any, int, BaseException | None]:
+        """``fn(x)`` (or the executor's call), timed into ``stats``: ``(value, nbytes, error)``."""
+        if not (self.identity or self.input_charged):
+            n_in = nbytes(x)
+            if n_in > self._in_max:
+                self._in_max = n_in
+        w0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            try:
+                if self.executor is not None:
+                    value = self.executor.call(x, self._index_base + seq, stop)
+                else:
+                    value = self.fn(x)
+            finally:  # the input's bytes go whether fn succeeded or not
+                if self.release_input is not None:
+                    self.release_input(x)
+                stats.calls += 1
+                stats.busy_s += time.perf_counter() - w0
+                stats.cpu_s += time.thread_time() - c0
+            x = None
+            return value, nbytes(value), None
+        except Cancelled:
+            raise
+        except Exception as e:
+            return None, 0, note_error(e, self.stage, self._index_base + seq)
+
     def _finish(self, gen: int, stop: Flag, seq: int, x: Any, error: BaseException | None,
-                reserved: int) -> None:
+                reserved: int, stats: PoolStats) -> None:
         cv = self._cv
         if seq in self._skip:  # delivered before the state this run was restored from
             self.account.cancel(reserved)
@@ -298,20 +427,12 @@ class ParallelApplier:
             return
         value, n = None, 0
         if error is None:
-            if not (self.identity or self.input_charged):
-                n_in = nbytes(x)
-                if n_in > self._in_max:
-                    self._in_max = n_in
             try:
-                try:
-                    value = self.fn(x)
-                finally:  # the input's bytes go whether fn succeeded or not
-                    if self.release_input is not None:
-                        self.release_input(x)
-                x = None
-                n = nbytes(value)
-            except Exception as e:
-                error = note_error(e, self.stage, self._index_base + seq)
+                value, n, error = self._apply(x, seq, stop, stats)
+            except Cancelled:
+                self.account.cancel(reserved)
+                raise
+            x = None
         if error is None:
             self.account.settle(reserved, n)
         else:
@@ -346,7 +467,10 @@ class ParallelApplier:
     def next(self) -> Any:
         if not self._started:
             self._start()
+        if self.active == 0 and self._next_seq == self._prefix and not self._results and self._crash is None:
+            return self._next_inline()  # inline, nothing in flight (see _next_inline)
         cv = self._cv
+        waited = 0.0
         with cv:
             while True:
                 if self._crash is not None:
@@ -358,17 +482,27 @@ class ParallelApplier:
                     raise StopIteration
                 if self._stop.is_set():
                     raise Cancelled()
+                if self.active == 0 and self._in_flight() == 0:
+                    break  # inline: this thread computes the next element (outside the lock)
                 if not any(t.is_alive() for t in self._threads):
                     raise RuntimeError(f"{self.stage}: worker threads stopped unexpectedly (a headrace defect; "
                                        "please report it with the pipeline)")
                 self._consumer_waiting = True
+                w0 = time.perf_counter()
                 try:
                     cv.wait(WAIT_SLICE_S)
                 finally:
                     self._consumer_waiting = False
-            if self._room_waiting and (not self._results or self._in_flight() <= self.refill_at):
+                    waited += time.perf_counter() - w0
+            if result is not None and self._room_waiting and (
+                    not self._results or self._in_flight() <= self.refill_at):
                 self._room.notify()  # the one worker waiting for room (it holds the input lock)
+        self.consumer_wait_s += waited
+        if result is None:
+            return self._next_inline()
+        self.delivered += 1
         if result.error is None:
+            self.delivered_bytes += result.nbytes
             self.account.release(result.nbytes)
             return result.value
         error, result = result.error, None
@@ -377,9 +511,113 @@ class ParallelApplier:
         finally:
             del error  # no frame -> exception -> traceback -> frame cycle keeping the pipeline alive
 
+    def _next_inline(self) -> Any:
+        """Pull and apply in the consumer's thread (``active == 0``, nothing in flight), as a sequential
+        stage does: no reservation, no snapshots (``state()`` asks the input for its position instead, which
+        is exact since nothing is in flight; a worker taking over snapshots first), the same sequence
+        numbers and skips. No worker claims or finishes an element meanwhile (they are parked; a number is
+        claimed under the input lock), so the prefix moves without the results lock."""
+        stop = self._stop
+        stats = self._inline_stats
+        clock = time.perf_counter
+        source = self.source
+        while True:
+            if not self._acquire_input(stop):
+                raise Cancelled()
+            error = None
+            try:
+                if self._end_seq is not None:
+                    raise StopIteration
+                seq = self._next_seq
+                self._next_seq = seq + 1
+                self._inline_dirty = True
+                try:
+                    x = source.__next__()
+                except StopIteration:
+                    with self._cv:
+                        self._end_seq = seq
+                        self._next_seq = seq
+                    raise
+                except Exception as e:
+                    x, error = None, e
+                if error is None and self.record_state:
+                    # a replay event below (see delivered_epoch): this element is delivered now, in order
+                    epoch = source.replay_epoch()
+                    if epoch != self._replay_epoch:
+                        with self._cv:
+                            self._events.append((seq, max(0, epoch - self._replay_epoch)))
+                        self._replay_epoch = epoch
+            finally:
+                self._input_lock.release()
+            skipped = bool(self._skip) and seq in self._skip
+            value = None
+            if skipped:  # delivered before the state this run was restored from
+                if error is None and self.release_input is not None:
+                    self.release_input(x)
+                self._skip.discard(seq)
+            elif error is None:
+                t1 = clock()
+                try:
+                    try:
+                        value = (self.executor.call(x, self._index_base + seq, stop) if self.executor is not None
+                                 else self.fn(x))
+                    finally:
+                        if self.release_input is not None:
+                            self.release_input(x)
+                except Cancelled:
+                    raise
+                except Exception as e:
+                    error = note_error(e, self.stage, self._index_base + seq)
+                x = None
+                stats.calls += 1
+                stats.busy_s += clock() - t1
+            if not self._beyond and seq == self._prefix:
+                self._prefix = seq + 1
+            else:
+                with self._cv:
+                    self._beyond.add(seq)
+                    self._roll_prefix()
+            if skipped:
+                continue
+            self.delivered += 1
+            if error is not None:
+                try:
+                    raise error
+                finally:
+                    del error
+            return value
+
+    def _resnapshot_after_inline(self, seq: int) -> None:
+        """Input lock held, nothing in flight: the inline calls took no snapshots; take one at ``seq``."""
+        if self._inline_dirty and self.record_state:
+            snap = self.source.get_state()
+            with self._cv:
+                self._snaps = {seq: (snap, 0)}
+                self._replay_epoch = self.source.replay_epoch()
+        self._inline_dirty = False
+
+    def stats(self) -> dict[str, Any]:
+        """The counters (:class:`PoolStats` summed over the workers and the inline calls) and settings;
+        ``worker_time_s``: the time the workers existed and were not parked (the denominator of shares)."""
+        parts = [*self._worker_stats, self._inline_stats]
+        now = time.monotonic()
+        inline = self._inline_stats
+        span = sum(now - p.t0 - p.parked_s for p in self._worker_stats[:len(self._threads)])
+        span += inline.busy_s + inline.input_s  # the consumer's thread, while it computed inline
+        return {
+            "workers": self.active, "threads": len(self._threads), "window": self.window, "worker_time_s": span,
+            "calls": sum(p.calls for p in parts), "busy_s": sum(p.busy_s for p in parts),
+            "cpu_s": sum(p.cpu_s for p in parts), "input_s": sum(p.input_s for p in parts),
+            "room_s": sum(p.room_s for p in parts), "budget_s": sum(p.budget_s for p in parts),
+            "consumer_wait_s": self.consumer_wait_s, "delivered": self.delivered,
+            "delivered_bytes": self.delivered_bytes, "elapsed_s": time.monotonic() - self.started_s,
+        }
+
     def has_ready(self) -> bool:
         """Whether ``next()`` would return without waiting (a result is ready, or the stream ended)."""
         with self._cv:
+            if self.active == 0 and self._in_flight() == 0:
+                return True
             if self._end_seq is not None and self._prefix >= self._end_seq:
                 return True
             return self._next_ready() is not None
@@ -422,6 +660,10 @@ class ParallelApplier:
     def state(self) -> dict[str, Any]:
         if not self.record_state:
             raise NotImplementedError(f"{self.stage}: its input does not support get_state()")
+        if self._inline_dirty:
+            inline = self._inline_state()
+            if inline is not None:
+                return inline
         with self._cv:
             prefix = self._prefix
             pos = max(p for p in self._snaps if p <= prefix)
@@ -429,6 +671,20 @@ class ParallelApplier:
             beyond = sorted(s - prefix for s in self._beyond | self._skip) if self._beyond or self._skip else []
             return {"input": snap, "forward": forward + prefix - pos, "skip": beyond,
                     "index": self._index_base + prefix}
+
+    def _inline_state(self) -> dict[str, Any] | None:
+        """After inline calls and with nothing in flight, the input's position *is* the prefix's."""
+        if not self._acquire_input(self._stop):
+            return None
+        try:
+            with self._cv:
+                if self._next_seq != self._prefix or self._beyond or self._results:
+                    return None
+                skip = sorted(s - self._prefix for s in self._skip)
+                index = self._index_base + self._prefix
+            return {"input": self.source.get_state(), "forward": 0, "skip": skip, "index": index}
+        finally:
+            self._input_lock.release()
 
     def restore(self, state: dict[str, Any]) -> None:
         self.stop()
@@ -490,9 +746,12 @@ class PoolIterator(DatasetIterator):
 
     def __init__(self, ctx: Any, source: DatasetIterator, fn: Callable[[Any], Any], stage: str, workers: int,
                  deterministic: bool, *, kind: str, window: int | Callable[[], int],
-                 account: StageAccount | None = None, warn_shrink: bool = True, **pool_options: Any) -> None:
+                 account: StageAccount | None = None, warn_shrink: bool = True, autotune: bool = False,
+                 **pool_options: Any) -> None:
         super().__init__(ctx)
         self.kind = kind
+        self.stage = stage
+        self.autotune = autotune
         self._source = source
         self._owns_account = account is None
         if account is None:
@@ -503,9 +762,63 @@ class PoolIterator(DatasetIterator):
         self._deterministic = deterministic
         self._pool = ParallelApplier(source, fn, num_workers=workers, window=window, deterministic=deterministic,
                                      account=account, stage=stage, thread_name=stage, **pool_options)
+        self._tuning: Any = None
+        if autotune and ctx.options.autotune is not False:
+            self._tune(ctx, workers, window)
+
+    # ---- AUTOTUNE (headrace._ops.tuner) ------------------------------------------------------------
+    def _tune(self, ctx: Any, workers: int, window: int | Callable[[], int]) -> None:
+        t = stage_tuning(ctx, self.stage, self.kind)
+        if self.kind == "prefetch":
+            t.knob("buffer", int(window) if isinstance(window, int) else 1, 0, MAX_BUFFER,
+                   f"AUTOTUNE start: {window} elements")
+        else:
+            executor = self._pool.executor
+            t.executor = executor
+            hi = ctx.cpu_budget if getattr(executor, "kind", "") == "process" else MAX_WORKERS
+            if ctx.options.max_parallelism:
+                hi = min(hi, ctx.options.max_parallelism)
+            if "workers" not in t.knobs:  # the first stage made takes from what is left of the CPU budget
+                left = ctx.cpu_budget - sum(k.value for u in list(ctx.tunings.values()) for k in u.knobs.values()
+                                            if k.compute)
+                workers = max(0, min(workers, left))
+            t.knob("workers", workers, 0, hi, f"AUTOTUNE start: {workers} of cpu_budget={ctx.cpu_budget} "
+                                              "(the CPU count; stages made earlier took the rest)", compute=True)
+            if isinstance(window, int):
+                t.knob("window", window, 1, MAX_WINDOW, f"AUTOTUNE start: {window // max(1, workers)} per worker")
+        t.add(self)
+        self._tuning = t
+        for name, k in t.knobs.items():
+            self.apply_knob(name, k.value)
+
+    def apply_knob(self, name: str, value: int) -> None:
+        pool = self._pool
+        if name == "workers":
+            pool.set_workers(value)
+        elif name == "window":
+            pool.set_window(value)
+            if self._owns_account:
+                self._account.set_demand(value)
+        elif name == "buffer":
+            pool.set_workers(1 if value > 0 else 0)
+            if value > 0:
+                pool.set_window(value)
+                if self._owns_account:
+                    self._account.set_demand(value)
+
+    def tuning_stats(self) -> dict[str, Any]:
+        return self._pool.stats()
 
     def __next__(self) -> Any:
         return self._pool.next()
+
+    @property
+    def pool(self) -> ParallelApplier:
+        return self._pool
+
+    @property
+    def account(self) -> StageAccount:
+        return self._account
 
     def has_ready(self) -> bool:
         return self._pool.has_ready()
@@ -531,6 +844,8 @@ class PoolIterator(DatasetIterator):
         return self._pool.alive_threads()
 
     def _close_self(self) -> None:
+        if self._tuning is not None:
+            self._tuning.remove(self)
         self._pool.stop(timeout_s=0.0)
         if self._owns_account:
             self._account.close()

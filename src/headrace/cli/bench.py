@@ -41,9 +41,10 @@ def _has_images(first_file: str) -> bool:
 
 
 def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budget: int = 256 * 2**20,
-              seconds: float = 10.0, max_batches: int | None = None) -> dict[str, Any]:
+              seconds: float = 10.0, max_batches: int | None = None, explain: bool = False) -> dict[str, Any]:
     """Time the pipeline for ``seconds`` (repeating the data as often as needed), or until ``max_batches``
-    batches; returns the figures.
+    batches; returns the figures (with ``explain``: also ``plan``, the pipeline's ``Iterator.explain()``
+    taken at the end: settings and why, per-stage rates and shares, the bottleneck).
 
     Raises:
         FileNotFoundError: no TFRecord files at ``path``. ValueError: not TFRecord shards, or no records.
@@ -82,6 +83,7 @@ def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budg
                 if time.perf_counter() - t0 >= seconds or (max_batches and n_batches >= max_batches):
                     break
             stats = it.memory_stats()
+            plan = it.explain() if explain else None
         finally:
             it.close()
     elapsed = time.perf_counter() - t0
@@ -92,7 +94,8 @@ def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budg
             "elements_per_s": round(n_elements / elapsed, 2), "first_batch_s": round(first_s or 0.0, 3),
             "pipeline_peak_bytes": stats["peak_bytes"], "memory_budget_bytes": memory_budget,
             "peak_rss_above_base_bytes": peak.peak_bytes - base, "base_rss_bytes": base,
-            "image_size": image_size if images else None, "batch_size": batch_size}
+            "image_size": image_size if images else None, "batch_size": batch_size,
+            **({"plan": plan} if plan is not None else {})}
 
 
 def _show(r: dict[str, Any]) -> None:
@@ -101,6 +104,8 @@ def _show(r: dict[str, Any]) -> None:
     typer.echo(f"pipeline peak {format_bytes(r['pipeline_peak_bytes'])} of the "
                f"{format_bytes(r['memory_budget_bytes'])} budget; process RSS peak base + "
                f"{format_bytes(r['peak_rss_above_base_bytes'])}")
+    if "plan" in r:
+        typer.echo(str(r["plan"]))
 
 
 def command(ctx: typer.Context,
@@ -114,8 +119,11 @@ def command(ctx: typer.Context,
             seconds: float = typer.Option(10.0, parser=positive, metavar="S",
                                           help="Run this long (the data is repeated as often as needed)."),
             max_batches: int = typer.Option(0, min=0, metavar="N", help="Stop after this many batches (0: no "
-                                                                        "limit).")) -> None:
+                                                                        "limit)."),
+            explain: bool = typer.Option(False, "--explain", help="Print the pipeline's plan at the end: each "
+                                         "stage's settings and why (AUTOTUNE), its rate, its share of time "
+                                         "computing / waiting, the bytes it holds, and the bottleneck.")) -> None:
     """Measure input pipeline throughput and peak memory on a dataset."""
     run(ctx, lambda: run_bench(path, image_size=image_size, batch_size=batch_size,  # type: ignore[arg-type]
                                memory_budget=memory_budget, seconds=seconds,  # type: ignore[arg-type]
-                               max_batches=max_batches or None), _show)
+                               max_batches=max_batches or None, explain=explain), _show)

@@ -1,0 +1,207 @@
+"""``Iterator.explain()``: the running plan as a tree, with what each stage does, why, and how it fares.
+
+Per stage (outermost first, inputs indented below): its settings and why they have these values (the
+user's argument, AUTOTUNE's starting rule, or the tuner's change with the rate it gained), the executor of
+a ``map`` with the measurement behind ``"auto"``'s choice and its worker processes, the elements it
+delivered per second, the shares of its workers' time spent computing, waiting on input, waiting for room
+(its consumer) and waiting for the memory budget, the bytes it holds now / at its peak and its share of
+the budget. Then the bottleneck (:func:`bottleneck`), the CPU and memory budgets, the RSS of this process
+plus its worker processes, and the tuner's state.
+
+Shares are over the stage's lifetime: ``busy`` = time inside the function / the time its workers existed
+(not parked); the same for ``input`` (getting the next input element, which includes the work of the sequential stages
+below), ``output`` (waiting for room in its window: its consumer is slower) and ``budget``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .._memory import format_bytes
+
+BUSY_BOTTLENECK = 0.5
+"""A stage whose workers compute at least this share of the time can be the bottleneck."""
+CONSUMER_WAIT_LOW = 0.2
+INPUT_BOTTLENECK = 0.3
+"""A stage whose workers wait on their input at least this share of the time, and longer than they
+compute, points at its input as the bottleneck."""
+
+
+def _name(it: Any) -> str:
+    return getattr(it, "stage", None) or getattr(it, "_stage", None) or getattr(it, "kind", type(it).__name__)
+
+
+def _stage_bytes(stages: dict[str, dict[str, Any]], name: str) -> tuple[int, int, int, list[str]]:
+    """Bytes held now, at peak, and the cap of every account of stage ``name`` (``name``, ``name
+    assembly``, ``name workers``, slot accounts)."""
+    cur = peak = cap = 0
+    accounts = []
+    for acc_name, s in stages.items():
+        if acc_name == name or acc_name.startswith(name + " ") or acc_name.startswith(name + "["):
+            cur += s["current_bytes"]
+            peak += s["peak_bytes"]
+            cap += s["cap_bytes"] or 0
+            accounts.append(acc_name)
+    return cur, peak, cap, accounts
+
+
+def _shares(st: dict[str, Any], workers: float) -> dict[str, float]:
+    span = st.get("worker_time_s") or max(1.0, workers) * st.get("elapsed_s", 0.0)
+    span = max(1e-9, span)
+    return {"busy": st.get("busy_s", 0.0) / span, "input": st.get("input_s", 0.0) / span,
+            "output": st.get("room_s", 0.0) / span, "budget": st.get("budget_s", 0.0) / span}
+
+
+def describe_stage(it: Any, stages: dict[str, dict[str, Any]], limit: int, tunings: dict[str, Any],
+                   resources: dict[str, Any], started_s: float) -> dict[str, Any]:
+    name = _name(it)
+    node: dict[str, Any] = {"stage": name, "kind": getattr(it, "kind", type(it).__name__)}
+    st: dict[str, Any] | None = None
+    tuning = tunings.get(name)
+    if tuning is not None and it in tuning.members():
+        st = tuning.stats()  # over the stage's iterators in this iteration (one per repeat epoch)
+    elif hasattr(it, "pool"):
+        st = it.pool.stats()
+    elif hasattr(it, "timing_stats"):
+        st = it.timing_stats(time.monotonic() - started_s)
+    if st is not None:
+        workers = float(st.get("workers", 1))
+        node["workers"] = int(workers)
+        if "window" in st:
+            node["window"] = int(st["window"])
+        elapsed = st.get("elapsed_s", 0.0)
+        delivered = st.get("delivered", st.get("calls", 0))
+        node["throughput_per_s"] = round(delivered / elapsed, 1) if elapsed > 0 else None
+        node["shares"] = {k: round(v, 3) for k, v in _shares(st, workers).items()}
+        node["consumer_wait_s"] = round(st.get("consumer_wait_s", 0.0), 3)
+        calls = st.get("calls", 0)
+        node["call_ms"] = round(st.get("busy_s", 0.0) / calls * 1e3, 3) if calls else None
+    if tuning is not None:
+        node["settings"] = {k: v.value for k, v in tuning.knobs.items()}
+        node["why"] = {k: v.why for k, v in tuning.knobs.items()}
+    else:
+        node["why"] = {"settings": "as given (not AUTOTUNE)"}
+    executor = resources.get(name)
+    if executor is not None and hasattr(executor, "report"):
+        node["executor"] = executor.report()
+    elif node["kind"] == "map":
+        node["executor"] = {"executor": "thread" if hasattr(it, "pool") else "inline (num_parallel_calls=None)",
+                            "why": "executor='thread' or an explicit num_parallel_calls"}
+    cur, peak, cap, accounts = _stage_bytes(stages, name)
+    if accounts:
+        node["bytes"] = cur
+        node["peak_bytes"] = peak
+        node["budget_share"] = round(cap / limit, 3) if limit else None
+    node["inputs"] = []
+    return node
+
+
+def build_tree(root: Any, stages: dict[str, dict[str, Any]], limit: int, tunings: dict[str, Any],
+               resources: dict[str, Any], started_s: float) -> dict[str, Any]:
+    def walk(it: Any, seen: set[int]) -> dict[str, Any]:
+        node = describe_stage(it, stages, limit, tunings, resources, started_s)
+        seen.add(id(it))
+        for child in it._children():
+            if child is None or id(child) in seen:
+                continue
+            if getattr(child, "kind", "") == "interleave_slot":
+                continue  # the interleave's readers: reported in the interleave's figures
+            node["inputs"].append(walk(child, seen))
+        return node
+
+    return walk(root, set())
+
+
+def _flatten(node: dict[str, Any], depth: int = 0) -> list[tuple[int, dict[str, Any]]]:
+    out = [(depth, node)]
+    for child in node["inputs"]:
+        out += _flatten(child, depth + 1)
+    return out
+
+
+def bottleneck(tree: dict[str, Any], consumer_wait_share: float) -> dict[str, str]:
+    """The stage that limits the rate, and why.
+
+    The timed stage whose workers spend the largest share of their time computing, if that share is at
+    least ``BUSY_BOTTLENECK``; else, when the consumer rarely waits for the pipeline, the consumer itself;
+    else the input below the deepest stage whose workers wait on it longer than they compute (and at least
+    ``INPUT_BOTTLENECK`` of their time): a source or sequential stages, which one thread runs at a time.
+    """
+    flat = _flatten(tree)
+    timed = [(d, n) for d, n in flat if "shares" in n]
+    best = max(timed, key=lambda dn: dn[1]["shares"]["busy"], default=None)
+    if best is not None and best[1]["shares"]["busy"] >= BUSY_BOTTLENECK:
+        n = best[1]
+        return {"stage": n["stage"], "why": f"its {n.get('workers', 1)} worker(s) compute "
+                                            f"{n['shares']['busy']:.0%} of the time (the busiest stage)"}
+    if consumer_wait_share < CONSUMER_WAIT_LOW:
+        return {"stage": "consumer", "why": f"next() waited only {consumer_wait_share:.0%} of the time: the "
+                                            "pipeline keeps up with the loop that consumes it"}
+    waiting = [(d, n) for d, n in timed if n["shares"]["input"] >= max(INPUT_BOTTLENECK, n["shares"]["busy"])]
+    if waiting:
+        _d, n = max(waiting, key=lambda dn: dn[0])
+        below = n["inputs"][0]["stage"] if n["inputs"] else "its source"
+        return {"stage": below, "why": f"the workers of {n['stage']} wait on it {n['shares']['input']:.0%} of "
+                                       f"their time (and compute {n['shares']['busy']:.0%})"}
+    if best is not None:
+        n = best[1]
+        return {"stage": n["stage"], "why": f"the busiest stage ({n['shares']['busy']:.0%} of its workers' time)"}
+    leaf = flat[-1][1]
+    return {"stage": leaf["stage"], "why": "no stage is timed; the source"}
+
+
+def render(plan: dict[str, Any]) -> str:
+    """The plan as indented text (``print(it.explain())``)."""
+    lines = []
+    for depth, n in _flatten(plan["tree"]):
+        pad = "  " * depth
+        head = f"{pad}{n['stage']}"
+        parts = []
+        if "settings" in n:
+            parts.append(", ".join(f"{k}={v}" for k, v in n["settings"].items()))
+        elif "workers" in n:
+            parts.append(f"workers={n['workers']}" + (f", window={n['window']}" if "window" in n else ""))
+        if n.get("throughput_per_s") is not None:
+            parts.append(f"{n['throughput_per_s']:.0f}/s")
+        if "shares" in n:
+            s = n["shares"]
+            parts.append(f"busy {s['busy']:.0%} input {s['input']:.0%} output {s['output']:.0%}"
+                         + (f" budget {s['budget']:.0%}" if s["budget"] >= 0.01 else ""))
+        if "bytes" in n:
+            share = n.get("budget_share")
+            parts.append(f"holds {format_bytes(n['bytes'])} (peak {format_bytes(n['peak_bytes'])}"
+                         + (f", {share:.0%} of the budget)" if share is not None else ")"))
+        lines.append(head + ("  [" + "; ".join(parts) + "]" if parts else ""))
+        for key, why in n.get("why", {}).items():
+            if why and key != "settings":
+                lines.append(f"{pad}    {key}: {why}")
+        ex = n.get("executor")
+        if ex:
+            extra = ""
+            if ex.get("executor") == "process":
+                extra = f", {ex.get('processes', 0)} processes, RSS {format_bytes(ex.get('worker_rss_bytes', 0))}"
+            lines.append(f"{pad}    executor: {ex['executor']}{extra} ({ex.get('why', '')})")
+    b = plan["bottleneck"]
+    lines.append(f"bottleneck: {b['stage']} - {b['why']}")
+    m = plan["memory"]
+    lines.append(f"memory: {format_bytes(m['current_bytes'])} held of {format_bytes(m['limit_bytes'])} (peak "
+                 f"{format_bytes(m['peak_bytes'])}); RSS {format_bytes(m['rss_bytes'])} = this process "
+                 f"{format_bytes(m['process_rss_bytes'])} + workers {format_bytes(m['worker_rss_bytes'])}")
+    c = plan["cpu"]
+    lines.append(f"cpu: {c['granted']} of cpu_budget={c['budget']} granted to tuned workers")
+    t = plan.get("tuner")
+    if t:
+        lines.append(f"tuner: {t['state']}; {t['trials']} trials, {len(t['accepted'])} kept"
+                     + (f", converged after {t['converged_after_s']} s" if t.get("converged_after_s") else ""))
+    lines.append(f"output: {plan['throughput_per_s']:.0f} elements/s; next() waited "
+                 f"{plan['consumer_wait_share']:.0%} of the time")
+    return "\n".join(lines)
+
+
+class Plan(dict):  # type: ignore[type-arg]
+    """``Iterator.explain()``'s result: a dict (``tree``, ``bottleneck``, ``memory``, ``cpu``, ``tuner``,
+    ``throughput_per_s``, ``consumer_wait_share``) whose ``str()`` is the indented text."""
+
+    def __str__(self) -> str:
+        return render(self)

@@ -1,0 +1,448 @@
+"""AUTOTUNE that measures: one tuner thread per iterator adjusts the stages' settings inside the budgets.
+
+What is tuned (only arguments given as ``AUTOTUNE``; explicit numbers are the user's):
+
+=================================================  ==============================================================
+stage                                              knobs (range)
+=================================================  ==============================================================
+``map(num_parallel_calls=AUTOTUNE)``               ``workers`` (0 = inline in the consumer's thread .. 64;
+                                                   worker processes: .. ``cpu_budget``), ``window`` (1 .. 512)
+``batch(num_parallel_calls=AUTOTUNE)``             ``workers`` (0 .. 64), ``window``
+``prefetch(AUTOTUNE)``                             ``buffer`` (0 = no thread .. 64)
+``interleave(num_parallel_calls=AUTOTUNE)``        ``parallel_slots`` (slots read by their own thread, 0 ..
+                                                   ``cycle_length``), ``read_ahead`` (elements per slot, 1 .. 64)
+=================================================  ==============================================================
+
+``cycle_length`` itself is not tuned: it decides the output order (tf.data fixes it at the CPU count too).
+
+Measurement: the iterator counts the elements it hands out; every stage counts time inside its function
+(wall and CPU), waiting for input, for room and for the budget (``PoolStats``). The tuner works on the
+output rate: hill climbing, one knob at a time. A *trial* measures the rate for ``window_s`` (at least
+``MIN_WINDOW_S`` and ``MIN_ELEMENTS`` elements), changes one knob, lets it settle, measures again, and
+keeps the change only if the rate rose by ``ACCEPT`` (a gain below ``CONFIRM`` is measured twice), else
+puts it back. Candidates, in order: more workers for the stage whose workers are busiest (the
+bottleneck; doubling for stages that mostly wait on I/O), fewer workers or inline for stages whose calls
+are cheap, larger then smaller buffers. Each setting is tried once per search; when every candidate was
+tried the tuner has *converged* and only watches: a rate that moves by more than ``DRIFT`` starts a new
+search.
+
+Budgets, never exceeded, not even while trying:
+
+- memory: knobs only change how much a stage *may* hold; every byte is still reserved before it exists
+  (``headrace._memory``), so a larger window or buffer waits for room instead of exceeding the budget;
+  a window or buffer whose extra elements cannot fit the stage's share is not tried.
+- CPU (``Options(cpu_budget)``, default the CPU count): the workers of tuned ``map`` / ``batch`` stages
+  are charged by what they compute: a worker process 1 core, a thread whose calls are CPU work (at least
+  ``CPU_BOUND_SHARE`` of their time on the CPU) 1 core, a thread whose calls mostly wait that share
+  (measured; 1 before the first calls). A candidate that would take the sum past the
+  budget is not tried; if measurements push it past (a stage turned CPU-bound), workers are taken away
+  from the stage that gains least. ``Iterator.explain()`` reports the sum.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from typing import Any
+
+from .._memory import WAIT_SLICE_S
+from .._sync import Condition
+from .._sync import Lock as TimedLock
+from .base import start_thread
+from .executor import CPU_BOUND_SHARE
+
+MIN_WINDOW_S = 0.2
+MIN_ELEMENTS = 8
+MAX_WINDOW_S = 2.0
+SETTLE_S = 0.05
+ACCEPT = 1.05
+CONFIRM = 1.2
+DRIFT = 0.25
+WATCH_S = 2.0
+MAX_WORKERS = 64
+MAX_WINDOW = 512
+MAX_BUFFER = 64
+CURRENT_KEYS = ("workers", "window", "threads")
+"""Settings, not counters: not carried over from closed iterators."""
+CHEAP_CALL_S = 100e-6
+"""A call shorter than this costs less than handing the element to a thread: inline is a candidate."""
+
+
+class Knob:
+    """One tunable setting of a stage: its value, range, and why it has that value."""
+
+    __slots__ = ("compute", "hi", "lo", "name", "value", "why")
+
+    def __init__(self, name: str, value: int, lo: int, hi: int, why: str, compute: bool = False) -> None:
+        self.name = name
+        self.value = int(value)
+        self.lo = lo
+        self.hi = hi
+        self.why = why
+        self.compute = compute  # counted against the CPU budget (map / batch workers)
+
+
+class StageTuning:
+    """The tuned settings of one stage for one iteration, shared by the stage's iterators (a stage made
+    again for each ``repeat`` epoch, the slots of an interleave) and applied to every live one."""
+
+    def __init__(self, stage: str, kind: str) -> None:
+        self.stage = stage
+        self.kind = kind
+        self.knobs: dict[str, Knob] = {}
+        self._members: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._retired: dict[str, float] = {}  # counters of the members closed so far (earlier epochs)
+        self._lock = TimedLock(f"{stage} tuning")
+        self.executor: Any = None
+
+    def knob(self, name: str, value: int, lo: int, hi: int, why: str, compute: bool = False) -> Knob:
+        """The knob ``name`` (made with these settings the first time)."""
+        with self._lock:
+            k = self.knobs.get(name)
+            if k is None:
+                k = self.knobs[name] = Knob(name, value, lo, hi, why, compute)
+            return k
+
+    def value(self, name: str, default: int) -> int:
+        k = self.knobs.get(name)
+        return default if k is None else k.value
+
+    def add(self, member: Any) -> None:
+        with self._lock:
+            self._members.add(member)
+
+    def remove(self, member: Any) -> None:
+        """``member`` closes (a ``repeat`` epoch ended): its counters stay in the stage's sums."""
+        with self._lock:
+            if member not in self._members:
+                return
+            self._members.discard(member)
+        final = member.tuning_stats()
+        with self._lock:
+            for key, v in final.items():
+                if isinstance(v, int | float) and key not in CURRENT_KEYS:
+                    self._retired[key] = self._retired.get(key, 0.0) + v
+
+    def members(self) -> list[Any]:
+        with self._lock:
+            return list(self._members)
+
+    def set(self, name: str, value: int, why: str) -> None:
+        k = self.knobs[name]
+        k.value = max(k.lo, min(k.hi, int(value)))
+        k.why = why
+        for m in self.members():
+            m.apply_knob(name, k.value)
+
+    def stats(self) -> dict[str, float]:
+        """The counters (``ParallelApplier.stats`` keys) summed over the stage's iterators in this iteration,
+        the closed ones included (a stage made again per ``repeat`` epoch); ``CURRENT_KEYS``: the live ones'."""
+        with self._lock:
+            total: dict[str, float] = dict(self._retired)
+        for m in self.members():
+            for key, v in m.tuning_stats().items():
+                if isinstance(v, int | float):
+                    total[key] = total.get(key, 0.0) + v
+        return total
+
+    def busy(self) -> bool:
+        """Whether the stage may not be tuned now (its executor is still measuring the function)."""
+        ex = self.executor
+        return ex is not None and getattr(ex, "kind", "") == "measuring"
+
+
+def stage_tuning(ctx: Any, stage: str, kind: str) -> StageTuning:
+    """The :class:`StageTuning` of ``stage`` in this iteration (``ctx.tunings``; made the first time)."""
+    with ctx._lock:
+        t = ctx.tunings.get(stage)
+        if t is None:
+            t = ctx.tunings[stage] = StageTuning(stage, kind)
+        return t
+
+
+# ---- the tuner ----------------------------------------------------------------------------------------
+class _Trial:
+    """One candidate change: ``knob`` of ``stage`` to ``new``; more workers bring a proportionally larger
+    window (the window bounds the elements in flight, so more workers alone would wait for room)."""
+
+    def __init__(self, stage: StageTuning, knob: Knob, new: int) -> None:
+        self.stage = stage
+        self.knob = knob
+        self.old = knob.value
+        self.new = new
+        self.changes: list[tuple[str, int, int, str]] = [(knob.name, knob.value, new, knob.why)]
+        window = stage.knobs.get("window")
+        if knob.name == "workers" and window is not None and new > max(1, knob.value):
+            scaled = min(window.hi, -(-window.value * new // max(1, knob.value)))
+            if scaled > window.value:
+                self.changes.append(("window", window.value, scaled, window.why))
+
+    def apply(self, why: str) -> None:
+        for name, _old, new, _why in self.changes:
+            self.stage.set(name, new, why)
+
+    def undo(self) -> None:
+        for name, old, _new, why in reversed(self.changes):
+            self.stage.set(name, old, why)
+
+    def describe(self) -> str:
+        return ", ".join(f"{name} {old}->{new}" for name, old, new, _ in self.changes)
+
+
+class Tuner:
+    """The tuner thread of one iterator (module docstring). ``rate()`` and ``report()`` for ``explain()``."""
+
+    def __init__(self, ctx: Any, delivered: Any) -> None:
+        self.ctx = ctx
+        self._delivered = delivered  # () -> (elements handed out, perf_counter of the last) | None: gone
+        self.cpu_budget = ctx.cpu_budget
+        self.state = "warming up"
+        self.trials = 0
+        self.accepted: list[str] = []
+        self.converged_after_s: float | None = None
+        self.last_rate = 0.0
+        self.cpu_granted = 0.0
+        self._t0 = time.monotonic()
+        self._cv = Condition("tuner")
+        self._tried: set[tuple[str, str, int]] = set()
+        self._weights: dict[str, float] = {}
+        self._prev: dict[str, dict[str, float]] = {}
+        self._recent: dict[str, dict[str, float]] = {}
+        self._thread: threading.Thread | None = None
+
+    # ---- life cycle --------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._split_cpu()
+        self._thread = start_thread("tuner", self._run, None)
+
+    def _split_cpu(self) -> None:
+        """Before the first element: ``cpu_budget`` split evenly over the tuned compute stages (each made
+        stage took what the ones made before it left, so the innermost had it all); the inner stages get
+        the remainder. Workers are counted as 1 core each until measured."""
+        stages = [(t, t.knobs["workers"]) for t in list(self.ctx.tunings.values())
+                  if "workers" in t.knobs and t.knobs["workers"].compute]
+        if len(stages) < 2:
+            return
+        share, extra = divmod(self.cpu_budget, len(stages))
+        for i, (t, k) in enumerate(stages):
+            value = min(k.hi, share + (1 if i < extra else 0))
+            if value != k.value:
+                t.set("workers", value, f"AUTOTUNE start: cpu_budget={self.cpu_budget} split over the "
+                                        f"{len(stages)} tuned stages")
+
+    def threads(self) -> list[threading.Thread]:
+        t = self._thread
+        return [t] if t is not None else []
+
+    def wake(self) -> None:
+        if self._cv.lock.acquire(timeout=0.1):
+            try:
+                self._cv.notify_all()
+            finally:
+                self._cv.lock.release()
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep (timed waits) unless the iterator closes; False when it did."""
+        end = time.monotonic() + seconds
+        stop = self.ctx.stop
+        while not stop.is_set():
+            left = end - time.monotonic()
+            if left <= 0:
+                return True
+            with self._cv:
+                self._cv.wait(min(WAIT_SLICE_S, left))
+        return False
+
+    # ---- measuring ---------------------------------------------------------------------------------
+    def _measure(self) -> float | None:
+        """The output rate over at least ``MIN_WINDOW_S`` and ``MIN_ELEMENTS`` (None: closed): elements
+        between the first and the last delivery of the window over the time between them (no rounding
+        to whole elements)."""
+        first = self._delivered()
+        if first is None:
+            return None
+        n0, at0 = first
+        t0 = time.monotonic()
+        if not self._sleep(MIN_WINDOW_S):
+            return None
+        while True:
+            last = self._delivered()
+            if last is None:  # the iterator was collected
+                return None
+            if last[0] - n0 >= MIN_ELEMENTS or time.monotonic() - t0 >= MAX_WINDOW_S:
+                break
+            if not self._sleep(WAIT_SLICE_S):
+                return None
+        n1, at1 = last
+        rate = (n1 - n0) / (at1 - at0) if n1 > n0 and at1 > at0 else 0.0
+        self.last_rate = rate
+        self._update_weights()
+        return rate
+
+    def _update_weights(self) -> None:
+        """Per stage, the counters' change over the last window (``_recent``); per tuned compute stage the
+        cores one worker uses (the CPU share of its calls; a process 1)."""
+        granted = 0.0
+        for t in list(self.ctx.tunings.values()):
+            now = t.stats()
+            prev = self._prev.get(t.stage, {})
+            recent = {key: v - prev.get(key, 0.0) for key, v in now.items()}
+            for key in ("workers", "window", "threads"):
+                if key in now:
+                    recent[key] = now[key]
+            self._recent[t.stage] = recent
+            self._prev[t.stage] = now
+            k = t.knobs.get("workers")
+            if k is None or not k.compute:
+                continue
+            busy, cpu = recent.get("busy_s", 0.0), recent.get("cpu_s", 0.0)
+            if getattr(t.executor, "kind", "") == "process":
+                w = 1.0
+            elif busy > 0.01:
+                share = cpu / busy
+                # CPU work counts a whole core: on a loaded machine a CPU-bound call is preempted and its share
+                # looks small, but it would use the core if it could
+                w = 1.0 if share >= CPU_BOUND_SHARE else max(0.02, share)
+            else:
+                w = self._weights.get(t.stage, 1.0)
+            self._weights[t.stage] = w
+            granted += w * k.value
+        self.cpu_granted = granted
+        self._enforce_cpu()
+
+    def _cost(self, stage: StageTuning, knob: Knob, value: int) -> float:
+        """The CPU granted if ``knob`` of ``stage`` took ``value``."""
+        if not knob.compute:
+            return self.cpu_granted
+        w = self._weights.get(stage.stage, 1.0)
+        return self.cpu_granted + w * (value - knob.value)
+
+    # ---- candidates --------------------------------------------------------------------------------
+    def _candidates(self) -> list[tuple[StageTuning, Knob, int]]:
+        out: list[tuple[float, StageTuning, Knob, int]] = []
+        for t in list(self.ctx.tunings.values()):
+            if t.busy() or not t.members():
+                continue
+            st = self._recent.get(t.stage) or t.stats()
+            calls = st.get("calls", 0.0)
+            busy = st.get("busy_s", 0.0)
+            per_call = busy / calls if calls else 0.0
+            span = max(1e-9, st.get("worker_time_s", 0.0))
+            util = busy / span
+            wait_in = st.get("input_s", 0.0) / span
+            room = st.get("room_s", 0.0) / span
+            io_bound = self._weights.get(t.stage, 1.0) < 0.5
+            for k in t.knobs.values():
+                v = k.value
+                moves: list[tuple[float, int]] = []
+                if k.name == "workers":
+                    up = v * 2 if io_bound and v >= 2 else v + 1
+                    moves.append((2.0 + util, up))
+                    if v > 0:
+                        moves.append((0.5 + (1 - util), v - 1))
+                    if v > 1 and per_call < CHEAP_CALL_S:
+                        moves.append((1.5, 0))
+                elif k.name in ("window", "read_ahead"):
+                    moves.append((1.0 + room, v * 2))
+                    if v > 1:
+                        moves.append((0.3, max(1, v // 2)))
+                elif k.name == "buffer":
+                    moves.append((1.0 + wait_in, max(1, v * 2)))
+                    if v > 0:
+                        moves.append((0.8, v // 2))
+                elif k.name == "parallel_slots":
+                    moves.append((1.2, v + 1))
+                    if v > 0:
+                        moves.append((0.8, v - 1))
+                for score, new in moves:
+                    new = max(k.lo, min(k.hi, new))
+                    if new == v or (t.stage, k.name, new) in self._tried:
+                        continue
+                    if new > v and self._cost(t, k, new) > self.cpu_budget + 1e-9:
+                        continue
+                    out.append((score, t, k, new))
+        out.sort(key=lambda c: -c[0])
+        return [(t, k, new) for _s, t, k, new in out]
+
+    def _enforce_cpu(self) -> None:
+        """Take workers away while measured use exceeds the CPU budget (a stage's calls turned more CPU-bound):
+        one worker at a time from the stage whose one worker covers the excess at the least cost (else the
+        stage whose workers weigh most), down to 0 (inline: the consumer's thread, not a worker)."""
+        while self.cpu_granted > self.cpu_budget + 1e-9:
+            excess = self.cpu_granted - self.cpu_budget
+            options = []
+            for t in list(self.ctx.tunings.values()):
+                k = t.knobs.get("workers")
+                if k is not None and k.compute and k.value > k.lo:
+                    options.append((self._weights.get(t.stage, 1.0), t, k))
+            if not options:
+                return
+            covering = [o for o in options if o[0] >= excess - 1e-9]
+            w, t, k = min(covering, key=lambda o: o[0]) if covering else max(options, key=lambda o: o[0])
+            t.set("workers", k.value - 1, f"reduced to stay inside cpu_budget={self.cpu_budget}")
+            self.cpu_granted -= w
+
+    # ---- the loop ----------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as e:  # the tuner must never take the pipeline down: report and stop tuning
+            self.state = f"stopped after an error: {type(e).__name__}: {e}"
+
+    def _loop(self) -> None:
+        base = self._measure()
+        while base is not None:
+            candidates = self._candidates()
+            if not candidates:
+                if self.converged_after_s is None:
+                    self.converged_after_s = round(time.monotonic() - self._t0, 2)
+                self.state = "converged: no change made it faster"
+                if not self._sleep(WATCH_S):
+                    return
+                rate = self._measure()
+                if rate is None:
+                    return
+                if base > 0 and abs(rate - base) / base > DRIFT:
+                    self._tried.clear()  # the conditions changed: search again
+                    self.converged_after_s = None
+                base = rate
+                continue
+            t, k, new = candidates[0]
+            trial = _Trial(t, k, new)
+            self.state = f"trying {t.stage} {trial.describe()}"
+            trial.apply("trial")
+            self.trials += 1
+            if not self._sleep(SETTLE_S):
+                return
+            rate = self._measure()
+            if rate is None:
+                return
+            self._tried.add((t.stage, k.name, new))
+            if base * ACCEPT <= rate < base * CONFIRM:  # a small gain: measure once more before keeping it
+                again = self._measure()
+                if again is None:
+                    return
+                rate = (rate + again) / 2
+            if base > 0 and rate >= base * ACCEPT:
+                trial.apply(f"tuned: {trial.describe()} raised the rate {rate / max(base, 1e-9):.2f}x "
+                            f"({base:.0f} -> {rate:.0f} elements/s)")
+                self.accepted.append(f"{t.stage}: {trial.describe()}")
+                # Each setting is tried once per search (a search ends when nothing is left to try; a drift
+                # starts a new one): the number of trials is bounded and the tuner converges even where
+                # noise makes some changes look good. Going straight back is not tried.
+                self._tried.add((t.stage, k.name, trial.old))
+                base = rate
+            else:
+                trial.undo()
+                if not self._sleep(SETTLE_S):
+                    return
+                again = self._measure()
+                if again is None:
+                    return
+                base = again
+
+    def report(self) -> dict[str, Any]:
+        return {"state": self.state, "trials": self.trials, "accepted": list(self.accepted),
+                "converged_after_s": self.converged_after_s, "rate_per_s": round(self.last_rate, 1),
+                "cpu_budget": self.cpu_budget, "cpu_granted": round(self.cpu_granted, 2)}

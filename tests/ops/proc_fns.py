@@ -1,0 +1,60 @@
+"""Functions the process-executor tests run in worker processes: a module of their own that imports only
+numpy and the standard library, so a worker starts in the time those take to import."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+import numpy as np
+
+
+def _mixed(x):
+    """Elements of every kind a process must carry: a large array (shared memory), a small one (a frame),
+    bytes, str, a scalar and a nested tuple."""
+    i = int(x)
+    return {"big": np.full((300, 300), i, np.float32), "small": np.arange(i, i + 5, dtype=np.int16),
+            "raw": bytes([i % 256]) * (i + 1), "text": f"element {i}", "n": np.int64(i * i), "t": (i, str(i))}
+
+
+def _spin(x):
+    """Pure Python holding the GIL; returns (pid, start, end, CPU seconds of the call, a checksum); float64:
+    a Python float would become float32."""
+    t0, c0 = time.perf_counter(), time.thread_time()
+    s = 0
+    for j in range(150_000):
+        s += j ^ int(x)
+    return os.getpid(), np.float64(t0), np.float64(time.perf_counter()), np.float64(time.thread_time() - c0), s
+
+
+def _kill_self_at_5(x):
+    if int(x) == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+def _segfault_at_3(x):
+    if int(x) == 3:
+        ctypes.string_at(0)  # reads address 0: SIGSEGV in native code
+    return x
+
+
+def _raise_at_4(x):
+    if int(x) == 4:
+        raise ValueError(f"bad element {int(x)}")
+    return x * 2
+
+
+def _big(x):
+    return np.full(200_000, int(x), np.float64)
+
+
+def _sleepy(x):
+    time.sleep(0.01)
+    return x
+
+
+def times_three(x):
+    return x * 3

@@ -1,0 +1,188 @@
+"""The AUTOTUNE tuner (``headrace._ops.tuner``) and ``Iterator.explain()``: the budgets hold at every
+sample while it tries settings, it converges and stops, and explain() names the bottleneck."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import headrace as hr
+
+D = hr.Dataset
+MiB = 1024**2
+
+
+def _sort(x):
+    """CPU work that releases the GIL (a thread computes ~100% of its call)."""
+    a = np.random.default_rng(int(x)).random(60_000)
+    a.sort()
+    return np.full(64 * 1024, int(x) % 251, np.uint8)  # 64 KiB out
+
+
+def _wait(x):
+    time.sleep(0.004)  # storage latency: threads overlap it
+    return x
+
+
+class _Sampler:
+    """Samples (in a thread, every 5 ms) the workers of every tuned compute stage and the budget."""
+
+    def __init__(self, it: hr.Iterator) -> None:
+        self.it = it
+        self.max_busy_workers = 0.0
+        self.max_workers: dict[str, int] = {}
+        self.max_held = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        budget = self.it._budget
+        while not self._stop.wait(0.005):
+            for name, t in list(self.it._ctx.tunings.items()):
+                for m in t.members():
+                    if hasattr(m, "pool"):
+                        active = m.pool.active
+                        self.max_workers[name] = max(self.max_workers.get(name, 0), active)
+            self.max_held = max(self.max_held, budget.stats(owner=self.it._ctx.owner)["current_bytes"])
+            self.samples += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+
+
+def test_cpu_and_memory_budgets_hold_at_every_sample_while_tuning():
+    budget = 8 * MiB
+    ds = (D.range(10**6).map(_wait, num_parallel_calls=hr.AUTOTUNE).map(_sort, num_parallel_calls=hr.AUTOTUNE)
+          .batch(4).prefetch(hr.AUTOTUNE).with_options(hr.Options(memory_budget=budget, cpu_budget=1)))
+    with iter(ds) as it:
+        sampler = _Sampler(it)
+        t0 = time.monotonic()
+        for _ in it:
+            if time.monotonic() - t0 > 4.0:
+                break
+        sampler.stop()
+        report = it.explain()
+        stats = it.memory_stats()
+    tuner = report["tuner"]
+    assert tuner["trials"] >= 3, tuner  # it did try settings
+    assert sampler.samples > 100
+    # cpu_budget=1: the CPU-bound map never had 2 workers, not even during a trial
+    assert sampler.max_workers["map(_sort)"] <= 1, sampler.max_workers
+    assert tuner["cpu_granted"] <= 1.0 + 1e-9
+    assert sampler.max_held <= stats["limit_bytes"] and stats["peak_bytes"] <= stats["limit_bytes"]
+
+
+def test_the_tuner_converges_and_stops_adjusting():
+    ds = D.range(10**6).map(_wait, num_parallel_calls=hr.AUTOTUNE).prefetch(hr.AUTOTUNE)
+    with iter(ds) as it:
+        t0 = time.monotonic()
+        converged_at = None
+        settings = None
+        for _ in it:
+            now = time.monotonic()
+            rep = it._tuner.report() if it._tuner is not None else None
+            if converged_at is None and rep and rep["converged_after_s"] is not None:
+                converged_at = now
+                settings = {s: {k: v.value for k, v in t.knobs.items()} for s, t in it._ctx.tunings.items()}
+                trials = rep["trials"]
+            if (converged_at is not None and now - converged_at > 1.0) or now - t0 > 20.0:
+                break
+        assert converged_at is not None, it._tuner.report()
+        after = {s: {k: v.value for k, v in t.knobs.items()} for s, t in it._ctx.tunings.items()}
+        rep = it._tuner.report()
+    assert converged_at - t0 < 15.0
+    assert after == settings and rep["trials"] == trials  # watching only
+    assert rep["state"].startswith("converged")
+    # waiting on storage: more than the CPU count of threads was worth it
+    assert after["map(_wait)"]["workers"] >= 2
+
+
+def test_explain_names_the_bottleneck_stage():
+    def slow(x):
+        time.sleep(0.01)
+        return x
+
+    def inc(x):
+        return x + 1
+
+    def double(x):
+        return x * 2
+
+    ds = (D.range(10**6).map(inc, num_parallel_calls=2).map(slow, num_parallel_calls=1)
+          .map(double, num_parallel_calls=2).prefetch(2))
+    with iter(ds) as it:
+        for _ in range(60):
+            next(it)
+        plan = it.explain()
+    assert plan["bottleneck"]["stage"] == "map(slow)", plan["bottleneck"]
+    text = str(plan)
+    assert "bottleneck: map(slow)" in text
+    lines = text.splitlines()
+    depth = {line.strip().split()[0]: len(line) - len(line.lstrip())
+             for line in lines if line.strip().startswith("map(")}
+    assert depth["map(double)"] < depth["map(slow)"] < depth["map(inc)"]  # inputs indented below their stage
+
+
+def test_explain_names_the_consumer_when_the_pipeline_keeps_up():
+    with iter(D.range(10**6).map(lambda x: x + 1, num_parallel_calls=hr.AUTOTUNE).prefetch(hr.AUTOTUNE)) as it:
+        for _ in range(40):
+            next(it)
+            time.sleep(0.01)  # the training step
+        plan = it.explain()
+    assert plan["bottleneck"]["stage"] == "consumer", plan["bottleneck"]
+    node = plan["tree"]["inputs"][0]
+    assert node["stage"].startswith("map(") and "workers" in node["settings"]
+    assert node["why"]["workers"]  # why it has this setting
+    assert node["executor"]["executor"] in ("thread", "measuring")
+    assert plan["memory"]["limit_bytes"] > 0 and 0.0 <= node["budget_share"] <= 1.0
+
+
+def test_options_autotune_false_keeps_the_starting_rule():
+    with iter(D.range(50).map(_wait, num_parallel_calls=hr.AUTOTUNE).with_options(hr.Options(autotune=False))) as it:
+        assert list(it) == list(range(50))
+        assert it.explain()["tuner"] is None
+    with pytest.raises(TypeError, match="autotune='yes'"):
+        hr.Options(autotune="yes")
+
+
+def test_explain_names_a_slow_sequential_input_below_a_waiting_stage():
+    def slow_source():
+        for i in range(10**6):
+            time.sleep(0.005)  # a slow reader, run by one thread at a time
+            yield i
+
+    ds = D.from_generator(slow_source, output_signature=hr.TensorSpec((), "int64")).map(
+        lambda x: x + 1, num_parallel_calls=2).prefetch(2)
+    with iter(ds) as it:
+        for _ in range(60):
+            next(it)
+        plan = it.explain()
+    map_node = plan["tree"]["inputs"][0]
+    assert plan["bottleneck"]["stage"] == map_node["inputs"][0]["stage"], (plan["bottleneck"], map_node)
+    assert map_node["stage"] in plan["bottleneck"]["why"]
+
+
+def test_state_stays_exact_while_the_tuner_changes_settings():
+    def build():
+        return D.range(10**6).map(lambda x: x * 3, num_parallel_calls=hr.AUTOTUNE).batch(4).prefetch(hr.AUTOTUNE)
+
+    states = []
+    with iter(build()) as it:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 2.0:
+            first = next(it)
+            if len(states) < 4 and time.monotonic() - t0 > 0.5 * len(states):
+                states.append((it.get_state(), [next(it) for _ in range(5)], int(first[0])))
+        trials = it._tuner.report()["trials"]
+    assert trials >= 2  # the settings changed under the states taken
+    for state, expected, _ in states:
+        with iter(build()) as restored:
+            restored.set_state(state)
+            got = [next(restored) for _ in range(5)]
+        assert [g.tolist() for g in got] == [e.tolist() for e in expected]
