@@ -74,7 +74,19 @@ class Dataset:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self._node.label}>"
+        spec = self._node.static_spec()
+        shown = "<known from the first element>" if spec is None else repr(spec)
+        return f"<{type(self).__name__} {self._node.label} element_spec={shown}>"
+
+    @property
+    def element_spec(self) -> Any:
+        """The structure of :class:`headrace.TensorSpec` (``NoneTensorSpec``, ``RaggedTensorSpec``,
+        ``DatasetSpec``) that describes every element, inferred as tf.data infers it (``headrace._spec``):
+        from the sources and ``output_signature``, through every transformation (``None`` in a shape is a
+        dimension whose size varies). Where nothing static says it (a generator without
+        ``output_signature``, a function that cannot be traced) it is read from the first element, which
+        runs the pipeline up to it. Raises ``ValueError`` when that pipeline produces no element."""
+        return self._node.element_spec()
 
     def cardinality(self) -> int:
         """Number of elements, or ``INFINITE_CARDINALITY`` (-1) / ``UNKNOWN_CARDINALITY`` (-2)."""
@@ -120,10 +132,12 @@ class Dataset:
 
     # ---- sources ----------------------------------------------------------------------------------
     @staticmethod
-    def range(*args: int, dtype: Any = None, name: str | None = None) -> Dataset:
-        """``range(stop)``, ``range(start, stop[, step])`` as int64 scalars (or ``dtype``)."""
-
-        return _wrap(RangeNode(*args, dtype=dtype))
+    def range(*args: int, output_type: Any = None, name: str | None = None, dtype: Any = None) -> Dataset:
+        """``range(stop)``, ``range(start, stop[, step])`` as int64 scalars (or ``output_type``, tf.data's
+        keyword; ``dtype`` is an alias). Arguments are integers (numpy integers and 0-d arrays too)."""
+        if output_type is not None and dtype is not None:
+            raise TypeError("range(): pass output_type (tf.data's name) or dtype, not both")
+        return _wrap(RangeNode(*args, dtype=output_type if output_type is not None else dtype))
 
     @staticmethod
     def from_tensors(tensors: Any, name: str | None = None) -> Dataset:
@@ -166,18 +180,29 @@ class Dataset:
 
     @staticmethod
     def zip(*datasets: Any, name: str | None = None) -> Dataset:
-        """Elements of several datasets side by side (a tuple, or the given nested structure)."""
+        """Elements of several datasets side by side, in the structure they are given in: ``zip(a, b)`` and
+        ``zip((a, b))`` yield tuples, ``zip({"x": a})`` dicts, and ``zip(a)`` ``a``'s elements as they are
+        (tf.data's rule). A ``list`` of datasets raises ``TypeError``, as in tf.data (use a tuple)."""
 
-        if len(datasets) == 1 and node_of(datasets[0]) is None:
+        if len(datasets) == 1:
             return _wrap(ZipNode(datasets[0]))
         return _wrap(ZipNode(tuple(datasets)))
 
     @staticmethod
-    def sample_from_datasets(datasets: Sequence[Dataset], weights: Sequence[float] | None = None,
+    def sample_from_datasets(datasets: Sequence[Dataset], weights: Sequence[float] | Dataset | None = None,
                              seed: int | None = None, stop_on_empty_dataset: bool = False,
                              rerandomize_each_iteration: bool | None = None) -> Dataset:
-        """Interleave ``datasets`` at random, element by element, with probabilities ``weights``."""
+        """Interleave ``datasets`` at random, element by element, with probabilities ``weights``.
 
+        ``weights``: float weights, one per dataset (normalized; 0 never reads that dataset; all 0 gives an
+        empty dataset), or a Dataset of such vectors (one per draw). Integer weights raise ``TypeError``,
+        incompatible element specs ``TypeError`` (both as tf.data). ``rerandomize_each_iteration=True``
+        draws anew in each iteration; otherwise every iteration repeats the same draws.
+        """
+        if node_of(weights) is None and len(datasets) == 1:
+            if weights is not None:
+                SampleNode(datasets, weights, seed, stop_on_empty_dataset, rerandomize_each_iteration)  # checks
+            return datasets[0]  # tf.data returns the one dataset itself
         return _wrap(SampleNode(datasets, weights, seed, stop_on_empty_dataset, rerandomize_each_iteration))
 
     @staticmethod
@@ -220,7 +245,8 @@ class Dataset:
 
     # ---- transformations ------------------------------------------------------------------------------
     def map(self, map_func: Callable[..., Any], num_parallel_calls: int | None = None,
-            deterministic: bool | None = None, name: str | None = None) -> Dataset:
+            deterministic: bool | None = None, name: str | None = None, *,
+            output_signature: Any = None) -> Dataset:
         """Apply ``map_func`` to each element (a tuple element is unpacked into positional arguments).
 
         Args:
@@ -230,12 +256,16 @@ class Dataset:
             deterministic: ``False`` yields results as they finish; ``None`` uses ``Options.deterministic``
                 (default ``True``: input order).
             name: stage name used in error notes and ``memory_stats()`` (default: the function's name).
+            output_signature: (headrace's addition) a structure of ``TensorSpec`` the results are converted
+                to and checked against; it is the element spec. Without it the spec is traced from
+                ``map_func`` on spec-shaped examples (zeros), or read from the first element.
 
+        A list returned at the top level becomes a tuple (tf.data's rule); lists inside are tensors.
         Errors raised by ``map_func`` reach ``next()`` with the note ``in map(<name>) at element <i>``;
         the iterator then continues with the next element.
         """
 
-        return _wrap(MapNode(self._node, map_func, num_parallel_calls, deterministic, name))
+        return _wrap(MapNode(self._node, map_func, num_parallel_calls, deterministic, name, output_signature))
 
     def filter(self, predicate: Callable[..., Any], name: str | None = None) -> Dataset:
         """Keep the elements for which ``predicate`` returns a true scalar bool."""
@@ -296,27 +326,27 @@ class Dataset:
 
         return _wrap(UnbatchNode(self._node))
 
-    def prefetch(self, buffer_size: int, name: str | None = None) -> Dataset:
+    def prefetch(self, buffer_size: int | None, name: str | None = None) -> Dataset:
         """Produce up to ``buffer_size`` elements ahead in a background thread.
 
-        ``AUTOTUNE`` picks 4 elements, shrunk silently to the stage's share of the memory budget; ``0``
-        disables prefetching.
+        ``AUTOTUNE`` (or ``None``, as tf.data) picks 4 elements, shrunk silently to the stage's share of the
+        memory budget; ``0`` disables prefetching.
         """
 
         return _wrap(PrefetchNode(self._node, buffer_size))
 
     def repeat(self, count: int | None = None, name: str | None = None) -> Dataset:
-        """Repeat ``count`` times (``None`` or -1: forever)."""
+        """Repeat ``count`` times (``None`` or any negative count: forever)."""
 
         return _wrap(RepeatNode(self._node, count))
 
     def take(self, count: int, name: str | None = None) -> Dataset:
-        """At most the first ``count`` elements (-1: all)."""
+        """At most the first ``count`` elements (any negative count: all)."""
 
         return _wrap(TakeNode(self._node, count))
 
     def skip(self, count: int, name: str | None = None) -> Dataset:
-        """All but the first ``count`` elements (-1: skip all)."""
+        """All but the first ``count`` elements (any negative count: skip all)."""
 
         return _wrap(SkipNode(self._node, count))
 

@@ -37,6 +37,7 @@ CACHE_SUFFIX = ".hrcache"
 
 class CacheNode(DatasetNode):
     label = "cache"
+    spec_passes = True
 
     def __init__(self, input_node: DatasetNode, filename: str) -> None:
         super().__init__([input_node])

@@ -1,8 +1,13 @@
 """``Dataset.map``: apply a function to every element, sequentially or in a thread pool.
 
 Like tf.data, a tuple element is unpacked into positional arguments (``fn(*x)``); any other element
-(dict, namedtuple, array) is passed as one argument. The function's result is normalized (Python ints ->
-int64, floats -> float32, str -> bytes; lists stay structures).
+(dict, namedtuple, array) is passed as one argument. The function's result is normalized as tf.data
+normalizes it (Python ints -> int64, floats -> float32, str -> bytes; a list returned at the top level
+becomes a tuple, lists inside it are tensors; ``None`` components stay ``None``).
+
+Element spec: ``output_signature=`` (a structure of ``TensorSpec``) declares it, and every result is
+converted to it (as ``from_generator`` converts) and checked; without it, the spec is traced from the
+function on spec-shaped examples of the input's spec (``node.trace``), else read from the first element.
 
 ``num_parallel_calls=None`` runs in the consumer's thread; an int or ``AUTOTUNE`` runs that many worker
 threads (``headrace._ops.parallel``), which scale with functions that release the GIL (numpy, OpenCV,
@@ -14,11 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._args import parallel_calls_arg
+from .._spec import from_user
 from .._structure import SCALAR_TYPES, normalize
-from .autotune import MAP_WINDOW_PER_WORKER, parallelism, validate_parallel_calls
+from .autotune import MAP_WINDOW_PER_WORKER, parallelism
 from .base import DatasetIterator, IteratorContext, UnaryIterator, fn_name, note_error
-from .node import DatasetNode
+from .node import DatasetNode, SpecOf, trace
 from .parallel import PoolIterator
+from .sources import convert_to_spec
 
 
 def call_with_element(fn: Callable[..., Any], x: Any) -> Any:
@@ -36,39 +44,53 @@ def guarded_call(fn: Callable[..., Any], x: Any, stage: str) -> Any:
 
 class MapNode(DatasetNode):
     shard_passes = True
+
     def __init__(self, input_node: DatasetNode, fn: Callable[..., Any], num_parallel_calls: int | None,
-                 deterministic: bool | None, name: str | None) -> None:
+                 deterministic: bool | None, name: str | None, output_signature: Any = None) -> None:
         super().__init__([input_node])
         if not callable(fn):
             raise TypeError(f"map(map_func={fn!r}): map_func must be callable")
-        validate_parallel_calls(num_parallel_calls, "map")
         self.fn = fn
-        self.num_parallel_calls = num_parallel_calls
+        self.num_parallel_calls = parallel_calls_arg(num_parallel_calls, "map")
         self.deterministic = deterministic
+        self.signature = None if output_signature is None else from_user(output_signature,
+                                                                        "map(output_signature)")
         self.label = f"map({name or fn_name(fn)})"
 
     def cardinality(self) -> int:
         return self.inputs[0].cardinality()
 
+    def compute_spec(self, spec_of: SpecOf) -> Any:
+        if self.signature is not None:
+            return self.signature
+        return trace(lambda x: normalize(call_with_element(self.fn, x), self.label), spec_of(self.inputs[0]))
+
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         source = self.inputs[0].make_iterator(ctx)
         stage = ctx.stage_name(self, self.label)
+        sig = self.signature
         if self.num_parallel_calls is None:
-            return _MapIterator(ctx, source, self.fn, stage)
+            return _MapIterator(ctx, source, self.fn, stage, sig)
+
+        def apply(x: Any) -> Any:
+            y = normalize(guarded_call(self.fn, x, stage), stage)
+            return y if sig is None else convert_to_spec(sig, y, f"{stage}: output_signature")
+
         workers = parallelism(self.num_parallel_calls, ctx)
-        return PoolIterator(ctx, source, lambda x: normalize(guarded_call(self.fn, x, stage), stage),
-                            stage, workers, ctx.deterministic(self.deterministic), kind="map",
+        return PoolIterator(ctx, source, apply, stage, workers, ctx.deterministic(self.deterministic), kind="map",
                             window=MAP_WINDOW_PER_WORKER * workers)
 
 
 class _MapIterator(UnaryIterator):
     kind = "map"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, fn: Callable[..., Any], stage: str) -> None:
+    def __init__(self, ctx: IteratorContext, source: DatasetIterator, fn: Callable[..., Any], stage: str,
+                 signature: Any = None) -> None:
         super().__init__(ctx, source)
         self._fn = fn
         self._stage = stage
         self._index = 0
+        self._signature = signature
 
     def __next__(self) -> Any:
         x = self._next_input()
@@ -83,6 +105,12 @@ class _MapIterator(UnaryIterator):
         except Exception as e:
             note_error(e, self._stage, i)
             raise
+        if self._signature is not None:
+            try:
+                return convert_to_spec(self._signature, normalize(y, self._stage), f"{self._stage}: output_signature")
+            except Exception as e:
+                note_error(e, self._stage, i)
+                raise
         if type(y) in SCALAR_TYPES:
             return y
         return normalize(y, self._stage)

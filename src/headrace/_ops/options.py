@@ -10,6 +10,7 @@ from .node import DatasetNode
 class OptionsNode(DatasetNode):
     label = "with_options"
     shard_passes = True
+    spec_passes = True
 
     def __init__(self, input_node: DatasetNode, options: Options) -> None:
         if not isinstance(options, Options):
