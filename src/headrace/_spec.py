@@ -21,7 +21,7 @@ dtype=float32, name=None)``) and round-trip through JSON (:func:`to_json` / :fun
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -430,6 +430,39 @@ def is_compatible(spec: Any, value: Any) -> bool:
     return True
 
 
+def conformance(spec: Any) -> Callable[[Any], bool]:
+    """A fast test that a normalized value has ``spec``'s structure, dtypes and ranks (sizes are not
+    compared: a traced size may depend on values, and nothing at run time relies on it)."""
+    if isinstance(spec, TensorSpec) and spec.dtype != STRING and spec.shape.dims is not None:
+        dt, rank = spec.dtype, len(spec.shape.dims)
+        scalar_type = dt.type
+
+        def fits(x: Any) -> bool:
+            if rank == 0 and type(x) is scalar_type:
+                return True
+            return type(x) is np.ndarray and x.dtype == dt and x.ndim == rank
+
+        return fits
+    return lambda x: _same_kinds(spec, x)
+
+
+def _same_kinds(spec: Any, value: Any) -> bool:
+    try:
+        vspec = spec_of(value)
+    except TypeError:
+        return False
+    if not same_structure(spec, vspec):
+        return False
+    for s, v in zip(flatten(spec), flatten(vspec)):
+        if isinstance(s, TensorSpec):
+            if not (isinstance(v, TensorSpec) and s.dtype == v.dtype
+                    and (s.shape.rank is None or s.shape.rank == v.shape.rank)):
+                return False
+        elif type(s) is not type(v) and not isinstance(s, RaggedTensorSpec):
+            return False
+    return True
+
+
 def check_value(spec: Any, value: Any, where: str) -> None:
     """Raise ``TypeError`` (structure, dtype) or ``ValueError`` (shape) when ``value`` does not fit ``spec``."""
     try:
@@ -504,8 +537,9 @@ def has_unknown_dims(spec: Any) -> bool:
                for s in flatten(spec))
 
 
-def example(spec: Any, unknown_size: int) -> Any:
-    """A spec-shaped value (zeros, ``False``, ``b""``), unknown dimensions of size ``unknown_size``."""
+def example(spec: Any, unknown_size: int, fill: int = 0) -> Any:
+    """A spec-shaped value filled with ``fill`` (numbers; ``bool(fill)``; ``b"a" * fill`` for strings),
+    unknown dimensions of size ``unknown_size``."""
 
     def one(s: Any) -> Any:
         if isinstance(s, NoneTensorSpec):
@@ -515,11 +549,11 @@ def example(spec: Any, unknown_size: int) -> Any:
         shape = tuple(unknown_size if d is None else d for d in s.shape.dims)
         if s.dtype == STRING:
             if not shape:
-                return b""
+                return b"a" * fill
             out = np.empty(shape, dtype=object)
-            out[...] = b""
+            out[...] = b"a" * fill
             return out
-        arr = np.zeros(shape, dtype=s.dtype)
+        arr = np.full(shape, fill, dtype=s.dtype)
         return arr[()] if arr.ndim == 0 else arr
 
     if _is_structure(spec):

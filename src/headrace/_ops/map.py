@@ -20,8 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .._args import parallel_calls_arg
-from .._spec import from_user
-from .._structure import SCALAR_TYPES, normalize
+from .._spec import conformance, from_user
+from .._structure import SCALAR_TYPES, describe, normalize
 from .autotune import MAP_WINDOW_PER_WORKER, parallelism
 from .base import DatasetIterator, IteratorContext, UnaryIterator, fn_name, note_error
 from .node import DatasetNode, SpecOf, trace
@@ -69,28 +69,50 @@ class MapNode(DatasetNode):
         source = self.inputs[0].make_iterator(ctx)
         stage = ctx.stage_name(self, self.label)
         sig = self.signature
+        guard = None if sig is not None else traced_guard(self.spec_consulted(), stage)
         if self.num_parallel_calls is None:
-            return _MapIterator(ctx, source, self.fn, stage, sig)
+            return _MapIterator(ctx, source, self.fn, stage, sig, guard)
 
         def apply(x: Any) -> Any:
             y = normalize(guarded_call(self.fn, x, stage), stage)
-            return y if sig is None else convert_to_spec(sig, y, f"{stage}: output_signature")
+            if sig is not None:
+                return convert_to_spec(sig, y, f"{stage}: output_signature")
+            return y if guard is None else guard(y)
 
         workers = parallelism(self.num_parallel_calls, ctx)
         return PoolIterator(ctx, source, apply, stage, workers, ctx.deterministic(self.deterministic), kind="map",
                             window=MAP_WINDOW_PER_WORKER * workers)
 
 
+def traced_guard(spec: Any, stage: str) -> Callable[[Any], Any] | None:
+    """For a spec traced from the function and used (``spec`` not None): a check of every result's
+    structure, dtypes and ranks against it, returning the result or raising ``ValueError`` (the function's
+    output kind depends on values in a way the trace did not see, so what was built on the spec is wrong)."""
+    if spec is None:
+        return None
+    fits = conformance(spec)
+
+    def guard(y: Any) -> Any:
+        if fits(y):
+            return y
+        raise ValueError(f"{stage}: the result {describe(y)} does not match the element_spec traced from the "
+                         f"function ({spec!r}) that this pipeline was built with; its structure, dtypes or ranks "
+                         "depend on values: declare them with map(..., output_signature=hr.TensorSpec(...))")
+
+    return guard
+
+
 class _MapIterator(UnaryIterator):
     kind = "map"
 
     def __init__(self, ctx: IteratorContext, source: DatasetIterator, fn: Callable[..., Any], stage: str,
-                 signature: Any = None) -> None:
+                 signature: Any = None, guard: Callable[[Any], Any] | None = None) -> None:
         super().__init__(ctx, source)
         self._fn = fn
         self._stage = stage
         self._index = 0
         self._signature = signature
+        self._guard = guard
 
     def __next__(self) -> Any:
         x = self._next_input()
@@ -111,9 +133,15 @@ class _MapIterator(UnaryIterator):
             except Exception as e:
                 note_error(e, self._stage, i)
                 raise
-        if type(y) in SCALAR_TYPES:
-            return y
-        return normalize(y, self._stage)
+        if type(y) not in SCALAR_TYPES:
+            y = normalize(y, self._stage)
+        if self._guard is not None:
+            try:
+                return self._guard(y)
+            except ValueError as e:
+                note_error(e, self._stage, i)
+                raise
+        return y
 
     def _counters(self) -> dict[str, Any]:
         return {"index": self._index}

@@ -31,7 +31,7 @@ import numpy as np
 
 from .._memory import budget_for
 from .._options import UNKNOWN_CARDINALITY, Options
-from .._spec import NotTraceable, example, has_unknown_dims, relax, spec_of
+from .._spec import NotTraceable, example, relax, spec_of
 from .base import JOIN_TIMEOUT_S, DatasetIterator, IteratorContext
 
 _UNSET = object()
@@ -86,6 +86,10 @@ class DatasetNode:
         """This node's element spec from its inputs' (``spec_of(input)``, ``None`` when unknown); ``None``
         when it cannot be known without producing an element. Transformations override it."""
         return spec_of(self.inputs[0]) if self.spec_passes else None
+
+    def spec_consulted(self) -> Any:
+        """The static spec if something has asked for it (a downstream check, ``element_spec``), else None."""
+        return None if self._static_spec is _UNSET else self._static_spec
 
     def static_spec(self) -> Any:
         """The element spec as far as it is known without reading any data (``None``: unknown)."""
@@ -153,16 +157,18 @@ def trace(call: Callable[[Any], Any], input_spec: Any, to_spec: Callable[[Any], 
     example, or outputs whose structure or dtypes differ between examples.
 
     Like tf.data, which traces a function once when the dataset is built, this calls the function when the
-    spec is asked for: once, or twice (unknown dimensions of sizes 2 and 3, which become unknown in the
-    output where its sizes differ). Warnings and floating-point errors are silenced while it runs.
+    spec is asked for, twice: on examples filled with 1 and unknown dimensions of size 2, then filled with
+    2 and sizes 3; what differs between the two results (a size that depends on a value, ``np.arange(x)``)
+    becomes unknown. A function whose output shapes depend on values in ways two examples do not show is
+    caught when its elements arrive (``map`` checks them against a traced spec that was used). Warnings and
+    floating-point errors are silenced while it runs.
     """
     if input_spec is None:
         return None
-    sizes = (2, 3) if has_unknown_dims(input_spec) else (2,)
     specs = []
-    for size in sizes:
+    for size, fill in ((2, 1), (3, 2)):
         try:
-            x = example(input_spec, size)
+            x = example(input_spec, size, fill)
         except NotTraceable:
             return None
         try:

@@ -40,6 +40,7 @@ from .._ops.interleave import InterleaveNode
 from .._ops.node import DatasetNode, node_of
 from .._ops.sources import TensorSlicesNode
 from .._options import AUTOTUNE, UNKNOWN_CARDINALITY
+from .._spec import STRING, TensorSpec
 from .._sync import Lock as TimedLock
 from . import files
 from ._framing import DEFAULT_BUFFER_BYTES, RecordReader, normalize_compression
@@ -195,6 +196,9 @@ class TFRecordNode(DatasetNode):
             return InterleaveNode(names, self._single, cycle_length=n, block_length=1, num_parallel_calls=n,
                                   deterministic=None, name="TFRecordDataset").make_iterator(ctx)
         return TFRecordIterator(ctx, self)
+
+    def compute_spec(self, spec_of: Any) -> Any:
+        return TensorSpec((), STRING)  # one serialized record: a bytes scalar (tf.string)
 
     def cardinality(self) -> int:
         return UNKNOWN_CARDINALITY
