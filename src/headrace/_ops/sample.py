@@ -85,6 +85,13 @@ def _float_weights(weights: Any, n: int) -> np.ndarray:
     return w
 
 
+def directed_cardinality(cards: list[int], stop_on_empty: bool) -> int:
+    """tf.data's cardinality of a directed interleave: infinite if any input is, else unknown."""
+    if INFINITE_CARDINALITY in cards and not (stop_on_empty and any(c >= 0 for c in cards)):
+        return INFINITE_CARDINALITY
+    return UNKNOWN_CARDINALITY
+
+
 class SampleNode(DatasetNode):
     label = "sample_from_datasets"
 
@@ -120,16 +127,13 @@ class SampleNode(DatasetNode):
         return require_compatible(specs, "sample_from_datasets", _FIX)
 
     def cardinality(self) -> int:
-        if self.weights_from_dataset:
-            return UNKNOWN_CARDINALITY
-        cards = [d.cardinality() for d, w in zip(self.inputs, self.weights) if w > 0]
+        """tf.data's rule (its directed interleave): infinite if a dataset that can be drawn is, else unknown;
+        0 when every weight is 0. One deviation: with ``stop_on_empty_dataset=True`` a finite dataset ends
+        the result, so it is unknown rather than tf.data's infinite."""
+        cards = [d.cardinality() for d, w in zip(self.inputs[:self.n], self.weights) if w > 0]
         if not cards:
             return 0
-        if all(c == INFINITE_CARDINALITY for c in cards):
-            return INFINITE_CARDINALITY
-        if all(c >= 0 for c in cards) and not self.stop_on_empty:
-            return sum(cards)
-        return UNKNOWN_CARDINALITY
+        return directed_cardinality(cards, self.stop_on_empty)
 
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         iteration = tuple(ctx.iteration) if self.rerandomize else ()
@@ -240,6 +244,9 @@ class ChooseNode(DatasetNode):
         if any(s is None for s in specs):
             return None
         return require_compatible(specs, "choose_from_datasets", _FIX)
+
+    def cardinality(self) -> int:
+        return directed_cardinality([d.cardinality() for d in self.inputs[:self.n]], self.stop_on_empty)
 
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         its = [d.make_iterator(ctx) for d in self.inputs]

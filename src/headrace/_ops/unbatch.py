@@ -39,7 +39,7 @@ class UnbatchNode(DatasetNode):
         if n < 0 or spec is None:
             return n if n == INFINITE_CARDINALITY else UNKNOWN_CARDINALITY
         dims = {s.shape.dims[0] for s in flatten(spec) if isinstance(s, TensorSpec) and s.shape.dims}
-        if len(dims) != 1 or None in dims:
+        if len(dims) != 1 or None in dims or 0 in dims:
             return UNKNOWN_CARDINALITY
         return n * dims.pop()
 
