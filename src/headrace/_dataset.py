@@ -17,22 +17,29 @@ from typing import Any, ClassVar
 
 from ._iterator import Iterator
 from ._ops.batch import BatchNode
+from ._ops.bucket import bucket_node
 from ._ops.cache import CacheNode
 from ._ops.concatenate import ConcatenateNode
+from ._ops.counter import CounterNode
 from ._ops.enumerate import enumerate_node
 from ._ops.filter import FilterNode
 from ._ops.from_source import SourceNode
+from ._ops.group_by_window import GroupByWindowNode
 from ._ops.ignore_errors import IgnoreErrorsNode
 from ._ops.interleave import InterleaveNode
 from ._ops.list_files import list_files
 from ._ops.map import MapNode
-from ._ops.node import DatasetNode, node_of
+from ._ops.node import DatasetNode, node_of, set_wrapper
 from ._ops.options import OptionsNode
 from ._ops.padded_batch import PaddedBatchNode
 from ._ops.prefetch import PrefetchNode
+from ._ops.ragged_batch import RaggedBatchNode
+from ._ops.random import RandomNode
 from ._ops.random_access import RandomAccessNode
+from ._ops.reduce import reduce_dataset, single_element
 from ._ops.repeat import RepeatNode
 from ._ops.sample import ChooseNode, SampleNode
+from ._ops.scan import ScanNode
 from ._ops.shard import ShardNode
 from ._ops.shuffle import ShuffleNode
 from ._ops.skip import SkipNode
@@ -40,6 +47,8 @@ from ._ops.sources import GeneratorNode, RangeNode, TensorSlicesNode, TensorsNod
 from ._ops.take import TakeNode
 from ._ops.take_while import TakeWhileNode
 from ._ops.unbatch import UnbatchNode
+from ._ops.unique import UniqueNode
+from ._ops.window import WindowNode
 from ._ops.zip import ZipNode
 from ._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Options
 from .io import files as _files
@@ -223,6 +232,19 @@ class Dataset:
                                       num_shards=num_shards, index=index, start=start))
 
     @staticmethod
+    def counter(start: int = 0, step: int = 1, dtype: Any = "int64", name: str | None = None) -> Dataset:
+        """``start, start + step, ...`` forever (int64 scalars, or ``dtype``); cardinality infinite."""
+        return _wrap(CounterNode(start, step, dtype))
+
+    @staticmethod
+    def random(seed: int | None = None, rerandomize_each_iteration: bool | None = None,
+               name: str | None = None) -> Dataset:
+        """Pseudorandom int64 scalars in ``[0, 2**32)``, forever (tf.data's values are 32-bit too; the
+        sequence is not TensorFlow's). Every iteration repeats the sequence unless
+        ``rerandomize_each_iteration=True``; ``seed`` makes it reproducible across runs."""
+        return _wrap(RandomNode(seed, rerandomize_each_iteration))
+
+    @staticmethod
     def from_source(make_iterator: Callable[[], Any], *, cardinality: int = UNKNOWN_CARDINALITY,
                     name: str | None = None) -> Dataset:
         """Elements from iterators written by users: a new data source without touching headrace's internals.
@@ -377,6 +399,71 @@ class Dataset:
 
         return _wrap(CacheNode(self._node, filename))
 
+    def scan(self, initial_state: Any, scan_func: Callable[..., Any], name: str | None = None) -> Dataset:
+        """A running state: ``scan_func(state, element) -> (new_state, output)`` yields the outputs.
+
+        The state keeps its structure and dtypes (``TypeError`` otherwise); it is saved by value in
+        iterator states and charged to the memory budget.
+        """
+        return _wrap(ScanNode(self._node, initial_state, scan_func, name))
+
+    def reduce(self, initial_state: Any, reduce_func: Callable[[Any, Any], Any], name: str | None = None) -> Any:
+        """``reduce_func(state, element)`` over every element, from ``initial_state``; returns the final
+        state (numpy values). Raises ``ValueError`` for an infinite dataset, ``TypeError`` if the state
+        changes structure or dtype."""
+        return reduce_dataset(self, initial_state, reduce_func)
+
+    def get_single_element(self, name: str | None = None) -> Any:
+        """The dataset's only element; ``ValueError`` if it is empty or has more than one."""
+        return single_element(self)
+
+    def window(self, size: int, shift: int | None = None, stride: int = 1, drop_remainder: bool = False,
+               name: str | None = None) -> Dataset:
+        """A dataset of windows (each a Dataset): window ``k`` holds the elements at ``k * shift + j *
+        stride``, ``j < size``; incomplete windows at the end are kept unless ``drop_remainder``. Use
+        ``flat_map(lambda w: w.batch(size))`` to get arrays. Raises ``ValueError`` for sizes < 1."""
+        return _wrap(WindowNode(self._node, size, shift, stride, drop_remainder))
+
+    def group_by_window(self, key_func: Callable[..., Any], reduce_func: Callable[[Any, Dataset], Dataset],
+                        window_size: int | None = None, window_size_func: Callable[[Any], Any] | None = None,
+                        name: str | None = None) -> Dataset:
+        """Group elements by ``key_func(element)`` (an integer); each full window (``window_size`` or
+        ``window_size_func(key)`` elements) becomes ``reduce_func(key, window_dataset)``, whose elements are
+        yielded; remaining windows are flushed at the end in ascending key order (tf.data's order)."""
+        return _wrap(GroupByWindowNode(self._node, key_func, reduce_func, window_size, window_size_func, name))
+
+    def bucket_by_sequence_length(self, element_length_func: Callable[..., Any], bucket_boundaries: Sequence[int],
+                                  bucket_batch_sizes: Sequence[int], padded_shapes: Any = None,
+                                  padding_values: Any = None, pad_to_bucket_boundary: bool = False,
+                                  no_padding: bool = False, drop_remainder: bool = False,
+                                  name: str | None = None) -> Dataset:
+        """Batch elements of similar length together: bucket ``i`` holds lengths in
+        ``[bucket_boundaries[i-1], bucket_boundaries[i])`` and is padded-batched by ``bucket_batch_sizes[i]``
+        (tf.data's ``group_by_window`` + ``padded_batch`` construction). Raises ``ValueError`` for
+        boundaries that do not increase or a wrong number of batch sizes."""
+        return _wrap(bucket_node(self._node, element_length_func, bucket_boundaries, bucket_batch_sizes,
+                                 padded_shapes, padding_values, pad_to_bucket_boundary, no_padding, drop_remainder))
+
+    def ragged_batch(self, batch_size: int, drop_remainder: bool = False, row_splits_dtype: Any = "int64",
+                     name: str | None = None) -> Dataset:
+        """``batch`` for elements of different shapes: components with an unknown dimension become object
+        arrays of rows (``RaggedTensorSpec``), fully known ones dense arrays (tf.data's rule)."""
+        return _wrap(RaggedBatchNode(self._node, batch_size, drop_remainder, row_splits_dtype))
+
+    def rebatch(self, batch_size: int, drop_remainder: bool = False, name: str | None = None) -> Dataset:
+        """Re-batch batched elements to ``batch_size`` rows (``unbatch().batch(batch_size, drop_remainder)``,
+        as tf.data's ``rebatch`` with one size). A list of sizes (tf.data's distribution form) raises
+        ``TypeError``: use one size."""
+        if isinstance(batch_size, list | tuple):
+            raise TypeError(f"rebatch(batch_size={batch_size!r}): headrace takes one batch size; a list of "
+                            "sizes (tf.data's form for distribution strategies) is not supported")
+        return self.unbatch().batch(batch_size, drop_remainder)
+
+    def unique(self, name: str | None = None) -> Dataset:
+        """Each distinct element once, in order of first appearance (int32 / int64 / string scalars, as
+        tf.data; ``TypeError`` otherwise). The values seen are charged to the memory budget."""
+        return _wrap(UniqueNode(self._node))
+
     def ignore_errors(self, log_warning: bool = False, name: str | None = None, *,
                       max_drop_ratio: float | None = None) -> Dataset:
         """Drop elements whose production raised a data error (logging each if ``log_warning``).
@@ -389,3 +476,6 @@ class Dataset:
         """
 
         return _wrap(IgnoreErrorsNode(self._node, log_warning, max_drop_ratio))
+
+
+set_wrapper(_wrap)

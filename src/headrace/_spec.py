@@ -537,13 +537,15 @@ def has_unknown_dims(spec: Any) -> bool:
                for s in flatten(spec))
 
 
-def example(spec: Any, unknown_size: int, fill: int = 0) -> Any:
+def example(spec: Any, unknown_size: int, fill: int = 0, dataset: Callable[[Any], Any] | None = None) -> Any:
     """A spec-shaped value filled with ``fill`` (numbers; ``bool(fill)``; ``b"a" * fill`` for strings),
-    unknown dimensions of size ``unknown_size``."""
+    unknown dimensions of size ``unknown_size``; ``dataset(spec)`` makes the example of a ``DatasetSpec``."""
 
     def one(s: Any) -> Any:
         if isinstance(s, NoneTensorSpec):
             return None
+        if isinstance(s, DatasetSpec) and dataset is not None:
+            return dataset(s.element_spec)
         if not isinstance(s, TensorSpec) or s.shape.dims is None:
             raise NotTraceable(repr(s))
         shape = tuple(unknown_size if d is None else d for d in s.shape.dims)

@@ -70,8 +70,8 @@ class NumpyOps:
         return x
 
     @staticmethod
-    def shape0(x: Any) -> np.int64:
-        return np.int64(len(x))
+    def shape0(x: Any) -> np.int32:
+        return np.int32(len(x))
 
     @staticmethod
     def range(n: Any) -> np.ndarray:

@@ -307,6 +307,60 @@ def _cases() -> list[Case]:
     add("cardinality_test.interleave_infinite", "D.range(5).repeat().interleave(lambda x: D.from_tensors(x)).take(3)")
     add("cardinality_test.empty_repeat", "D.range(0).repeat(5)")
     add("cardinality_test.skip_past", "D.range(5).skip(10)")
+    # window_test (windows compared through flat_map, as the kernel tests do)
+    for size, shift, stride, drop in ((3, None, 1, False), (3, 2, 1, False), (3, 1, 2, True), (2, 5, 1, False),
+                                      (2, 5, 1, True), (4, 1, 1, True), (5, 3, 2, False), (1, 1, 1, False)):
+        add(f"window_test({size},{shift},{stride},{drop})",
+            f"D.range(11).window({size}, {shift}, {stride}, {drop}).flat_map(lambda w: w.batch({size}))",
+            card=False)
+        add(f"window_test.card({size},{shift},{stride},{drop})",
+            f"D.range(11).window({size}, {shift}, {stride}, {drop}).map(lambda w: np.int64(0))", spec=False)
+    add("window_test.structure", "D.zip((D.range(5), D.from_tensor_slices(['a', 'b', 'c', 'd', 'e']))).window(2)"
+        ".flat_map(lambda a, b: D.zip((a.batch(2), b.batch(2))))", card=False)
+    add("window_test.empty", "D.range(0).window(3).flat_map(lambda w: w.batch(3))", card=False)
+    # group_by_window_test / bucket_by_sequence_length_test
+    add("group_by_window_test.simple", "D.range(10).group_by_window(lambda x: x % 2, lambda k, w: w.batch(3), "
+        "window_size=3)")
+    add("group_by_window_test.window_size_func", "D.range(12).group_by_window(lambda x: x % 3, "
+        "lambda k, w: w.batch(5), window_size_func=lambda k: k + 1)")
+    add("group_by_window_test.key_output", "D.range(6).group_by_window(lambda x: x // 2, "
+        "lambda k, w: D.from_tensors(k), window_size=2)")
+    add("group_by_window_test.empty", "D.range(0).group_by_window(lambda x: x, lambda k, w: w.batch(2), "
+        "window_size=2)")
+    for pad, drop in ((False, False), (True, False), (False, True)):
+        add(f"bucket_by_sequence_length_test({pad},{drop})",
+            "D.range(1, 5).repeat(3).map(lambda x: ops.fill([x], x)).bucket_by_sequence_length("
+            f"lambda x: ops.shape0(x), [3, 5], [2, 2, 2], pad_to_bucket_boundary={pad}, drop_remainder={drop})")
+    add("bucket_by_sequence_length_test.tuple", "D.range(1, 7).map(lambda x: (ops.fill([x], x), x))"
+        ".bucket_by_sequence_length(lambda x, y: ops.shape0(x), [2, 4], [3, 2, 1])")
+    # scan_test / reduce_test / get_single_element_test (terminal results wrapped in from_tensors)
+    add("scan_test.running_sum", "D.range(6).scan(np.int64(0), lambda s, x: (s + x, s * 2))")
+    add("scan_test.tuple_state", "D.range(5).scan((np.int64(0), np.int64(1)), lambda s, x: ((s[1], s[0] + s[1]), "
+        "s[0]))")
+    add("scan_test.tuple_element_is_one_argument", "D.from_tensor_slices((np.arange(4), np.arange(4) * 10))"
+        ".scan(np.int64(0), lambda s, ab: (s + ab[0], s + ab[1]))")
+    add("reduce_test.sum", "D.from_tensors(D.range(10).reduce(np.int64(0), lambda s, x: s + x))")
+    add("reduce_test.empty", "D.from_tensors(D.range(0).reduce(np.int64(5), lambda s, x: s + x))")
+    add("reduce_test.tuple", "D.from_tensors(D.range(5).reduce((np.int64(0), np.int64(1)), "
+        "lambda s, x: (s[0] + x, s[1] * (x + 1))))")
+    add("get_single_element_test.one", "D.from_tensors(D.range(3, 4).get_single_element())")
+    add("get_single_element_test.empty", "D.from_tensors(D.range(0).get_single_element())")
+    add("get_single_element_test.two", "D.from_tensors(D.range(2).get_single_element())")
+    # unique_test / rebatch_test / ragged_batch_test / counter_test / random_test
+    add("unique_test.int32", "D.from_tensor_slices(np.array([1, 3, 1, 2, 3, 5], np.int32)).unique()")
+    add("unique_test.int64", "D.from_tensor_slices(np.array([7, 7, 7, 1], np.int64)).unique()")
+    add("unique_test.strings", "D.from_tensor_slices(['a', 'b', 'a', 'c', 'b']).unique()")
+    add("unique_test.float_error", "D.from_tensor_slices(np.array([1.0], np.float32)).unique()")
+    add("rebatch_test.basic", "D.range(8).batch(4).rebatch(3)")
+    add("rebatch_test.drop", "D.range(8).batch(4, drop_remainder=True).rebatch(3, drop_remainder=True)", card=False)
+    add("ragged_batch_test.ragged", "D.range(1, 6).map(lambda x: ops.fill([x, 2], x)).ragged_batch(2)")
+    add("ragged_batch_test.dense", "D.range(4).map(lambda x: ops.fill([2], x)).ragged_batch(3)")
+    add("ragged_batch_test.mixed", "D.range(1, 4).map(lambda x: (x, ops.range(x))).ragged_batch(2)")
+    add("ragged_batch_test.scalars_drop", "D.range(5).ragged_batch(2, drop_remainder=True)")
+    add("counter_test.basic", "D.counter(3, 2).take(4)")
+    add("counter_test.negative", "D.counter(0, -3).take(3)")
+    add("counter_test.card", "D.counter().skip(5)")  # infinite: the first 2000 elements compared
+    add("random_test.spec_and_card", "D.random(seed=4).map(lambda x: np.int64(0)).take(3)")
     return c
 
 

@@ -38,7 +38,7 @@ class TFOps:
 
     @staticmethod
     def shape0(x):
-        return tf.shape(x, out_type=tf.int64)[0]
+        return tf.shape(x)[0]
 
     @staticmethod
     def range(n):

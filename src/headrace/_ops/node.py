@@ -165,10 +165,12 @@ def trace(call: Callable[[Any], Any], input_spec: Any, to_spec: Callable[[Any], 
     """
     if input_spec is None:
         return None
+    from .elements import ElementsNode  # a window's example: an empty dataset of its spec (no cycle at import)
+
     specs = []
     for size, fill in ((2, 1), (3, 2)):
         try:
-            x = example(input_spec, size, fill)
+            x = example(input_spec, size, fill, lambda s: wrap(ElementsNode([], s)))
         except NotTraceable:
             return None
         try:
@@ -197,3 +199,17 @@ def as_node(obj: Any, error: str) -> DatasetNode:
     if node is None:
         raise TypeError(error)
     return node
+
+
+_wrapper: list[Callable[[DatasetNode], Any]] = []
+
+
+def set_wrapper(wrap: Callable[[DatasetNode], Any]) -> None:
+    """Registered by the facade (``headrace._dataset``): how a node becomes a ``headrace.Dataset``, for
+    stages whose elements are datasets (``window``, ``group_by_window``) without importing the facade."""
+    _wrapper[:] = [wrap]
+
+
+def wrap(node: DatasetNode) -> Any:
+    """``node`` as a ``headrace.Dataset`` (see :func:`set_wrapper`)."""
+    return _wrapper[0](node)

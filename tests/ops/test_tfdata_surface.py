@@ -1,0 +1,155 @@
+"""The rest of tf.data's surface (issue 11): window, group_by_window, bucket_by_sequence_length, scan, reduce,
+unique, rebatch, ragged_batch, Dataset.random, Dataset.counter, get_single_element. Edge cases (empty
+inputs, remainders, errors in user functions) and memory; the values are tf.data 2.21's (the differential
+suite compares them with TensorFlow itself), state round trips are in ``test_state_roundtrip.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import headrace as hr
+from headrace._spec import DatasetSpec, RaggedTensorSpec
+
+D = hr.Dataset
+TS = hr.TensorSpec
+
+
+def py(xs):
+    out = []
+    for x in xs:
+        if isinstance(x, tuple):
+            out.append(tuple(py(x)))
+        elif isinstance(x, np.ndarray):
+            out.append(x.tolist())
+        else:
+            out.append(x.item() if isinstance(x, np.generic) else x)
+    return out
+
+
+def test_window():
+    assert [py(w) for w in D.range(7).window(3, 2, 1)] == [[0, 1, 2], [2, 3, 4], [4, 5, 6], [6]]
+    assert py(D.range(7).window(3, 1, 2, True).flat_map(lambda w: w.batch(3))) == [[0, 2, 4], [1, 3, 5], [2, 4, 6]]
+    assert [py(w) for w in D.range(10).window(2, 5)] == [[0, 1], [5, 6]]
+    assert [D.range(7).window(*a).cardinality() for a in [(3,), (3, 2), (3, None, 1, True), (8, None, 1, True)]] == [
+        3, 4, 2, 0]
+    assert D.range(3).repeat().window(2).cardinality() == hr.INFINITE_CARDINALITY
+    assert list(D.range(0).window(3)) == [] and list(D.range(2).window(3, drop_remainder=True)) == []
+    assert D.range(3).window(2).element_spec == DatasetSpec(TS((), np.int64))
+    pairs = D.zip((D.range(5), D.range(10, 15))).window(2)
+    assert pairs.element_spec == (DatasetSpec(TS((), np.int64)), DatasetSpec(TS((), np.int64)))
+    assert py(pairs.flat_map(lambda a, b: D.zip((a.batch(2), b.batch(2))))) == [
+        ([0, 1], [10, 11]), ([2, 3], [12, 13]), ([4], [14])]
+    with pytest.raises(ValueError, match=r"window\(size\)=0 must be >= 1"):
+        D.range(3).window(0)
+    with pytest.raises(ValueError, match=r"window\(shift\)=0"):
+        D.range(3).window(2, 0)
+
+
+def test_window_holds_only_its_span_in_the_budget():
+    big = D.range(40).map(lambda x: np.full(250_000, x, np.uint8))  # 250 KB elements, 1 MB budget
+    ds = big.window(3).flat_map(lambda w: w.batch(3)).map(lambda b: b[:, 0]).with_options(
+        hr.Options(memory_budget="4MiB"))
+    with iter(ds) as it:
+        got = [x.tolist() for x in it]
+        peak = it.memory_stats()["stages"]["window"]["peak_bytes"]
+    assert got[0] == [0, 1, 2] and len(got) == 14
+    assert peak <= 3 * 250_000 + 1000
+
+
+def test_group_by_window_and_bucket_by_sequence_length():
+    g = D.range(10).group_by_window(lambda x: x % 2, lambda k, w: w.batch(3), window_size=3)
+    assert py(g) == [[0, 2, 4], [1, 3, 5], [6, 8], [7, 9]]  # leftovers flushed in key order
+    assert g.element_spec == TS([None], np.int64) and g.cardinality() == hr.UNKNOWN_CARDINALITY
+    sized = D.range(12).group_by_window(lambda x: x % 3, lambda k, w: w.batch(5),
+                                        window_size_func=lambda k: k + 1)
+    assert py(sized) == [[0], [3], [1, 4], [6], [2, 5, 8], [9], [7, 10], [11]]
+    assert py(D.range(0).group_by_window(lambda x: x, lambda k, w: w, window_size=2)) == []
+    keys = D.range(6).group_by_window(lambda x: x // 2, lambda k, w: D.from_tensors(k), window_size=2)
+    assert py(keys) == [0, 1, 2]
+    with pytest.raises(ValueError, match="exactly one"):
+        D.range(3).group_by_window(lambda x: x, lambda k, w: w)
+    with pytest.raises(TypeError, match="must return a Dataset"):
+        list(D.range(3).group_by_window(lambda x: x, lambda k, w: 5, window_size=1))
+    with pytest.raises(TypeError, match="key_func must return an integer scalar"):
+        list(D.range(3).group_by_window(lambda x: np.zeros(2), lambda k, w: w, window_size=1))
+    with pytest.raises(ZeroDivisionError):
+        list(D.range(3).group_by_window(lambda x: 1 // 0, lambda k, w: w, window_size=1))
+
+    seqs = D.range(1, 8).map(lambda x: np.full([int(x)], x))
+    b = seqs.bucket_by_sequence_length(len, [3, 5], [2, 2, 2])
+    assert py(b) == [[[1, 0], [2, 2]], [[3, 3, 3, 0], [4, 4, 4, 4]], [[5, 5, 5, 5, 5, 0], [6] * 6], [[7] * 7]]
+    assert b.element_spec == TS([None, None], np.int64)
+    padded = D.range(1, 5).map(lambda x: np.full([int(x)], x)).bucket_by_sequence_length(
+        len, [3, 5], [2, 2, 2], pad_to_bucket_boundary=True, padding_values=np.int64(-1))
+    assert py(padded) == [[[1, -1], [2, 2]], [[3, 3, 3, -1], [4, 4, 4, 4]]]
+    with pytest.raises(ValueError, match="length is >= the last bucket boundary"):
+        list(seqs.bucket_by_sequence_length(len, [3, 5], [2, 2, 2], pad_to_bucket_boundary=True))
+    assert py(seqs.bucket_by_sequence_length(len, [3], [5, 5], drop_remainder=True)) == [
+        [[3, 3, 3, 0, 0, 0, 0], [4, 4, 4, 4, 0, 0, 0], [5] * 5 + [0, 0], [6] * 6 + [0], [7] * 7]]
+    with pytest.raises(ValueError, match="len\\(bucket_batch_sizes\\) must equal"):
+        seqs.bucket_by_sequence_length(len, [3, 5], [2, 2])
+    with pytest.raises(ValueError, match="strictly increasing"):
+        seqs.bucket_by_sequence_length(len, [5, 3], [2, 2, 2])
+
+
+def test_scan_reduce_get_single_element():
+    s = D.range(5).scan(np.int64(0), lambda state, x: (state + x, state * 2))
+    assert py(s) == [0, 0, 2, 6, 12] and s.element_spec == TS((), np.int64) and s.cardinality() == 5
+    pairs = D.from_tensor_slices(([1, 2], [10, 20])).scan(np.int64(0), lambda st, x: (st + x[0], st + x[1]))
+    assert py(pairs) == [10, 21]
+    with pytest.raises(TypeError, match="changed the state"):
+        list(D.range(3).scan(np.int64(0), lambda st, x: (np.float32(1), x)))
+    with pytest.raises(TypeError, match="must return \\(new_state, output\\)"):
+        list(D.range(3).scan(np.int64(0), lambda st, x: x))
+    assert D.range(5).reduce(np.int64(0), lambda st, x: st + x) == 10
+    assert D.range(0).reduce(np.int64(7), lambda st, x: st + x) == 7
+    assert py([D.from_tensor_slices(([1, 2], [3, 4])).reduce((0, 0), lambda st, x: (st[0] + x[0], st[1] + x[1]))]) \
+        == [(3, 7)]
+    with pytest.raises(ValueError, match="infinite"):
+        D.range(2).repeat().reduce(np.int64(0), lambda st, x: st + x)
+    with pytest.raises(TypeError, match="state must keep its structure"):
+        D.range(3).reduce(np.int64(0), lambda st, x: (st, x))
+    assert D.range(1).get_single_element() == 0
+    with pytest.raises(ValueError, match="Dataset was empty"):
+        D.range(0).get_single_element()
+    with pytest.raises(ValueError, match="more than one element"):
+        D.range(2).get_single_element()
+
+
+def test_unique_rebatch_ragged_batch():
+    assert py(D.from_tensor_slices(np.array([1, 3, 1, 2, 3], np.int32)).unique()) == [1, 3, 2]
+    assert py(D.from_tensor_slices(["a", "b", "a"]).unique()) == [b"a", b"b"]
+    assert D.range(5).unique().cardinality() == hr.UNKNOWN_CARDINALITY
+    with pytest.raises(TypeError, match="int32, int64 or string scalars"):
+        D.from_tensor_slices([1.0]).unique()
+    assert py(D.range(8).batch(4).rebatch(3)) == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    assert py(D.range(8).batch(4).rebatch(3, drop_remainder=True)) == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(TypeError, match="one batch size"):
+        D.range(8).batch(4).rebatch([2, 1])
+    rb = D.range(1, 4).map(lambda x: (x, np.arange(x))).ragged_batch(2)
+    assert rb.element_spec == (TS([None], np.int64), RaggedTensorSpec([None, None], np.int64, 1))
+    first = next(iter(rb))
+    assert first[0].tolist() == [1, 2] and first[1].dtype == object and [r.tolist() for r in first[1]] == [[0], [0, 1]]
+    uniform = list(D.range(4).map(lambda x: np.arange(x // 2)).ragged_batch(2))  # rows of one length: dense
+    assert [(b.dtype, b.shape) for b in uniform] == [(np.int64, (2, 0)), (np.int64, (2, 1))]
+    dense = D.range(4).map(lambda x: np.full([2], x)).ragged_batch(3, drop_remainder=True)
+    assert dense.element_spec == TS([3, 2], np.int64) and py(dense) == [[[0, 0], [1, 1], [2, 2]]]
+    assert list(D.range(0).map(lambda x: np.arange(x)).ragged_batch(2)) == []
+
+
+def test_random_and_counter():
+    r = D.random(seed=4).take(5)
+    assert py(r) == py(r) and all(0 <= v < 2**32 for v in py(r))
+    assert py(D.random(seed=4).take(5)) != py(D.random(seed=5).take(5))
+    epochs = py(D.random(seed=1).take(3).repeat(2))
+    assert epochs[:3] == epochs[3:]  # tf.data's default: every iteration repeats the sequence
+    fresh = py(D.random(seed=1, rerandomize_each_iteration=True).take(3).repeat(2))
+    assert fresh[:3] != fresh[3:]
+    assert D.random().cardinality() == hr.INFINITE_CARDINALITY and D.random().element_spec == TS((), np.int64)
+    assert py(D.counter(3, 2).take(3)) == [3, 5, 7] and py(D.counter(step=-1).take(2)) == [0, -1]
+    assert D.counter().cardinality() == hr.INFINITE_CARDINALITY
+    assert D.counter(dtype=np.int32).element_spec == TS((), np.int32)
+    with pytest.raises(ValueError, match="step must not be 0"):
+        D.counter(0, 0)
