@@ -37,6 +37,7 @@ from ._ops.ragged_batch import RaggedBatchNode
 from ._ops.random import RandomNode
 from ._ops.random_access import RandomAccessNode
 from ._ops.reduce import reduce_dataset, single_element
+from ._ops.rejection_resample import RejectionResampleNode
 from ._ops.repeat import RepeatNode
 from ._ops.sample import ChooseNode, SampleNode
 from ._ops.scan import ScanNode
@@ -463,6 +464,15 @@ class Dataset:
         """Each distinct element once, in order of first appearance (int32 / int64 / string scalars, as
         tf.data; ``TypeError`` otherwise). The values seen are charged to the memory budget."""
         return _wrap(UniqueNode(self._node))
+
+    def rejection_resample(self, class_func: Callable[..., Any], target_dist: Sequence[float],
+                           initial_dist: Sequence[float] | None = None, seed: int | None = None,
+                           name: str | None = None) -> Dataset:
+        """Keep elements by rejection so their classes (``class_func(element)``, integers) follow
+        ``target_dist``; yields ``(class, element)`` pairs, as tf.data. ``initial_dist=None`` estimates the
+        input's class distribution online. Raises ``ValueError`` for distributions that do not sum to a
+        positive value or a class outside ``[0, len(target_dist))``."""
+        return _wrap(RejectionResampleNode(self._node, class_func, target_dist, initial_dist, seed))
 
     def ignore_errors(self, log_warning: bool = False, name: str | None = None, *,
                       max_drop_ratio: float | None = None) -> Dataset:

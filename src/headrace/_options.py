@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from ._memory import default_budget_bytes, parse_bytes
 
@@ -15,7 +17,117 @@ UNKNOWN_CARDINALITY = -2
 """``Dataset.cardinality()`` when it cannot be known without iterating (``filter``, generators)."""
 
 
-@dataclass(frozen=True)
+class AutoShardPolicy(enum.IntEnum):
+    """tf.data's ``tf.data.experimental.AutoShardPolicy`` values (``Options.experimental_distribute``)."""
+
+    OFF = -1
+    AUTO = 0
+    FILE = 1
+    DATA = 2
+    HINT = 3
+
+
+class _SubOptions:
+    """A group of tf.data option fields (``options.threading`` ...) written through to ``Options`` fields."""
+
+    _fields: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, owner: Options) -> None:
+        object.__setattr__(self, "_owner", owner)
+
+    def __getattr__(self, name: str) -> Any:
+        return self._get(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._set(name, value)
+
+    def _get(self, name: str) -> Any:
+        raise AttributeError(f"Options.{self._group}.{name}: headrace supports {sorted(self._fields)} here")
+
+    def _set(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Options.{self._group}.{name}: headrace supports {sorted(self._fields)} here")
+
+    _group = ""
+
+
+class ThreadingOptions(_SubOptions):
+    """``options.threading``: ``private_threadpool_size`` is headrace's ``max_parallelism`` (0 = default);
+    ``max_intra_op_parallelism`` has no equivalent (user functions run whole on one thread each)."""
+
+    _group = "threading"
+    _fields: ClassVar[dict[str, str]] = {"private_threadpool_size": "max_parallelism",
+                                         "max_intra_op_parallelism": ""}
+
+    def _get(self, name: str) -> Any:
+        if name == "private_threadpool_size":
+            return self._owner.max_parallelism or 0
+        if name == "max_intra_op_parallelism":
+            return None
+        return super()._get(name)
+
+    def _set(self, name: str, value: Any) -> None:
+        if name == "private_threadpool_size":
+            self._owner.max_parallelism = None if value in (None, 0) else value
+        elif name == "max_intra_op_parallelism":
+            if value not in (None, 1):
+                raise ValueError(f"Options.threading.max_intra_op_parallelism={value!r}: headrace runs each call of "
+                                 "a user function on one thread, so there is no intra-op pool to size; set "
+                                 "Options.max_parallelism (threading.private_threadpool_size) to bound its "
+                                 "threads")
+        else:
+            super()._set(name, value)
+
+
+class AutotuneOptions(_SubOptions):
+    """``options.autotune``: ``ram_budget`` (bytes) is headrace's ``memory_budget``; ``enabled=False`` is
+    refused (headrace's ``AUTOTUNE`` is a rule, not a tuner: pass explicit sizes to fix them)."""
+
+    _group = "autotune"
+    _fields: ClassVar[dict[str, str]] = {"ram_budget": "memory_budget", "enabled": ""}
+
+    def _get(self, name: str) -> Any:
+        if name == "ram_budget":
+            return self._owner.memory_budget
+        if name == "enabled":
+            return True
+        return super()._get(name)
+
+    def _set(self, name: str, value: Any) -> None:
+        if name == "ram_budget":
+            self._owner.memory_budget = None if value in (None, 0) else value
+        elif name == "enabled":
+            if value is not True and value is not None:
+                raise ValueError("Options.autotune.enabled=False: headrace's AUTOTUNE values are fixed rules "
+                                 "(headrace/_ops/autotune.py); to fix a size, pass it instead of AUTOTUNE")
+        else:
+            super()._set(name, value)
+
+
+class DistributeOptions(_SubOptions):
+    """``options.experimental_distribute``: ``auto_shard_policy`` ``OFF`` is headrace's behaviour (a dataset
+    is never sharded behind the user's back); the others are refused, naming headrace's equivalents."""
+
+    _group = "experimental_distribute"
+    _fields: ClassVar[dict[str, str]] = {"auto_shard_policy": ""}
+
+    def _get(self, name: str) -> Any:
+        if name == "auto_shard_policy":
+            return AutoShardPolicy.OFF
+        return super()._get(name)
+
+    def _set(self, name: str, value: Any) -> None:
+        if name != "auto_shard_policy":
+            return super()._set(name, value)
+        policy = getattr(value, "name", value)
+        if policy in (AutoShardPolicy.OFF, "OFF", -1):
+            return None
+        raise ValueError(f"Options.experimental_distribute.auto_shard_policy={policy!r}: headrace does not shard "
+                         "a pipeline behind your back; shard it explicitly with "
+                         "headrace.distribute.auto_shard(files, make_dataset, policy='auto'|'file'|'data') or "
+                         "Dataset.shard(num_shards, index), and leave the policy OFF")
+
+
+@dataclass
 class Options:
     """Pipeline-wide settings, attached with ``Dataset.with_options`` and merged over the whole tree.
 
@@ -28,7 +140,11 @@ class Options:
         max_parallelism: the most threads an ``AUTOTUNE`` stage starts (default: the CPU count).
 
     Options set later (outer ``with_options``) override earlier ones field by field; fields left
-    ``None`` inherit.
+    ``None`` inherit. As ``tf.data.Options``, fields may be assigned (``options.deterministic = False``,
+    checked as in the constructor), and tf.data's groups map onto these fields:
+    ``options.threading.private_threadpool_size`` = ``max_parallelism``, ``options.autotune.ram_budget`` =
+    ``memory_budget``; ``options.experimental_distribute.auto_shard_policy`` accepts ``OFF`` only and
+    settings without an equivalent raise ``ValueError`` naming what to use instead.
     """
 
     memory_budget: int | str | None = None
@@ -36,14 +152,31 @@ class Options:
     max_parallelism: int | None = None
 
     def __post_init__(self) -> None:
-        if self.memory_budget is not None:
-            parse_bytes(self.memory_budget)
-        if self.deterministic is not None and not isinstance(self.deterministic, bool):
-            raise TypeError(f"Options(deterministic={self.deterministic!r}): expected True, False or None")
-        if self.max_parallelism is not None and (
-                isinstance(self.max_parallelism, bool) or not isinstance(self.max_parallelism, int)
-                or self.max_parallelism < 1):
-            raise ValueError(f"Options(max_parallelism={self.max_parallelism!r}) must be an int >= 1 or None")
+        for f in dataclasses.fields(self):
+            _check(f.name, getattr(self, f.name))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FIELDS:
+            _check(name, value)
+        elif not name.startswith("_"):
+            raise AttributeError(f"Options has no field {name!r}; headrace's fields: {sorted(_FIELDS)} and the "
+                                 "groups threading, autotune, experimental_distribute")
+        object.__setattr__(self, name, value)
+
+    @property
+    def threading(self) -> ThreadingOptions:
+        return ThreadingOptions(self)
+
+    @property
+    def autotune(self) -> AutotuneOptions:
+        return AutotuneOptions(self)
+
+    @property
+    def experimental_distribute(self) -> DistributeOptions:
+        return DistributeOptions(self)
+
+    experimental_deterministic = property(lambda self: self.deterministic,
+                                          lambda self, v: setattr(self, "deterministic", v))
 
     def merge(self, other: Options | None) -> Options:
         """Fields set in ``other`` win; fields it leaves ``None`` keep this object's value."""
@@ -61,3 +194,18 @@ class Options:
 
     def is_deterministic(self) -> bool:
         return True if self.deterministic is None else self.deterministic
+
+
+_FIELDS = {"memory_budget", "deterministic", "max_parallelism"}
+
+
+def _check(name: str, value: Any) -> None:
+    """The checks of one ``Options`` field (constructor and assignment)."""
+    if value is None:
+        return
+    if name == "memory_budget":
+        parse_bytes(value)
+    elif name == "deterministic" and not isinstance(value, bool):
+        raise TypeError(f"Options(deterministic={value!r}): expected True, False or None")
+    elif name == "max_parallelism" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"Options(max_parallelism={value!r}) must be an int >= 1 or None")

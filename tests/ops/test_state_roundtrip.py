@@ -112,6 +112,7 @@ PIPELINES: dict[str, Callable[[object], hr.Dataset]] = {
     "ragged_batch": lambda _: (D.range(9).map(lambda x: np.arange(x)).ragged_batch(2)  # rows -> comparable arrays
                                .map(lambda b: (np.array([len(r) for r in b]), np.concatenate(list(b))))),
     "rebatch": lambda _: D.range(11).batch(4).rebatch(3),
+    "rejection_resample": lambda _: D.range(30).rejection_resample(lambda x: x % 3, [0.6, 0.2, 0.2], seed=1),
     "seed_pipeline": lambda _: (D.from_tensor_slices((np.arange(40.0).reshape(20, 2), np.arange(20)))
                                 .map(lambda x, y: (x * 2, y), num_parallel_calls=2)
                                 .shuffle(8, seed=0).batch(4).prefetch(2)),

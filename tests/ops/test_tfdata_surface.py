@@ -153,3 +153,51 @@ def test_random_and_counter():
     assert D.counter(dtype=np.int32).element_spec == TS((), np.int32)
     with pytest.raises(ValueError, match="step must not be 0"):
         D.counter(0, 0)
+
+
+def test_rejection_resample_reaches_the_target_distribution():
+    skewed = D.range(20_000).map(lambda x: x % 10 // 8)  # 80% class 0, 20% class 1
+    for initial in (None, [0.8, 0.2]):
+        ds = skewed.rejection_resample(lambda c: c, [0.5, 0.5], initial_dist=initial, seed=1)
+        classes = np.array([int(c) for c, _ in ds])
+        assert abs(classes.mean() - 0.5) < 0.03 and len(classes) > 7000
+    pairs = skewed.rejection_resample(lambda c: c, [0.5, 0.5], seed=2)
+    assert pairs.element_spec == (TS((), np.int64), TS((), np.int64))
+    assert py(pairs.take(20)) == py(pairs.take(20))  # seeded
+    assert all(int(c) == int(x) for c, x in pairs.take(50))
+    assert list(D.range(0).rejection_resample(lambda x: x, [1.0])) == []
+    with pytest.raises(ValueError, match=r"classes are 0 \.\. 1"):
+        list(D.range(5).rejection_resample(lambda x: x, [0.5, 0.5], seed=0))
+    with pytest.raises(ValueError, match="not all 0"):
+        D.range(5).rejection_resample(lambda x: x, [0.0, 0.0])
+    with pytest.raises(ValueError, match="can never be produced"):
+        D.range(5).rejection_resample(lambda x: x % 2, [0.5, 0.5], initial_dist=[1.0, 0.0])
+
+
+def test_options_fields_tf_data_users_set():
+    from headrace.data import AutoShardPolicy
+
+    options = hr.Options()
+    options.deterministic = False
+    options.threading.private_threadpool_size = 3
+    options.autotune.ram_budget = 64 * 2**20
+    options.experimental_distribute.auto_shard_policy = AutoShardPolicy.OFF
+    assert options == hr.Options(memory_budget=64 * 2**20, deterministic=False, max_parallelism=3)
+    assert options.threading.private_threadpool_size == 3 and options.autotune.ram_budget == 64 * 2**20
+    ds = D.range(20).map(lambda x: x, num_parallel_calls=hr.AUTOTUNE).with_options(options)
+    options.deterministic = True  # as tf.data: with_options took a copy
+    assert ds.options().deterministic is False and sorted(py(ds)) == list(range(20))
+    with iter(ds) as it:
+        assert it.memory_stats()["limit_bytes"] == 64 * 2**20
+    for assign, exc, pattern in [
+        (lambda: setattr(options.experimental_distribute, "auto_shard_policy", AutoShardPolicy.DATA), ValueError,
+         "headrace.distribute.auto_shard"),
+        (lambda: setattr(options.threading, "max_intra_op_parallelism", 4), ValueError, "max_parallelism"),
+        (lambda: setattr(options.autotune, "enabled", False), ValueError, "fixed rules"),
+        (lambda: setattr(options, "deterministic", "yes"), TypeError, "expected True, False or None"),
+        (lambda: setattr(options.threading, "private_threadpool_size", -2), ValueError, "max_parallelism"),
+        (lambda: setattr(options, "experimental_optimization", 1), AttributeError, "no field"),
+        (lambda: setattr(options.autotune, "cpu_budget", 2), AttributeError, "supports"),
+    ]:
+        with pytest.raises(exc, match=pattern):
+            assign()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from .._options import Options
 from .base import DatasetIterator, IteratorContext
 from .node import DatasetNode
@@ -16,7 +18,7 @@ class OptionsNode(DatasetNode):
         if not isinstance(options, Options):
             raise TypeError(f"with_options({options!r}): expected headrace.Options")
         super().__init__([input_node])
-        self.opts = options
+        self.opts = copy.copy(options)  # as tf.data: later changes to the object do not reach the pipeline
 
     def own_options(self) -> Options:
         return self.opts
