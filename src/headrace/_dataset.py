@@ -474,6 +474,30 @@ class Dataset:
         positive value or a class outside ``[0, len(target_dist))``."""
         return _wrap(RejectionResampleNode(self._node, class_func, target_dist, initial_dist, seed))
 
+    def save(self, path: str, compression: str | None = None, shard_func: Callable[..., Any] | None = None,
+             checkpoint_args: Any = None, name: str | None = None) -> None:
+        """Write the dataset to the directory ``path`` in headrace's documented format
+        (``headrace/io/saved_dataset.py``: TFRecord shards of ``.npy``-encoded components and a JSON
+        metadata file with the element_spec), streaming, atomically (``path`` is replaced when complete).
+        ``compression``: None, "GZIP" or "ZLIB"; ``shard_func(element)``: the shard file index (default 0).
+        ``checkpoint_args`` (tf.data's periodic save checkpoints) raises ``TypeError``."""
+        from .io import saved_dataset
+
+        if checkpoint_args is not None:
+            raise TypeError("save(checkpoint_args=...): headrace writes a save in one go; a failed save leaves "
+                            "nothing under path, so run it again")
+        saved_dataset.save(self, path, compression, shard_func)
+
+    @staticmethod
+    def load(path: str, element_spec: Any = None, compression: str | None = None, reader_func: Any = None,
+             wait: bool = False) -> Dataset:
+        """A dataset written by ``save``, with its saved element_spec and cardinality (see ``save``)."""
+        from .io import saved_dataset
+
+        if wait:
+            raise TypeError("load(wait=True): headrace loads completed saves only (a save appears when complete)")
+        return _wrap(saved_dataset.load(path, element_spec, compression, reader_func))
+
     def ignore_errors(self, log_warning: bool = False, name: str | None = None, *,
                       max_drop_ratio: float | None = None) -> Dataset:
         """Drop elements whose production raised a data error (logging each if ``log_warning``).

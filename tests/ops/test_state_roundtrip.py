@@ -59,6 +59,12 @@ def _files(tmp_path_factory):
     return str(d / "*.txt")
 
 
+def _saved(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("saved") / "ds")
+    D.range(9).map(lambda x: (x, np.full([int(x) % 3], "s"))).save(path, shard_func=lambda x, s: x % 2)
+    return path
+
+
 PIPELINES: dict[str, Callable[[object], hr.Dataset]] = {
     "range": lambda _: D.range(3, 20, 2),
     "from_tensor_slices": lambda _: D.from_tensor_slices({"a": np.arange(7), "b": np.arange(14).reshape(7, 2)}),
@@ -112,6 +118,7 @@ PIPELINES: dict[str, Callable[[object], hr.Dataset]] = {
     "ragged_batch": lambda _: (D.range(9).map(lambda x: np.arange(x)).ragged_batch(2)  # rows -> comparable arrays
                                .map(lambda b: (np.array([len(r) for r in b]), np.concatenate(list(b))))),
     "rebatch": lambda _: D.range(11).batch(4).rebatch(3),
+    "load": lambda path: D.load(path),
     "rejection_resample": lambda _: D.range(30).rejection_resample(lambda x: x % 3, [0.6, 0.2, 0.2], seed=1),
     "seed_pipeline": lambda _: (D.from_tensor_slices((np.arange(40.0).reshape(20, 2), np.arange(20)))
                                 .map(lambda x, y: (x * 2, y), num_parallel_calls=2)
@@ -124,6 +131,8 @@ def test_restore_at_every_position(name, tmp_path, tmp_path_factory):
     arg = os.path.join(tmp_path, "cache") if name == "cache_file" else None
     if name == "list_files":
         arg = _files(tmp_path_factory)
+    if name == "load":
+        arg = _saved(tmp_path_factory)
 
     def build() -> hr.Dataset:
         return PIPELINES[name](arg)

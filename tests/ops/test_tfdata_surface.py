@@ -6,6 +6,8 @@ suite compares them with TensorFlow itself), state round trips are in ``test_sta
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -201,3 +203,53 @@ def test_options_fields_tf_data_users_set():
     ]:
         with pytest.raises(exc, match=pattern):
             assign()
+
+
+def test_save_and_load(tmp_path):
+    ds = D.range(7).map(lambda x: {"a": x, "s": np.full([int(x)], "ab"), "f": np.ones((2, int(x)), np.float32),
+                                   "n": None, "b": b"x\x00y"})
+    for compression in (None, "GZIP"):
+        path = tmp_path / f"saved-{compression}"
+        ds.save(str(path), compression=compression, shard_func=lambda e: e["a"] % 3)
+        loaded = D.load(str(path))
+        assert loaded.element_spec == ds.element_spec and loaded.cardinality() == 7
+        by_a = {int(e["a"]): e for e in loaded}
+        for e in ds:
+            got = by_a[int(e["a"])]
+            assert got["s"].tolist() == e["s"].tolist() and got["s"].dtype == object
+            assert got["f"].dtype == np.float32 and got["f"].shape == e["f"].shape
+            assert got["n"] is None and got["b"] == b"x\x00y"
+        assert sorted(os.listdir(path)) == ["dataset.json", "shard-00000.tfrecord", "shard-00001.tfrecord",
+                                            "shard-00002.tfrecord"]
+    assert py(D.load(str(tmp_path / "saved-None")).map(lambda e: e["a"])) == [0, 3, 6, 1, 4, 2, 5]  # shard order
+    assert list(D.load(str(tmp_path / "saved-None"), compression=None).take(1))
+    # a failing pipeline leaves nothing; a second save replaces the first
+    def fail_at_3(x):
+        if int(x) == 3:
+            raise ValueError("bad 3")
+        return x
+
+    with pytest.raises(ValueError, match="bad 3"):
+        D.range(5).map(fail_at_3).save(str(tmp_path / "failed"))
+    assert sorted(os.listdir(tmp_path)) == ["saved-GZIP", "saved-None"]
+    D.range(3).save(str(tmp_path / "saved-None"))
+    assert py(D.load(str(tmp_path / "saved-None"))) == [0, 1, 2]
+    empty = tmp_path / "empty"
+    D.range(0).save(str(empty))
+    assert list(D.load(str(empty))) == [] and D.load(str(empty)).element_spec == TS((), np.int64)
+    with pytest.raises(FileNotFoundError, match=r"not a dataset written by Dataset\.save"):
+        D.load(str(tmp_path / "nothing"))
+    with pytest.raises(ValueError, match="saved with compression"):
+        D.load(str(tmp_path / "saved-GZIP"), compression="ZLIB")
+    with pytest.raises(ValueError, match="does not match the saved"):
+        D.load(str(tmp_path / "saved-None"), element_spec=TS((), np.float32))
+    with pytest.raises(TypeError, match="ragged and dataset components"):
+        D.range(3).map(lambda x: np.arange(x)).ragged_batch(2).save(str(tmp_path / "ragged"))
+    with pytest.raises(ValueError, match="compression='LZ4'"):
+        D.range(3).save(str(tmp_path / "x"), compression="LZ4")
+
+
+def test_save_streams_within_the_budget(tmp_path):
+    big = D.range(64).map(lambda x: np.full(1_000_000, x, np.uint8)).with_options(hr.Options(memory_budget="8MiB"))
+    big.save(str(tmp_path / "big"))  # 64 MB through an 8 MiB budget: written element by element
+    assert [int(x[0]) for x in D.load(str(tmp_path / "big")).take(3)] == [0, 1, 2]
