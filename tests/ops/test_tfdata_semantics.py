@@ -81,6 +81,7 @@ def test_argument_names_and_special_values():
     assert py(D.range(2).repeat(-2).take(5)) == [0, 1, 0, 1, 0]
     assert D.range(2).repeat(-7).cardinality() == hr.INFINITE_CARDINALITY
     assert py(D.range(3).take(-5)) == [0, 1, 2] and py(D.range(3).skip(-5)) == []
+    assert D.range(10).take(-5).cardinality() == 10  # tf.data 2.21 says -5 (README: deliberate)
 
 
 def test_sample_from_datasets_follows_tf_data():
@@ -95,6 +96,11 @@ def test_sample_from_datasets_follows_tf_data():
     assert D.sample_from_datasets([a], weights=[0.3]) is a
     weights = D.from_tensor_slices(np.array([[1.0, 0.0]] * 3 + [[0.0, 1.0]] * 3))
     assert py(D.sample_from_datasets([a, b], weights=weights, seed=1)) == [0, 1, 2, 100, 101, 102]
+    inf_and_finite = [D.range(3).repeat(), D.range(3)]
+    assert D.sample_from_datasets(inf_and_finite).cardinality() == hr.INFINITE_CARDINALITY  # tf.data's rule
+    assert D.sample_from_datasets(inf_and_finite, stop_on_empty_dataset=True).cardinality() == \
+        hr.UNKNOWN_CARDINALITY  # the finite one ends it (README: deliberate)
+    assert D.sample_from_datasets([a, b]).cardinality() == hr.UNKNOWN_CARDINALITY
     with pytest.raises(TypeError, match="float vector of 2 weights"):
         D.sample_from_datasets([a, b], weights=D.range(3))
     # rerandomize_each_iteration: None / False repeat the draws every epoch, True draws anew
