@@ -75,7 +75,7 @@ def main() -> None:
     ap.add_argument("--keep", help="Keep the source folder here (reused when it exists).")
     args = ap.parse_args()
 
-    from headrace._skimage_photos import make_photo_jpegs
+    from headrace.image.photos import make_photo_jpegs
 
     work = Path(tempfile.mkdtemp(prefix="hr-convert-bench-"))
     src = Path(args.keep) if args.keep else work / "src"

@@ -1,7 +1,7 @@
 """The image pipeline benchmark: ImageNet-sized JPEGs -> TFRecord shards -> decode + resize 224 -> batches.
 
 Data: ``--n`` JPEGs of 500x375 pixels, quality 90, made from crops and flips of the twelve real photographs
-inside scikit-image's wheel (``headrace._skimage_photos``), written once to ``--workdir`` both as TFRecord
+inside scikit-image's wheel (``headrace.image.photos``), written once to ``--workdir`` both as TFRecord
 shards of ``tf.train.Example`` (``image/encoded``, ``image/class/label``) and as a class-folder tree.
 
 Measured, each in a fresh subprocess (so peak RSS is the pipeline's own), on the same data in one run:
@@ -65,7 +65,7 @@ SHARDS = 16
 # ---- data -----------------------------------------------------------------------------------------------
 def make_data(workdir: Path, n: int) -> dict[str, Any]:
     """Write the JPEGs as TFRecord shards and as a folder tree, once (reused when already there)."""
-    from headrace._skimage_photos import make_photo_jpegs
+    from headrace.image.photos import make_photo_jpegs
     from headrace.io import TFRecordWriter
     from headrace.io.example import encode
 

@@ -1,11 +1,14 @@
-"""The ``headrace`` command: --help everywhere, smoke runs of inspect / bench / train / demo on tiny data,
-``inspect`` on ``headrace convert`` output (its manifest, ``--verify``), and one-line errors (no traceback,
-exit status 1) for bad paths, empty datasets, unknown models, missing Beam and bad manifests."""
+"""The ``headrace`` command: --help / -h everywhere, --version, smoke runs of inspect / bench / train / demo
+on tiny data, ``inspect`` on ``headrace convert`` output (its manifest, ``--verify``), progress lines with
+a total, resume messages, Ctrl-C during training, and one-line errors: usage errors (exit status 2)
+naming the flag, user errors (exit status 1) with Python parameter names turned into flags, internal
+bugs keeping their traceback."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -30,7 +33,7 @@ def _last_json(output: str) -> dict:
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """24 real-photo JPEGs (64x48, 12 classes) as 3 TFRecord shards of image Examples."""
-    from headrace._skimage_photos import iter_photo_jpegs
+    from headrace.image.photos import iter_photo_jpegs
     from headrace.io.example import encode
     from headrace.io.sharded_writer import ShardedWriter
 
@@ -46,10 +49,20 @@ def test_every_command_has_help(command: list[str]) -> None:
     result = _invoke(*command, "--help")
     assert result.exit_code == 0
     assert "Usage: headrace" in result.output
+    assert _invoke(*command, "-h").output == result.output
+    assert "<bool>" not in result.output  # flags show no type
+    assert all(len(line) <= 80 for line in result.output.splitlines())
     if command == ["train"]:
-        for option in ("--model", "--image-size", "--global-batch-size", "--epochs", "--precision",
-                       "--memory-budget", "--checkpoint-dir", "--resume"):
+        for option in ("--model", "--image-size SIZE", "--global-batch-size N", "--epochs", "--precision",
+                       "--memory-budget SIZE", "--checkpoint-dir", "--checkpoint-every N", "--resume"):
             assert option in result.output
+
+
+def test_version() -> None:
+    import headrace
+
+    result = _invoke("--version")
+    assert result.exit_code == 0 and result.output.strip() == f"headrace {headrace.__version__}"
 
 
 def test_console_entry_point_runs() -> None:
@@ -75,7 +88,7 @@ def test_inspect_parquet_hdf5_and_image_folder(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from headrace._skimage_photos import make_photo_jpegs
+    from headrace.image.photos import make_photo_jpegs
 
     pq.write_table(pa.table({"x": np.arange(10), "name": [b"a"] * 10}), tmp_path / "t.parquet",
                    row_group_size=4)
@@ -93,30 +106,83 @@ def test_inspect_parquet_hdf5_and_image_folder(tmp_path: Path) -> None:
 
 
 def test_bench_reports_throughput_and_memory(shards: Path) -> None:
-    result = _invoke("bench", str(shards), "--image-size", "32", "--batch-size", "8", "--seconds", "5",
+    result = _invoke("bench", str(shards), "--image-size", "32x32", "--batch-size", "8", "--seconds", "1",
                      "--memory-budget", "32MiB")
     assert result.exit_code == 0, result.output
     info = _last_json(result.output)
-    assert info["pipeline"] == "decode+resize images" and info["elements"] == 24
+    assert info["pipeline"] == "decode+resize images" and info["image_size"] == 32
+    assert info["seconds"] >= 1 and info["elements"] > 24  # --seconds honoured: the 24 records repeat
     assert info["elements_per_s"] > 0
     assert 0 < info["pipeline_peak_bytes"] <= 32 * 2**20
+    batches = _last_json(_invoke("bench", str(shards), "--image-size", "32", "--batch-size", "8",
+                                 "--max-batches", "5", "--memory-budget", "32MiB").output)
+    assert batches["batches"] == 5 and batches["elements"] == 40
 
 
 def test_train_then_resume(shards: Path, tmp_path: Path) -> None:
     args = ["train", str(shards), "--model", "small-cnn", "--image-size", "32", "--global-batch-size", "8",
-            "--epochs", "1", "--memory-budget", "128MiB", "--checkpoint-dir", str(tmp_path / "ck")]
-    result = _invoke(*args)
-    assert result.exit_code == 0, result.output
-    info = _last_json(result.output)
-    assert info["steps"] == 3 and info["num_classes"] == 12 and info["records"] == 24
-    assert (tmp_path / "ck" / "metrics.jsonl").exists() and list((tmp_path / "ck").glob("ckpt-*.pt"))
-    again = _last_json(_invoke(*args, "--resume").output)
-    assert again["resumed_from"].endswith("ckpt-000000003.pt") and again["steps"] == 3  # nothing left to do
+            "--epochs", "2", "--memory-budget", "128MiB", "--checkpoint-dir", str(tmp_path / "ck")]
+    first = _invoke(*args, "--resume")  # nothing to resume yet: it says so and starts from step 0
+    assert first.exit_code == 0, first.output
+    assert f"resume: no checkpoint in {tmp_path / 'ck'} yet; starting from step 0" in first.output
+    info = _last_json(first.output)
+    assert info["steps"] == 6 and info["num_classes"] == 12 and info["records"] == 24
+    assert [h["epoch"] for h in info["history"]] == [1, 2]
+    # without a terminal: plain progress lines with the total (known from the record count) and an ETA
+    lines = first.output.splitlines()
+    assert any(line.startswith("headrace.fit: step 1/6 (17%), epoch 1/2, loss ") for line in lines)
+    assert not any(line.startswith("headrace.fit: step 2/6") for line in lines)  # 1, every 10th and the last
+    assert any(line.startswith("headrace.fit: step 6/6 (100%), epoch 2/2") and "eta 0:00:00" in line
+               for line in lines)
+    assert "headrace.fit: epoch 1: train loss" in first.output and "headrace.fit: epoch 2: train loss" in first.output
+    metrics = [json.loads(x) for x in (tmp_path / "ck" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics if m["event"] == "epoch"] == [1, 2]  # the same numbers as on screen
+    assert list((tmp_path / "ck").glob("ckpt-*.pt"))
+    again = _invoke(*args, "--resume")
+    assert "resumed from step 6 (at the start of epoch 3) of" in again.output
+    info = _last_json(again.output)
+    assert info["resumed_from"].endswith("ckpt-000000006.pt") and info["steps"] == 6  # nothing left to do
+    longer = runner.invoke(app, [*args[:-4], "--epochs", "3", *args[-2:], "--resume"])
+    assert longer.exit_code == 1 and "--resume: " in longer.stderr and "--epochs" in longer.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_writes_a_checkpoint_and_resume_continues(shards: Path, tmp_path: Path) -> None:
+    """SIGINT to `headrace train` after its first step: a checkpoint of the step reached, a message naming it,
+    exit status 130; then --resume says where it continues from."""
+    ck = tmp_path / "ck"
+    args = [sys.executable, "-m", "headrace.cli", "train", str(shards), "--model", "small-cnn", "--image-size", "16",
+            "--global-batch-size", "2", "--micro-batch-size", "2", "--epochs", "100", "--checkpoint-dir", str(ck)]
+
+    def interrupt_when(proc: subprocess.Popen, marker: str) -> tuple[str, str]:
+        seen = []
+        for line in proc.stdout:  # type: ignore[union-attr]
+            seen.append(line)
+            if marker in line:
+                proc.send_signal(signal.SIGINT)
+                break
+        out, err = proc.communicate(timeout=120)
+        return "".join(seen) + out, err
+
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = interrupt_when(proc, "headrace.fit: step 1/1200")
+    assert proc.returncode == 130, err
+    latest = json.loads((ck / "latest.json").read_text())
+    assert 1 <= latest["step"] < 1200 and (ck / latest["path"]).exists()
+    assert f"interrupted: checkpoint of step {latest['step']} (epoch 1) written to {ck / latest['path']}" in out
+    assert err.strip().splitlines()[-1] == (f"headrace: interrupted after step {latest['step']}; checkpoint "
+                                            f"{ck / latest['path']}: run the same command with --resume to "
+                                            "continue from it")
+    proc = subprocess.Popen([*args, "--resume"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = interrupt_when(proc, "resumed from step")
+    assert f"resumed from step {latest['step']} (in epoch 1) of {ck / latest['path']}" in out
+    assert proc.returncode == 130, err
+    assert json.loads((ck / "latest.json").read_text())["step"] >= latest["step"]
 
 
 def test_demo_tiny_configuration(tmp_path: Path) -> None:
     pytest.importorskip("apache_beam", reason="the demo converts its photos with headrace convert (Beam)")
-    from headrace._skimage_photos import PHOTO_CLASSES
+    from headrace.image.photos import PHOTO_CLASSES
     from headrace.io.example import FixedLenFeature, parse_single_example
     from headrace.io.tfrecord import TFRecordDataset
 
@@ -131,6 +197,7 @@ def test_demo_tiny_configuration(tmp_path: Path) -> None:
     assert len(list((tmp_path / "data" / "train").glob("train-*-of-00016.tfrecord"))) == 16
     assert len(list((tmp_path / "data" / "eval").glob("eval-*-of-00002.tfrecord"))) == 2
     assert "converted them with headrace.convert" in result.output
+    assert "headrace.fit: step 1/2 (50%), epoch 1/1, loss " in result.output  # the total: 44 images / 16
     spec = {k: FixedLenFeature([], t) for k, t in
             (("image/class/label", "int64"), ("image/class/text", "string"), ("image/filename", "string"))}
     seen: dict[str, list[int]] = {}
@@ -161,7 +228,7 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Counter[i
     """25 real-photo JPEGs in class folders converted by headrace convert into 3 shards; and their labels."""
     pytest.importorskip("apache_beam", reason="headrace convert needs pip install 'headrace[beam]'")
     from headrace import convert
-    from headrace._skimage_photos import make_photo_jpegs
+    from headrace.image.photos import make_photo_jpegs
 
     root = tmp_path_factory.mktemp("converted")
     made = make_photo_jpegs(root / "photos", 25, size=(32, 24))
@@ -171,7 +238,7 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Counter[i
 
 
 def test_inspect_reads_the_convert_manifest(converted: tuple[Path, Counter[int]]) -> None:
-    from headrace._skimage_photos import PHOTO_CLASSES
+    from headrace.image.photos import PHOTO_CLASSES
     from headrace.io.tfrecord import TFRecordDataset
 
     dst, labels = converted
@@ -226,31 +293,136 @@ def test_inspect_reads_the_manifest_without_beam(converted: tuple[Path, Counter[
     assert _last_json(done.stdout)["records"] == 25 and "Beam" not in done.stderr
 
 
-@pytest.mark.parametrize("args", [
-    ["inspect", "/no/such/dir"],
-    ["bench", "/no/such/dir"],
-    ["train", "/no/such/dir"],
-    ["train", "{shards}", "--model", "vgg16"],
-    ["demo", "--model", "vgg16", "--images", "48"],
-    ["inspect", "{empty}"],
-    ["train", "{empty}"],
-    ["bench", "{empty}"],
-    ["train", "{shards}", "--precision", "fp8", "--epochs", "1"],
-    ["demo", "--images", "5"],
-    ["inspect", "{shards}", "--verify"],
-    ["inspect", "{bad_manifest}"],
-])
-def test_user_errors_are_one_line_without_traceback(args: list[str], shards: Path, tmp_path: Path) -> None:
+def _error_paths(shards: Path, tmp_path: Path) -> dict[str, Path]:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from headrace.image.photos import make_photo_jpegs
+
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "part-0.tfrecord").write_bytes(b"")
     bad_manifest = tmp_path / "bad"
     bad_manifest.mkdir()
     (bad_manifest / "dataset.json").write_text("{not json")
-    args = [a.format(shards=shards, empty=empty, bad_manifest=bad_manifest) for a in args]
+    table = tmp_path / "table"
+    table.mkdir()
+    pq.write_table(pa.table({"label": np.arange(3)}), table / "t.parquet")
+    make_photo_jpegs(tmp_path / "photos", 2, size=(16, 16))
+    return {"shards": shards, "empty": empty, "bad_manifest": bad_manifest, "table": table,
+            "photos": tmp_path / "photos"}
+
+
+# (arguments, what the one line must say): user errors, exit status 1
+USER_ERRORS = [
+    (["inspect", "/no/such/dir"], "/no/such/dir: no such file or directory"),
+    (["bench", "/no/such/dir"], "/no/such/dir: no such file or directory"),
+    (["train", "/no/such/dir"], "/no/such/dir: no such file or directory"),
+    (["inspect", "{empty}"], "the dataset is empty"),
+    (["train", "{empty}"], "the dataset is empty"),
+    (["bench", "{empty}"], "the dataset is empty"),
+    (["demo", "--images", "5"], "use --images 128 or more"),
+    (["inspect", "{shards}", "--verify"], "dataset.json"),
+    (["inspect", "{bad_manifest}"], "is not valid JSON"),
+    (["train", "{shards}", "--num-classes", "3", "--model", "small-cnn"],
+     "--num-classes 3 is too few: the labels in {shards} go up to 11; use --num-classes 12 or more"),
+    (["train", "{shards}", "--memory-budget", "1KB"], "--memory-budget 1000 B is too small"),
+    (["bench", "{shards}", "--memory-budget", "1KB"], "--memory-budget 1000 B is too small"),
+    (["demo", "--memory-budget", "1MiB"], "--memory-budget 1.0 MiB is too small: the data pipeline's quarter"),
+    (["train", "{table}"], "holds Parquet files; headrace train reads uncompressed TFRecord shards"),
+    (["bench", "{photos}"], "holds an image folder; headrace bench reads uncompressed TFRecord shards of image "
+                            "Examples (image/encoded, image/class/label): make uncompressed TFRecord shards of "
+                            "them with `headrace convert {photos} photos-shards`"),
+]
+
+# usage errors, exit status 2: the flag is named
+USAGE_ERRORS = [
+    (["train", "{shards}", "--model", "vgg16"], "'--model': 'vgg16' is not one of 'resnet18', 'small-cnn'"),
+    (["demo", "--model", "vgg16"], "'--model'"),
+    (["train", "{shards}", "--precision", "fp8"], "'--precision'"),
+    (["train", "{shards}", "--global-batch-size", "0"], "'--global-batch-size'"),
+    (["train", "{shards}", "--global-batch-size", "-1"], "'--global-batch-size'"),
+    (["train", "{shards}", "--epochs", "0"], "'--epochs'"),
+    (["train", "{shards}", "--memory-budget", "-1"], "'--memory-budget': '-1' is not a size"),
+    (["train", "{shards}", "--memory-budget", "100TB"], "100TB is more than this machine's memory"),
+    (["demo", "--memory-budget", "100TB"], "100TB is more than this machine's memory"),
+    (["bench", "{shards}", "--seconds", "-1"], "'--seconds': '-1': use a number > 0"),
+    (["train", "{shards}", "--image-size", "96x64"], "'--image-size': 96x64: images are resized to squares"),
+    (["train", "{shards}", "--resume"], "--resume: needs --checkpoint-dir"),
+    (["train", "{shards}", "--micro-batch-size", "0"], "'--micro-batch-size'"),
+    (["train", "{shards}", "--nope"], "No such option: --nope"),
+    (["inspect"], "Missing argument 'PATH'"),
+]
+
+
+@pytest.mark.parametrize(("args", "says", "status"), [(*e, 1) for e in USER_ERRORS] + [(*e, 2) for e in USAGE_ERRORS])
+def test_errors_are_one_line_without_traceback(args: list[str], says: str, status: int, shards: Path,
+                                               tmp_path: Path) -> None:
+    paths = _error_paths(shards, tmp_path)
+    args = [a.format(**paths) for a in args]
     result = runner.invoke(app, args)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == status, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("headrace: error: "), result.stderr
-    assert "Traceback" not in result.output
+    assert says.format(**paths) in lines[0]
+    assert "Traceback" not in result.output and "_size=" not in lines[0]  # flags, not Python parameters
+
+
+def test_an_internal_bug_keeps_its_traceback(shards: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only headrace's errors, OSError and ValueError are user errors; a KeyError from our code is a bug."""
+    import headrace.cli.inspect as inspect_command
+
+    def broken(*args, **kwargs):
+        return {}["records"]
+
+    monkeypatch.setattr(inspect_command, "inspect_path", broken)
+    result = runner.invoke(app, ["inspect", str(shards)])
+    assert result.exit_code == 1 and isinstance(result.exception, KeyError)
+    done = subprocess.run([sys.executable, "-c", "import sys, headrace.cli.inspect as m; "
+                           "m.inspect_path = lambda *a, **k: 1 / 0; from headrace.cli import main; main(sys.argv[1:])",
+                           "inspect", str(shards)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" in done.stderr and "ZeroDivisionError" in done.stderr
+
+
+def test_python_parameter_names_become_flags() -> None:
+    from headrace.cli._app import translate
+
+    flags = {"global_batch_size": "--global-batch-size", "memory_budget": "--memory-budget",
+             "overwrite": "--overwrite", "source_format": "--from", "epochs": "--epochs", "model": "--model"}
+    assert translate("global_batch_size=0 must be an int >= 1", flags) == "--global-batch-size 0 must be an int >= 1"
+    assert translate("raise Options(memory_budget=...) or make", flags) == "raise --memory-budget or make"
+    assert translate("raise memory_budget, use a smaller model", flags) == "raise --memory-budget, use a smaller model"
+    assert translate("pass --overwrite (overwrite=True) to replace", flags) == "pass --overwrite to replace"
+    assert translate("pass source_format= (--from) one of", flags) == "pass --from one of"
+    assert translate("epochs=0 must be >= 1; more epochs help", flags) == "--epochs 0 must be >= 1; more epochs help"
+    assert translate("unknown model 'x'", flags) == "unknown model 'x'"  # a bare word stays a word
+
+
+def test_bad_paths_are_refused_before_torch_is_imported(tmp_path: Path) -> None:
+    code = ("import sys\nfrom headrace.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+            "    print(e.code, 'torch' in sys.modules)")
+    for command in ("train", "bench"):
+        done = subprocess.run([sys.executable, "-c", code, command, str(tmp_path / "missing")], capture_output=True,
+                              text=True, timeout=60)
+        assert done.stdout.split() == ["1", "False"], (done.stdout, done.stderr)
+        assert done.stderr.strip() == f"headrace: error: {tmp_path / 'missing'}: no such file or directory"
+
+
+def test_warnings_are_one_line_naming_the_flag(shards: Path) -> None:
+    result = runner.invoke(app, ["bench", str(shards), "--image-size", "32", "--batch-size", "8",
+                                 "--memory-budget", "256KB", "--max-batches", "6"])
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.stderr.splitlines() if line.startswith("headrace: warning: ")]
+    assert warned and len(warned) == len(result.stderr.strip().splitlines())  # nothing but one-line warnings
+    assert any("shuffle(1024)" in line and "--memory-budget" in line for line in warned)
+    assert len(warned) == len(set(warned))  # each once, however many epochs repeat it
+
+
+def test_model_choices_are_the_trainer_s() -> None:
+    """--model's choices live in the CLI (no torch to check them) and must be headrace.train's models."""
+    from headrace.cli._flags import MODEL_NAMES
+    from headrace.train.models import MODEL_NAMES as trainable
+
+    assert trainable == MODEL_NAMES

@@ -320,3 +320,21 @@ def test_random_flip_seeded() -> None:
     out = himg.random_flip_left_right(batch, seed=rng)
     flips = [np.array_equal(x, img[:, ::-1]) for x in out]
     assert all(f or np.array_equal(x, img) for f, x in zip(flips, out)) and 10 < sum(flips) < 54
+
+
+def test_image_code_is_found_from_headrace_image() -> None:
+    """headrace.image is the entry point: its docstring maps every image module, and the folder reader and
+    the format helpers are reachable from it."""
+    import importlib
+
+    import headrace.image.formats as formats
+    import headrace.io as hio
+
+    assert himg.image_folder is hio.image_folder
+    assert himg.IMAGE_EXTENSIONS is formats.IMAGE_EXTENSIONS
+    assert himg.image_format(b"\x89PNG\r\n") == "png" and himg.image_format(b"RIFF....WEBPVP8 ") == "webp"
+    assert himg.image_format(b"????", "x.TIFF") == "tiff"
+    for module in ("headrace.image.formats", "headrace.image.photos", "headrace.io.image_folder",
+                   "headrace.convert.sources.images", "headrace.train.data"):
+        assert f"``{module}``" in himg.__doc__ or f"(``{module}``)" in himg.__doc__, module
+        importlib.import_module(module if module != "headrace.io.image_folder" else "headrace.io._image_folder")

@@ -22,14 +22,19 @@ from typing import Any
 
 from ._dataset import Dataset
 from ._errors import (
+    ConvertError,
     DataLossError,
+    ExportError,
     HeadraceError,
     IgnoredErrorsWarning,
     ImageDecodeError,
     InternalTimeoutError,
     IteratorClosedError,
+    ManifestError,
     MemoryBudgetError,
     MemoryBudgetWarning,
+    MissingDependencyError,
+    SchemaConflictError,
     StateError,
     TooManyErrorsError,
 )
@@ -41,7 +46,7 @@ from ._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Optio
 
 __version__ = "0.1.0"
 
-_LAZY_SUBMODULES = {"io", "image", "torch", "distribute", "train", "cli", "convert", "data"}
+_LAZY_SUBMODULES = {"io", "image", "torch", "distribute", "train", "cli", "convert", "data", "compress"}
 
 
 def __getattr__(name: str) -> Any:
@@ -54,18 +59,23 @@ __all__ = [
     "AUTOTUNE",
     "INFINITE_CARDINALITY",
     "UNKNOWN_CARDINALITY",
+    "ConvertError",
     "DataLossError",
     "Dataset",
     "DatasetIterator",
+    "ExportError",
     "HeadraceError",
     "IgnoredErrorsWarning",
     "ImageDecodeError",
     "InternalTimeoutError",
     "Iterator",
     "IteratorClosedError",
+    "ManifestError",
     "MemoryBudgetError",
     "MemoryBudgetWarning",
+    "MissingDependencyError",
     "Options",
+    "SchemaConflictError",
     "StateError",
     "TensorSpec",
     "TooManyErrorsError",

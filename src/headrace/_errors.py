@@ -1,20 +1,41 @@
-"""The one exception tree of headrace.
+"""The one exception tree of headrace: everything headrace raises on its own account is a
+``HeadraceError``, each also an instance of the built-in class that code written for tf.data or the
+standard library would catch (the second base).
 
 ::
 
     Exception
     └── HeadraceError
-        ├── MemoryBudgetError (also MemoryError)  an element or buffer cannot fit the memory budget
-        ├── DataLossError     (also OSError)      a record failed its CRC or was truncated
-        ├── ImageDecodeError  (also ValueError)   bytes that are not a decodable image
-        ├── StateError        (also ValueError)   get_state / set_state mismatch or bad checkpoint
-        ├── IteratorClosedError (also RuntimeError) next() / get_state() on an iterator after close()
-        ├── TooManyErrorsError (also RuntimeError) ignore_errors(max_drop_ratio=...) dropped too many
-        └── InternalTimeoutError (also RuntimeError) an internal lock held too long (a leaked lock)
+        ├── MemoryBudgetError      (also MemoryError)   an element or buffer cannot fit the memory budget
+        ├── DataLossError          (also OSError)       a record failed its CRC or was truncated
+        ├── ImageDecodeError       (also ValueError)    bytes that are not a decodable image
+        ├── StateError             (also ValueError)    get_state / set_state mismatch or bad checkpoint
+        ├── IteratorClosedError    (also RuntimeError)  next() / get_state() on an iterator after close()
+        ├── TooManyErrorsError     (also RuntimeError)  ignore_errors(max_drop_ratio=...) dropped too many
+        ├── InternalTimeoutError   (also RuntimeError)  an internal lock held too long (a leaked lock)
+        ├── MissingDependencyError (also ImportError)   an optional extra is not installed; names the
+        │                                               ``pip install 'headrace[...]'`` to run
+        ├── ManifestError          (also ValueError)    a ``headrace convert`` manifest that is missing,
+        │                                               unreadable, or does not match its shards
+        ├── ConvertError           (also RuntimeError)  a conversion that cannot finish (too many rejected
+        │   │                                           rows, no records, an inconsistent result)
+        │   └── SchemaConflictError (also ValueError)   a feature holding strings in some rows and
+        │                                               numbers in others
+        └── ExportError            (also ValueError)    ``headrace.compress`` could not export a model to
+                                                        ONNX / torch.export (names the layer)
+
+Warnings: ``MemoryBudgetWarning`` (a buffer shrunk to fit the budget), ``IgnoredErrorsWarning``
+(``ignore_errors()`` dropped elements: counts and the first error) and
+:class:`headrace.io.CorruptRecordWarning` (a corrupt record skipped), all ``UserWarning``.
 
 Argument validation raises the built-in ``ValueError`` / ``TypeError`` with a message that names the
 offending value, the allowed range and the fix. Exceptions raised by user functions are re-raised
 unchanged, with a note (``e.add_note``) naming the stage and element index where they happened.
+
+The ``headrace`` command line (:mod:`headrace.cli`) prints a ``HeadraceError``, an ``OSError`` (a bad path,
+a full disk) or a ``ValueError`` (a rejected value) as one line, ``headrace: error: ...``, with the
+Python parameter names in it replaced by the command's flags; anything else is a bug in headrace and
+keeps its traceback.
 """
 
 from __future__ import annotations
@@ -75,19 +96,44 @@ class IgnoredErrorsWarning(UserWarning):
     iteration, when it ends or the iterator is closed)."""
 
 
+class MissingDependencyError(HeadraceError, ImportError):
+    """An optional dependency is not installed; the message names the ``pip install`` that adds it."""
+
+
+class ManifestError(HeadraceError, ValueError):
+    """A ``dataset.json`` manifest that is missing, unreadable, or does not match the files beside it."""
+
+
+class ConvertError(HeadraceError, RuntimeError):
+    """A conversion that cannot finish: too many rejected rows, no records, an inconsistent result."""
+
+
+class SchemaConflictError(ConvertError, ValueError):
+    """A feature holds strings in some rows and numbers in others (names the feature and a row of each)."""
+
+
+class ExportError(HeadraceError, ValueError):
+    """A model could not be exported (ONNX or torch.export); the message names the layer when one was running."""
+
+
 class MemoryBudgetWarning(UserWarning):
     """A configured buffer was shrunk to fit the memory budget (issued once per stage)."""
 
 
 __all__ = [
+    "ConvertError",
     "DataLossError",
+    "ExportError",
     "HeadraceError",
     "IgnoredErrorsWarning",
     "ImageDecodeError",
     "InternalTimeoutError",
     "IteratorClosedError",
+    "ManifestError",
     "MemoryBudgetError",
     "MemoryBudgetWarning",
+    "MissingDependencyError",
+    "SchemaConflictError",
     "StateError",
     "TooManyErrorsError",
 ]

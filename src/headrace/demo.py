@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ._errors import ConvertError, MissingDependencyError
 from ._memory import format_bytes, parse_bytes
 
 SOURCE_SIZE = (500, 375)  # (width, height) of the generated JPEGs
@@ -94,7 +95,7 @@ def write_photos(cfg: DemoConfig, photo_dir: Path) -> int:
     (sorted class folder names) are the ``PHOTO_CLASSES`` indices the generator assigned. Earlier photos
     in ``photo_dir/{train,eval}`` are removed first.
     """
-    from ._skimage_photos import PHOTO_CLASSES, iter_photo_jpegs
+    from .image.photos import PHOTO_CLASSES, iter_photo_jpegs
 
     for split in SPLITS:
         shutil.rmtree(photo_dir / split, ignore_errors=True)
@@ -116,8 +117,8 @@ def _convert_split(photo_dir: Path, data_dir: Path, split: str, num_shards: int)
     starting worker processes, and the shards are byte-identical either way. Raises ``RuntimeError`` if
     the converter's labels are not the generator's (``PHOTO_CLASSES`` order).
     """
-    from ._skimage_photos import PHOTO_CLASSES
     from .convert import convert
+    from .image.photos import PHOTO_CLASSES
 
     manifest = convert(photo_dir / split, data_dir / split, num_shards=num_shards, prefix=split,
                        overwrite=True, beam_options=IN_PROCESS_BEAM)
@@ -152,7 +153,7 @@ def write_dataset(cfg: DemoConfig, output: Path) -> dict[str, Any]:
     records the same settings and the shards are complete.
 
     Returns ``demo.json``'s contents: the settings, ``train_records``, ``eval_records``, ``jpeg_bytes``,
-    ``decoded_bytes``, ``seconds``. Raises ``ImportError`` without Apache Beam (``pip install
+    ``decoded_bytes``, ``seconds``. Raises ``MissingDependencyError`` without Apache Beam (``pip install
     'headrace[beam]'``) and :class:`headrace.convert.ConvertError` if a photo cannot be converted.
     """
     data_dir, photo_dir = output / "data", output / "photos"
@@ -236,16 +237,18 @@ def _prepare_in_subprocess(cfg: DemoConfig, output: Path) -> dict[str, Any]:
     if importlib.util.find_spec("apache_beam") is None:
         from .convert._beam import INSTALL_HINT
 
-        raise ImportError(f"the demo builds its shards with headrace convert, which runs on Apache Beam; "
-                          f"install it with: {INSTALL_HINT}")
+        raise MissingDependencyError(f"the demo builds its shards with headrace convert, which runs on Apache "
+                                     f"Beam; install it with: {INSTALL_HINT}")
     code = "import sys; from headrace.demo import _prepare_main; _prepare_main(sys.argv[1], sys.argv[2])"
     done = subprocess.run([sys.executable, "-c", code, json.dumps(dataclasses.asdict(cfg)), str(output)],
                           capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S)
     if done.stdout:
         _say(done.stdout.rstrip("\n"))
     if done.returncode != 0:
+        log = output / "prepare.log"
+        log.write_text(done.stderr)
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"preparing the demo dataset in {output} failed: {last}")
+        raise ConvertError(f"preparing the demo dataset in {output} failed: {last} (its whole output: {log})")
     return json.loads((output / "data" / DEMO_MARKER).read_text())
 
 
@@ -301,7 +304,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
                      global_batch_size=cfg.global_batch_size, micro_batch_size="auto", epochs=cfg.epochs,
                      memory_budget=budget, eval_dataset=eval_ds, callbacks=[recorder],
                      metrics_path=out / "metrics.jsonl", progress=cfg.progress, log_every=5,
-                     base_rss_bytes=base, lr_scheduler=scheduler)
+                     base_rss_bytes=base, lr_scheduler=scheduler, dataset_size=info["train_records"])
     plot_path = out / "demo.png"
     plot(plot_path, recorder, budget, base)
     accuracy = result.history[-1]["eval_accuracy"] if result.history else 0.0

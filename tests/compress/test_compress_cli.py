@@ -20,7 +20,7 @@ KEYS = {"name", "size_bytes", "parameters", "macs", "accuracy", "latency_ms_batc
 
 
 def _shards(out: Path, prefix: str, n: int, seed: int) -> Path:
-    from headrace._skimage_photos import iter_photo_jpegs
+    from headrace.image.photos import iter_photo_jpegs
     from headrace.io.example import encode
     from headrace.io.sharded_writer import ShardedWriter
 

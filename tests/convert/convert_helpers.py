@@ -15,7 +15,7 @@ def image_folder(root: Path, n: int = 24, broken: bool = True) -> dict[str, int]
     import cv2
     import numpy as np
 
-    from headrace._skimage_photos import PHOTO_CLASSES, make_photo_jpegs
+    from headrace.image.photos import PHOTO_CLASSES, make_photo_jpegs
 
     made = make_photo_jpegs(root, n, size=(64, 48), seed=1)
     good = {Path(p).relative_to(root).as_posix(): label for p, label in made}

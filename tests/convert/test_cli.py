@@ -1,27 +1,25 @@
-"""``headrace convert`` through typer: the summary and JSON line, and one-line errors with exit status 1."""
+"""``headrace convert`` through typer: the summary and JSON line, ``--image-size N``, and one-line errors with
+exit status 1 (flags named, Beam's log kept out of the terminal) or 2 (a bad flag value)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("apache_beam", reason="headrace convert needs pip install 'headrace[beam]'")
 
-import typer
 from typer.testing import CliRunner
 
-from headrace.convert.cli import register
+from headrace.cli import app as headrace_app
 
 from .convert_helpers import IN_PROCESS, csv_file
 
 
 @pytest.fixture(scope="module")
 def app():
-    app = typer.Typer()
-    app.command(name="noop")(lambda: None)  # a second command, so typer keeps "convert" as a subcommand
-    register(app)
-    return app
+    return headrace_app
 
 
 def _beam_flags():
@@ -46,11 +44,41 @@ def test_convert_command_errors_are_one_line(app, tmp_path):
     src = csv_file(tmp_path / "t.csv")
     res = CliRunner().invoke(app, ["convert", str(src), str(tmp_path / "out"), *_beam_flags()])
     assert res.exit_code == 1
-    assert res.stderr.startswith("headrace: error: convert: 1 source rows rejected, more than max_rejected=0")
-    assert len(res.stderr.strip().splitlines()) == 1
+    assert res.stderr.startswith("headrace: error: convert: 1 source rows rejected, more than --max-rejected 0")
+    assert len(res.stderr.strip().splitlines()) == 1 and "[while running" not in res.stderr
     res = CliRunner().invoke(app, ["convert", str(src), str(tmp_path / "out"), *_beam_flags()])
     assert res.exit_code == 1 and "--overwrite" in res.stderr
     res = CliRunner().invoke(app, ["convert", str(src), str(tmp_path / "o2"), "--beam-option", "oops"])
     assert res.exit_code == 1 and "is not key=value" in res.stderr
     res = CliRunner().invoke(app, ["convert", str(src), str(tmp_path / "o2"), "--beam-option", "direct_num_worker=2"])
     assert res.exit_code == 1 and "did you mean direct_num_workers" in res.stderr
+
+
+def test_a_corrupt_jpeg_is_one_line_naming_the_file_and_the_whole_reason(app, tmp_path):
+    from .convert_helpers import image_folder
+
+    image_folder(tmp_path / "photos", n=12)  # with camera/broken.jpg, a truncated JPEG
+    res = CliRunner().invoke(app, ["convert", str(tmp_path / "photos"), str(tmp_path / "out"), *_beam_flags()])
+    assert res.exit_code == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr  # Beam's traceback and log lines are not on the terminal
+    line = lines[0]
+    assert line.startswith("headrace: error: convert: 1 source rows rejected, more than --max-rejected 0")
+    assert f"{tmp_path / 'photos' / 'camera' / 'broken.jpg'}: ImageDecodeError: cannot decode the image" in line
+    reason = json.loads((tmp_path / "out" / "_rejected.jsonl").read_text().splitlines()[0])["reason"]
+    assert reason.split("; ")[0] + ");" in line  # the reason's first clause whole, not cut inside a word
+    log = line.rsplit("(Apache Beam's log: ", 1)[1].rstrip(")")
+    assert "Traceback" in Path(log).read_text()  # the details are kept, in a file the line names
+
+
+def test_convert_image_size_takes_one_number_or_wxh(app, tmp_path):
+    from .convert_helpers import image_folder
+
+    image_folder(tmp_path / "photos", n=12, broken=False)
+    res = CliRunner().invoke(app, ["convert", str(tmp_path / "photos"), str(tmp_path / "out"), "--image-size", "20",
+                                   *_beam_flags()])
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "out" / "dataset.json").read_text())
+    assert manifest["statistics"]["image/width"]["max"] == manifest["statistics"]["image/height"]["min"] == 20
+    res = CliRunner().invoke(app, ["convert", str(tmp_path / "photos"), str(tmp_path / "o2"), "--image-size", "0x5"])
+    assert res.exit_code == 2 and "'--image-size'" in res.stderr and len(res.stderr.strip().splitlines()) == 1

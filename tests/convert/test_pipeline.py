@@ -143,11 +143,25 @@ def test_strings_and_numbers_fail_with_the_feature_named(tmp_path):
 
 @pytest.mark.slow
 def test_multiprocess_direct_runner_gives_the_same_shards(tmp_path):
-    """The default runner (2 worker processes here) writes byte-identical shards to the in-process run."""
+    """The default runner for large sources (2 worker processes here) writes byte-identical shards to the
+    in-process run (the default for small sources)."""
     src = csv_file(tmp_path / "t.csv")
-    one = convert(src, tmp_path / "one", num_shards=2, max_rejected=1, beam_options=IN_PROCESS)
-    two = convert(src, tmp_path / "two", num_shards=2, max_rejected=1, beam_options=["direct_num_workers=2"])
+    one = convert(src, tmp_path / "one", num_shards=2, max_rejected=1)
+    two = convert(src, tmp_path / "two", num_shards=2, max_rejected=1,
+                  beam_options=["direct_num_workers=2", "direct_running_mode=multi_processing"])
     assert [s["sha256"] for s in one["shards"]] == [s["sha256"] for s in two["shards"]]
+
+
+def test_small_sources_convert_in_process_by_default():
+    from headrace.convert.pipeline import SMALL_SOURCE_BYTES, pipeline_options
+
+    def direct(**kwargs):
+        opts = pipeline_options(**kwargs).get_all_options()
+        return opts["direct_running_mode"], opts["direct_num_workers"]
+
+    assert direct(source_bytes=SMALL_SOURCE_BYTES - 1) == ("in_memory", 1)
+    assert direct(source_bytes=SMALL_SOURCE_BYTES) == ("multi_processing", os.cpu_count())
+    assert direct(source_bytes=1, beam_options=["direct_num_workers=2"]) == ("multi_processing", 2)  # as asked
 
 
 def test_missing_beam_names_the_extra(monkeypatch, tmp_path):

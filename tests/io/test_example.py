@@ -268,3 +268,52 @@ def test_empty_list_of_another_kind_is_caught_in_batches():
         ex.parse_example(records, {"v": VarLenFeature("float32")})
     ok = ex.parse_example([records[0], records[2], ex.encode({"v": FloatList([])})], {"v": VarLenFeature("float32")})
     assert ok["v"].values.tolist() == [1.0] and ok["v"].row_lengths.tolist() == [1, 0, 0]
+
+
+def _proto_text(fd) -> str:
+    """A FileDescriptorProto in .proto syntax (the subset the Example schema uses)."""
+    from google.protobuf import descriptor_pb2
+
+    F = descriptor_pb2.FieldDescriptorProto
+    scalar = {F.TYPE_BYTES: "bytes", F.TYPE_FLOAT: "float", F.TYPE_INT64: "int64", F.TYPE_STRING: "string"}
+    lines = [f'syntax = "{fd.syntax}";', f"package {fd.package};", ""]
+    for msg in fd.message_type:
+        maps = {n.name: n for n in msg.nested_type if n.options.map_entry}
+
+        def kind(f):
+            return f.type_name.rsplit(".", 1)[-1] if f.type == F.TYPE_MESSAGE else scalar[f.type]
+
+        lines.append(f"message {msg.name} {{")
+        for i, field in enumerate(msg.field):
+            entry = maps.get(field.type_name.rsplit(".", 1)[-1])
+            if entry is not None:
+                decl = f"map<{kind(entry.field[0])}, {kind(entry.field[1])}> {field.name} = {field.number}"
+            else:
+                decl = ("repeated " if field.label == F.LABEL_REPEATED else "") + f"{kind(field)} {field.name} = " \
+                       f"{field.number}" + (" [packed = true]" if field.options.packed else "")
+            if field.HasField("oneof_index"):
+                if i == 0 or not msg.field[i - 1].HasField("oneof_index"):
+                    lines.append(f"  oneof {msg.oneof_decl[field.oneof_index].name} {{")
+                lines.append(f"    {decl};")
+                if i == len(msg.field) - 1 or not msg.field[i + 1].HasField("oneof_index"):
+                    lines.append("  }")
+            else:
+                lines.append(f"  {decl};")
+        lines.append("}")
+    return "\n".join(lines)
+
+
+def test_the_descriptor_is_the_schema_its_docstring_shows():
+    """messages.py is the one definition of the Example schema; its docstring's .proto block is the
+    descriptor rendered (so the documentation cannot drift from what the bytes are parsed with)."""
+    import textwrap
+
+    from google.protobuf import descriptor_pool
+
+    from headrace.io._proto import messages as pb
+
+    block = pb.__doc__.split("::\n\n", 1)[1].split("\n\nThe descriptor", 1)[0]
+    assert _proto_text(pb.file_descriptor()) == textwrap.dedent(block)
+    assert pb.Example.DESCRIPTOR.full_name == "tensorflow.Example"
+    # a private pool: TensorFlow's own registration of tensorflow.Example cannot collide with it
+    assert pb.Example.DESCRIPTOR.file.pool is not descriptor_pool.Default()

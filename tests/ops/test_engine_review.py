@@ -240,3 +240,17 @@ def test_11_a_stage_waiting_for_memory_is_stopped_by_close(tail, monkeypatch):
     it.close()                                # ...until close() from this thread stops it
     t.join(2)
     assert not t.is_alive() and len(errors) == 1 and isinstance(errors[0], hr.IteratorClosedError), errors
+
+
+def test_padded_batch_assembly_counts_its_rows_by_their_real_size():
+    # Issue 10: padded_batch whose first row per batch is tiny and the rest large reported an assembly peak
+    # of 0 (it charged element 0's size x batch size and never corrected it).
+    sizes = [8 if i % 16 == 0 else 200_000 for i in range(64)]
+    ds = D.from_tensor_slices(np.arange(64)).map(lambda i: np.ones(sizes[int(i)], np.uint8)).padded_batch(16)
+    with iter(ds.with_options(hr.Options(memory_budget=64 * MiB))) as it:
+        shapes = [b.shape for b in it]
+        stats = it.memory_stats()
+    assert shapes == [(16, 200_000)] * 4
+    assembly = stats["stages"]["padded_batch(16) assembly"]["peak_bytes"]
+    assert assembly >= 15 * 200_000 + 16 * 200_000, f"assembly peak {assembly}: rows and the padded batch counted"
+    assert stats["peak_bytes"] <= 64 * MiB and stats["overdraft_bytes"] == 0

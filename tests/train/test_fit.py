@@ -43,11 +43,16 @@ def test_fit_learns_and_reports_each_epoch(tmp_path) -> None:
     assert result.steps == 3 * (192 // 32) == len(steps_seen)
     assert [s.step for s in steps_seen] == list(range(1, 19))
     assert steps_seen[0].batch[0].shape == (32, 8)
-    assert [r["epoch"] for r in result.history] == [0, 1, 2] and epochs_seen == result.history
+    # epochs count from 1 everywhere: history, callbacks, metrics.jsonl, StepInfo
+    assert [r["epoch"] for r in result.history] == [1, 2, 3] and epochs_seen == result.history
+    assert [s.epoch for s in steps_seen] == [1] * 6 + [2] * 6 + [3] * 6
     assert result.history[-1]["eval_accuracy"] > 0.9
     assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
     lines = [json.loads(line) for line in (tmp_path / "ck" / "metrics.jsonl").read_text().splitlines()]
     assert [r["event"] for r in lines].count("epoch") == 3 and lines[-1]["event"] == "end"
+    assert [r["epoch"] for r in lines if r["event"] == "epoch"] == [1, 2, 3]
+    step_records = [r for r in lines if r["event"] == "step"]
+    assert step_records and all(r["epoch"] == (r["step"] - 1) // 6 + 1 for r in step_records)
     step_lines = [r for r in lines if r["event"] == "step"]
     assert [r["step"] for r in step_lines] == [10]  # log_every=10
     assert {"loss", "samples_per_s", "data_wait_fraction", "rss_bytes"} <= set(step_lines[0])

@@ -1,4 +1,5 @@
-"""micro_batch_size="auto": doubling + bisection, measured by process RSS against a CPU budget."""
+"""micro_batch_size="auto": doubling + bisection over candidate sizes, measured by process RSS against a CPU
+budget."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ from train_helpers import Wide
 import headrace as hr
 from headrace import MemoryBudgetError
 from headrace.train import fit
-from headrace.train.micro_batch import Trial, find_micro_batch_size, optimizer_state_bytes, search_largest
+from headrace.train.micro_batch import (
+    Trial,
+    accumulation_candidates,
+    find_micro_batch_size,
+    optimizer_state_bytes,
+    search_largest,
+)
 from headrace.train.precision import make_precision
 
 MIB = 1 << 20
@@ -46,6 +53,19 @@ def test_search_skips_sizes_predicted_to_exceed_the_limit() -> None:
     assert any(t.error == "predicted" and not t.fits for t in trials)
 
 
+def test_search_over_candidates_and_the_power_of_two_step_sizes() -> None:
+    assert accumulation_candidates(64) == [1, 2, 4, 8, 16, 32, 64]
+    assert accumulation_candidates(61) == [1, 2, 4, 8, 16, 31, 61]  # 61 in 1, 2, 4, ... micro-batches
+    ran: list[int] = []
+
+    def measure(n: int) -> Trial:
+        ran.append(n)
+        return Trial(n, n <= 20, n)
+
+    size, _ = search_largest(measure, cap=64, candidates=accumulation_candidates(64))
+    assert size == 16 and ran == [1, 2, 4, 8, 16, 32]  # 20 fits but is no candidate: 16 x 4 is what runs
+
+
 def test_search_raises_when_one_element_does_not_fit() -> None:
     with pytest.raises(MemoryBudgetError, match="micro-batch size 1 does not fit"):
         search_largest(lambda n: Trial(n, False, 10 * MIB), cap=8)
@@ -66,9 +86,10 @@ def test_auto_size_fits_the_rss_budget_and_the_next_size_does_not() -> None:
     large, _ = _choose(128)
     by_size = {t.size: t for t in trials}
     assert by_size[small].fits and by_size[small].used_bytes <= 64 * MIB
-    assert not by_size[small + 1].fits  # bisection ended next to the boundary
-    assert 8 <= small <= 24  # ~4 MiB per sample -> about 16 in 64 MiB
-    assert large >= 1.5 * small  # twice the budget, about twice the micro-batch
+    assert not by_size[2 * small].fits  # the next candidate (twice the size, half the accumulation steps)
+    assert [t.size for t in trials] == [1, 2, 4, 8, 16, 32][:len(trials)]  # only power-of-two step counts
+    assert 8 <= small <= 16  # ~4 MiB per sample -> about 12 in 64 MiB
+    assert large >= 2 * small  # twice the budget: at least the next candidate
 
 
 def test_search_restores_batchnorm_statistics() -> None:

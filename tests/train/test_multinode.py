@@ -17,7 +17,7 @@ SPY = Path(__file__).with_name("cli_spy_job.py")
 
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
-    from headrace._skimage_photos import iter_photo_jpegs
+    from headrace.image.photos import iter_photo_jpegs
     from headrace.io.example import encode
     from headrace.io.sharded_writer import ShardedWriter
 
@@ -51,9 +51,9 @@ def test_multinode_ranks_read_disjoint_complete_shares_of_the_shared_shards(two_
     assert all(e["WORLD_SIZE"] == "2" and e["LOCAL_RANK"] == "0" for e in envs)
     rows = {r: _labels(root, r) for r in (0, 1)}
     for r in (0, 1):
-        assert [(e, s) for e, s, _ in rows[r]] == [(0, 1), (0, 2), (0, 3), (0, 4), (1, 5), (1, 6), (1, 7), (1, 8)]
+        assert [(e, s) for e, s, _ in rows[r]] == [(1, 1), (1, 2), (1, 3), (1, 4), (2, 5), (2, 6), (2, 7), (2, 8)]
         assert all(len(ids) == 4 for _, _, ids in rows[r])  # global batch 8 over 2 ranks
-    for epoch in (0, 1):
+    for epoch in (1, 2):  # (epochs count from 1)
         mine = {r: [i for e, _, ids in rows[r] if e == epoch for i in ids] for r in (0, 1)}
         assert not set(mine[0]) & set(mine[1])  # disjoint
         assert sorted(mine[0] + mine[1]) == list(range(N))  # together complete, each once
@@ -73,7 +73,7 @@ def test_multinode_replicas_end_with_the_same_weights(two_nodes) -> None:
 def test_multinode_metrics_and_summary_are_written_once(two_nodes) -> None:
     root, outputs = two_nodes
     events = [json.loads(line) for line in (root / "ckpt" / "metrics.jsonl").read_text().splitlines()]
-    assert [e["epoch"] for e in events if e["event"] == "epoch"] == [0, 1]
+    assert [e["epoch"] for e in events if e["event"] == "epoch"] == [1, 2]
     assert [e["steps"] for e in events if e["event"] == "end"] == [8]
     summaries = [json.loads(line) for text in outputs for line in text.splitlines() if line.startswith('{"steps"')]
     assert len(summaries) == 1 and summaries[0]["steps"] == 8 and summaries[0]["records"] == N

@@ -9,7 +9,7 @@
 - :class:`CompressedModel` (``predict``, ``save``, ``size_bytes``) and :func:`load`.
 
 Needs ``pip install 'headrace[compress]'`` (onnxruntime, onnx, onnxscript, torch-pruning, torchao).
-The names are imported on first use, so ``headrace.compress.cli`` loads without PyTorch.
+The names are imported on first use, so ``headrace.compress.command`` loads without PyTorch.
 """
 
 from __future__ import annotations

@@ -19,13 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import ExportError
 from ..train._deps import import_torch
 
 torch = import_torch()
-
-
-class ExportError(ValueError):
-    """A model could not be exported (the message names the layer when one was running)."""
 
 
 @contextlib.contextmanager

@@ -12,7 +12,9 @@ per-shard counts, bytes and SHA-256, statistics) written last. Bad source rows g
     >>> ds = convert.open_dataset("shards/", verify_checksums=True)                # doctest: +SKIP
 
 Importing this package needs no Beam; the functions that run pipelines import it and raise
-``ImportError`` naming ``pip install 'headrace[beam]'`` when it is missing. Reading the output
+:class:`~headrace.MissingDependencyError` (an ``ImportError``) naming ``pip install 'headrace[beam]'`` when
+it is missing. Errors: :class:`ConvertError`, :class:`SchemaConflictError`, :class:`ManifestError`, all
+``headrace.HeadraceError`` (see :mod:`headrace._errors`). Reading the output
 (:func:`load_manifest`, :func:`verify`, :func:`open_dataset`) needs no Beam at all.
 """
 
@@ -26,15 +28,15 @@ _NAMES = {
     "convert": "pipeline",
     "pipeline_options": "pipeline",
     "ConvertConfig": "config",
-    "ConvertError": "output",
+    "ConvertError": "_errors",
     "ConvertTransform": "_pipeline",
     "load_manifest": "manifest",
     "verify": "manifest",
     "open_dataset": "manifest",
     "feature_spec": "manifest",
     "shard_paths": "manifest",
-    "ManifestError": "manifest",
-    "SchemaConflictError": "schema",
+    "ManifestError": "_errors",
+    "SchemaConflictError": "_errors",
     "open_source": "sources",
 }
 
@@ -43,6 +45,8 @@ def __getattr__(name: str) -> Any:
     module = _NAMES.get(name)
     if module is None:
         raise AttributeError(f"module 'headrace.convert' has no attribute {name!r}")
+    if module == "_errors":
+        return getattr(importlib.import_module("headrace._errors"), name)
     if module == "_pipeline":
         from ._beam import import_beam
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .._errors import MissingDependencyError
+
 INSTALL_HINT = "pip install 'headrace[beam]'"
 
 
@@ -14,14 +16,15 @@ def _not_gcp_noise(record: logging.LogRecord) -> bool:
 
 
 def import_beam() -> Any:
-    """``apache_beam``, or ``ImportError`` telling how to install it."""
+    """``apache_beam``, or :class:`~headrace.MissingDependencyError` (an ``ImportError``) telling how to
+    install it."""
     root = logging.getLogger()
     root.addFilter(_not_gcp_noise)
     try:
         import apache_beam
     except ImportError as e:
-        raise ImportError(f"headrace.convert runs on Apache Beam, which is not installed ({e}); install it with: "
-                          f"{INSTALL_HINT}") from e
+        raise MissingDependencyError(f"headrace.convert runs on Apache Beam, which is not installed ({e}); "
+                                     f"install it with: {INSTALL_HINT}") from e
     finally:
         root.removeFilter(_not_gcp_noise)
     return apache_beam

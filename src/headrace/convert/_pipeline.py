@@ -30,7 +30,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from ._fs import join
+from ..io.files import join
 from .config import ConvertConfig
 from .output import finalize, staging_dir, write_shard
 from .runs import SPILL_BYTES, merge_sections, write_run

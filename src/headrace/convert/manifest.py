@@ -25,9 +25,9 @@ import json
 import os
 from typing import Any
 
+from .._errors import ManifestError
 from .._versioned import check_versioned
 from ..io import files
-from . import _fs
 from .schema import specs_from_json
 from .sinks import sha256_file
 
@@ -36,13 +36,9 @@ FORMAT = "headrace.dataset"
 VERSION = 1
 
 
-class ManifestError(ValueError):
-    """A manifest that is missing, unreadable, or does not match the files beside it."""
-
-
 def manifest_path(directory: str | os.PathLike[str]) -> str:
     d = files.to_str_path(directory)
-    return d if d.endswith(".json") else _fs.join(d, MANIFEST)
+    return d if d.endswith(".json") else files.join(d, MANIFEST)
 
 
 def load_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
@@ -69,7 +65,7 @@ def shard_paths(directory: str | os.PathLike[str], manifest: dict[str, Any] | No
     base = os.path.dirname(manifest_path(directory)) if not files.is_remote(manifest_path(directory)) else \
         manifest_path(directory).rsplit("/", 1)[0]
     m = manifest if manifest is not None else load_manifest(directory)
-    return [_fs.join(base, s["path"]) for s in m["shards"]]
+    return [files.join(base, s["path"]) for s in m["shards"]]
 
 
 def verify(directory: str | os.PathLike[str], checksums: bool = True) -> dict[str, Any]:

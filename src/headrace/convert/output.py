@@ -24,8 +24,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from .._errors import ConvertError
 from ..io import files
-from . import _fs
 from .config import ConvertConfig
 from .manifest import FORMAT, MANIFEST, VERSION
 from .schema import Schema
@@ -36,10 +36,6 @@ STAGING = ".staging-"
 _OUTPUT_RE = re.compile(r"^[^/]+-\d{5}-of-\d{5}\.(tfrecord(\.gz|\.zlib)?|parquet)(\.idx)?$")
 
 
-class ConvertError(RuntimeError):
-    """A conversion that cannot finish: too many rejected rows, no records, an inconsistent result."""
-
-
 def is_output(name: str) -> bool:
     """Whether a file name is one a conversion writes."""
     return (name in (MANIFEST, REJECTED) or name.startswith((STAGING, MANIFEST + ".tmp-", REJECTED + ".tmp-"))
@@ -48,9 +44,9 @@ def is_output(name: str) -> bool:
 
 def check_destination(dst: str, overwrite: bool) -> None:
     """Step 1 of the protocol. Raises ``FileExistsError`` naming ``dst`` and the fix."""
-    if _fs.exists(dst) and not files.is_remote(dst) and not os.path.isdir(_fs.local(dst)):
+    if files.exists(dst) and not files.is_remote(dst) and not os.path.isdir(files.local_path(dst)):
         raise FileExistsError(f"convert: the destination {dst} is a file; give a directory")
-    names = _fs.listdir(dst)
+    names = files.listdir(dst)
     if not names:
         return
     if not overwrite:
@@ -65,7 +61,7 @@ def check_destination(dst: str, overwrite: bool) -> None:
 
 
 def staging_dir(cfg: ConvertConfig) -> str:
-    return _fs.join(cfg.dst, STAGING + cfg.run_id)
+    return files.join(cfg.dst, STAGING + cfg.run_id)
 
 
 def write_shard(cfg: ConvertConfig, schema: Schema, shard: int, payloads: list[Any], attempt: str) -> dict[str, Any]:
@@ -76,8 +72,8 @@ def write_shard(cfg: ConvertConfig, schema: Schema, shard: int, payloads: list[A
     n = cfg.shards
     name = shard_name(cfg.prefix, shard, n, cfg.to, cfg.compression)
     stage = staging_dir(cfg)
-    _fs.makedirs(stage)
-    tmp = _fs.join(stage, f"{name}.{attempt}")
+    files.makedirs(stage)
+    tmp = files.join(stage, f"{name}.{attempt}")
     if cfg.to == "parquet":
         est = schema.est_bytes / max(1, schema.rows)
         info = write_parquet(tmp, payloads, arrow_schema(schema.kinds, schema.spec), cfg.compression, est)
@@ -88,6 +84,17 @@ def write_shard(cfg: ConvertConfig, schema: Schema, shard: int, payloads: list[A
             "index_tmp": info["index"]}
 
 
+def _first_clause(reason: str, limit: int = 300) -> str:
+    """``reason`` up to its first ``"; "`` when it is longer than ``limit`` (the rest is advice); never cut
+    inside a word. The whole reason is in ``_rejected.jsonl``."""
+    if len(reason) <= limit:
+        return reason
+    head = reason.split("; ", 1)[0]
+    if len(head) <= limit:
+        return head
+    return head[:limit].rsplit(" ", 1)[0] + " ..."
+
+
 def finalize(cfg: ConvertConfig, schema: Schema, shards: Iterable[dict[str, Any]], rejected: Iterable[dict[str, str]],
              source: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Step 3 of the protocol; returns the manifest. Raises :class:`ConvertError` (too many rejected rows,
@@ -96,14 +103,14 @@ def finalize(cfg: ConvertConfig, schema: Schema, shards: Iterable[dict[str, Any]
     stage = staging_dir(cfg)
     if len(rejected) > cfg.max_rejected:
         _write_rejected(cfg.dst, rejected)
-        _fs.remove(stage)
+        files.remove(stage)
         first = rejected[0]
         raise ConvertError(f"convert: {len(rejected)} source rows rejected, more than max_rejected="
-                           f"{cfg.max_rejected} (e.g. {first['location']}: {first['reason'][:200]}); every one is "
-                           f"listed in {_fs.join(cfg.dst, REJECTED)}. Fix the source or raise --max-rejected, then "
-                           "re-run with --overwrite")
+                           f"{cfg.max_rejected} (e.g. {first['location']}: {_first_clause(first['reason'])}); every "
+                           f"one is listed in {files.join(cfg.dst, REJECTED)}. Fix the source or raise max_rejected "
+                           "(--max-rejected), then re-run with overwrite=True (--overwrite)")
     if schema.rows == 0:
-        _fs.remove(stage)
+        files.remove(stage)
         raise ConvertError(f"convert: the source {cfg.src} has no records; nothing was written")
     n = cfg.shards
     by_shard: dict[int, dict[str, Any]] = {}
@@ -120,10 +127,10 @@ def finalize(cfg: ConvertConfig, schema: Schema, shards: Iterable[dict[str, Any]
     if total != schema.rows:
         raise ConvertError(f"convert: {total} records were written but {schema.rows} were read; the output is "
                            "incomplete and was not published: re-run the conversion")
-    _replace_old_outputs(cfg.dst, keep=stage, keep_names={s["path"] for s in entries if not _fs.exists(s["tmp"])})
+    _replace_old_outputs(cfg.dst, keep=stage, keep_names={s["path"] for s in entries if not files.exists(s["tmp"])})
     for s in entries:
-        final = _fs.join(cfg.dst, s["path"])
-        if not _fs.exists(s["tmp"]) and _fs.exists(final) and files.file_size(final) == s["bytes"]:
+        final = files.join(cfg.dst, s["path"])
+        if not files.exists(s["tmp"]) and files.exists(final) and files.file_size(final) == s["bytes"]:
             continue  # renamed by an earlier attempt of this step that a runner retried
         if s["index_tmp"]:
             files.rename(s["index_tmp"], final + ".idx")
@@ -140,24 +147,24 @@ def finalize(cfg: ConvertConfig, schema: Schema, shards: Iterable[dict[str, Any]
         "shards": [{k: s[k] for k in ("path", "records", "bytes", "sha256", "index")} for s in entries],
         "converter": extra or {},
     }
-    _fs.write_atomic(_fs.join(cfg.dst, MANIFEST), (json.dumps(manifest, indent=1) + "\n").encode("utf-8"))
-    _fs.remove(stage)
+    files.write_atomic(files.join(cfg.dst, MANIFEST), (json.dumps(manifest, indent=1) + "\n").encode("utf-8"))
+    files.remove(stage)
     return manifest
 
 
 def _write_rejected(dst: str, rejected: list[dict[str, str]]) -> None:
-    _fs.makedirs(dst)
+    files.makedirs(dst)
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rejected)
-    _fs.write_atomic(_fs.join(dst, REJECTED), text.encode("utf-8"))
+    files.write_atomic(files.join(dst, REJECTED), text.encode("utf-8"))
 
 
 def _replace_old_outputs(dst: str, keep: str, keep_names: set[str]) -> None:
     """Delete a previous conversion's files: the manifest first, so none ever points at missing shards.
     ``keep`` (the staging folder) and ``keep_names`` (shards already published by a retried attempt, and
     their indexes) stay."""
-    _fs.remove(_fs.join(dst, MANIFEST))
+    files.remove(files.join(dst, MANIFEST))
     keep_name = keep.rstrip("/").rsplit("/", 1)[-1].rsplit("\\", 1)[-1]
     kept = keep_names | {n + ".idx" for n in keep_names}
-    for name in _fs.listdir(dst):
+    for name in files.listdir(dst):
         if name != keep_name and name not in kept and is_output(name):
-            _fs.remove(_fs.join(dst, name))
+            files.remove(files.join(dst, name))

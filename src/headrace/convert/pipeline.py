@@ -10,23 +10,29 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..io.files import remove
 from ._beam import import_beam
-from ._fs import remove
 from .config import ConvertConfig
 from .manifest import load_manifest
 from .output import ConvertError, check_destination, staging_dir
-from .schema import SchemaConflictError
 from .sources import open_source
+
+SMALL_SOURCE_BYTES = 64 * 2**20
+"""A source estimated below this size is converted in one in-process worker by default (DirectRunner): on
+small inputs starting worker processes (~3 s) costs more than the second core wins back."""
 
 
 def pipeline_options(runner: str | None = "DirectRunner",
-                     beam_options: Sequence[str] | Mapping[str, Any] | None = None) -> Any:
+                     beam_options: Sequence[str] | Mapping[str, Any] | None = None,
+                     source_bytes: int | None = None) -> Any:
     """Beam ``PipelineOptions`` for ``runner`` plus ``beam_options`` (``["key=value", ...]`` or a dict;
     ``--flink_master=host:8081`` style flags work too).
 
     DirectRunner defaults to ``direct_num_workers`` = the machine's cores in ``multi_processing`` mode,
-    workers logging errors only (override any through ``beam_options``). Raises ``ValueError`` for an option that is not
-    ``key=value`` or not a Beam option (naming the closest ones: Beam itself would drop it silently).
+    workers logging errors only; for a source of fewer than ``SMALL_SOURCE_BYTES`` (``source_bytes``, the
+    source's estimate) one in-process worker (``direct_running_mode=in_memory``). Override any through
+    ``beam_options``. Raises ``ValueError`` for an option that is not ``key=value`` or not a Beam option
+    (naming the closest ones: Beam itself would drop it silently).
     """
     beam = import_beam()
     items: list[tuple[str, str]] = []
@@ -49,6 +55,9 @@ def pipeline_options(runner: str | None = "DirectRunner",
     runner = given.pop("runner", None) or runner or "DirectRunner"
     flags = [f"--runner={runner}"]
     if runner in ("DirectRunner", "direct"):
+        if source_bytes is not None and source_bytes < SMALL_SOURCE_BYTES and \
+                not {"direct_num_workers", "direct_running_mode"} & set(given):
+            given.update(direct_num_workers="1", direct_running_mode="in_memory")
         given.setdefault("direct_num_workers", str(os.cpu_count() or 1))
         given.setdefault("direct_running_mode", "multi_processing")
         given.setdefault("default_sdk_harness_log_level", "ERROR")  # the workers' start-up chatter
@@ -108,7 +117,9 @@ def build_pipeline(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, 
     check_destination(cfg.dst, cfg.overwrite)
     source = open_source(cfg.src, cfg.source_format, **cfg.source_options())
     if pipeline is None:
-        pipeline = beam.Pipeline(options=options if options is not None else pipeline_options(runner, beam_options))
+        if options is None:
+            options = pipeline_options(runner, beam_options, source_bytes=source.estimate_bytes())
+        pipeline = beam.Pipeline(options=options)
     from .. import __version__
 
     extra = {"headrace": __version__, "apache_beam": beam.__version__,
@@ -140,10 +151,11 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], **kwargs: 
             p.run().wait_until_finish()
         finally:
             remove(p.convert_staging)  # a failed run leaves no run files or partial shards behind
-    except ConvertError:
-        raise
-    except SchemaConflictError as e:  # raised as is by the in-process runner
-        raise ConvertError(str(e)) from e
+    except ConvertError as e:  # SchemaConflictError included: raised as is by the in-process runner
+        text = str(e).split(" [while running")[0]  # Beam appends the step's name to the message
+        if text == str(e):
+            raise
+        raise type(e)(text) from e
     except Exception as e:  # other runners wrap a worker's exception in their own, with its text
         m = _WORKER_ERROR.search(str(e))
         if m:

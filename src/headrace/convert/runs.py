@@ -21,7 +21,6 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..io import files
-from . import _fs
 
 SPILL_BYTES = 64 * 2**20
 """Estimated row bytes a reader buffers before writing a run."""
@@ -43,8 +42,8 @@ def _write_item(f: Any, item: Item) -> int:
 
 def write_run(directory: str, by_shard: dict[int, list[Item]]) -> list[Ref]:
     """Write the buffered rows as one run file in ``directory``; returns a reference per shard section."""
-    _fs.makedirs(directory)
-    path = _fs.join(directory, f"run-{uuid.uuid4().hex}")
+    files.makedirs(directory)
+    path = files.join(directory, f"run-{uuid.uuid4().hex}")
     refs: list[Ref] = []
     at = 0
     with files.open_file(path, "wb") as f:
@@ -90,8 +89,8 @@ def merge_sections(refs: Iterable[Ref], directory: str | None = None, fan_in: in
 
 def _merge_to_run(refs: list[Ref], directory: str) -> Ref:
     """Merge sections into one new run file (one section); returns its reference."""
-    _fs.makedirs(directory)
-    path = _fs.join(directory, f"merged-{uuid.uuid4().hex}")
+    files.makedirs(directory)
+    path = files.join(directory, f"merged-{uuid.uuid4().hex}")
     n = at = 0
     with files.open_file(path, "wb") as f:
         for item in merge_sections(refs):

@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import SchemaConflictError
+
 STRING, INT64, FLOAT32, TEXT = "string", "int64", "float32", "text"
 NUMERIC = (INT64, FLOAT32)
 MAX_HISTOGRAM = 10_000
@@ -47,10 +49,6 @@ _FEATURE_OVERHEAD_BYTES = 8
 
 Values = tuple[str | None, list[Any]]
 Row = tuple[str, dict[str, Values]]
-
-
-class SchemaConflictError(ValueError):
-    """A feature holds strings in some rows and numbers in others."""
 
 
 # ---- values -----------------------------------------------------------------------------------------------

@@ -33,11 +33,11 @@ from .._dataset import Dataset
 from .._ops.base import DatasetIterator, IteratorContext, check_state
 from .._ops.node import DatasetNode
 from .._options import AUTOTUNE
+from ..image.formats import IMAGE_EXTENSIONS
 from . import files
 from ._blocks import adopt_seed, check_shard, strided
 
 _WHAT = "image_folder"
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
 
 def _relative(path: str, root: str) -> str:

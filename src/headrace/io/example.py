@@ -1,6 +1,6 @@
 """tf.train.Example without TensorFlow: encode, decode and parse with TensorFlow's feature specs.
 
-Messages follow TensorFlow's ``example.proto`` / ``feature.proto`` (``_proto/example.proto``); bytes are
+Messages follow TensorFlow's ``example.proto`` / ``feature.proto`` (defined in ``_proto/messages.py``); bytes are
 parsed by the ``protobuf`` package (its upb C runtime); see the README for why not a hand-written decoder.
 
 Parsing results (numpy; ``"string"`` values are ``bytes``, arrays of them numpy object arrays):

@@ -1,13 +1,22 @@
-"""Opening and listing files by local path or fsspec URL (``s3://``, ``gs://``, ``memory://``, ``file://``).
+"""The one file-system shim of headrace: files and directories by local path or fsspec URL (``s3://``,
+``gs://``, ``memory://``, ``file://``).
 
-Local paths use the built-in ``open`` / ``glob`` (fastest); anything with a ``protocol://`` prefix goes
-through ``fsspec`` (``pip install 'headrace[s3]'`` for ``s3://``; ``gcsfs`` for ``gs://``).
+Local paths use the built-in ``open`` / ``os`` / ``glob`` (fastest); anything with a ``protocol://`` prefix
+goes through ``fsspec`` (``pip install 'headrace[s3]'`` for ``s3://``; ``gcsfs`` for ``gs://``). The
+readers, ``list_files``, ``headrace convert`` and checkpoints all use it.
+
+Reading: :func:`open_file`, :func:`file_size`, :func:`exists`, :func:`isdir`, :func:`glob`, :func:`find`,
+:func:`subdirs`, :func:`listdir`. Writing: :func:`open_file` (``"wb"``), :func:`makedirs`,
+:func:`rename` (atomic on local disks), :func:`write_atomic`, :func:`remove`. Paths: :func:`to_str_path`,
+:func:`is_remote`, :func:`local_path`, :func:`join`.
 """
 
 from __future__ import annotations
 
 import glob as _glob
 import os
+import shutil
+import uuid
 from typing import IO, Any
 
 _LOCAL_PREFIX = "file://"
@@ -27,11 +36,24 @@ def to_str_path(path: str | bytes | os.PathLike[str] | Any) -> str:
 
 
 def is_remote(path: str) -> bool:
+    """Whether ``path`` is an fsspec URL other than ``file://`` (so goes through fsspec)."""
     return "://" in path and not path.startswith(_LOCAL_PREFIX)
 
 
-def _local(path: str) -> str:
+def local_path(path: str) -> str:
+    """``path`` without a ``file://`` prefix."""
     return path[len(_LOCAL_PREFIX):] if path.startswith(_LOCAL_PREFIX) else path
+
+
+def _url_fs(url: str) -> tuple[Any, str]:
+    import fsspec
+
+    return fsspec.core.url_to_fs(url)
+
+
+def join(directory: str, name: str) -> str:
+    """``directory/name``: ``/``-joined for URLs, ``os.path.join`` (without ``file://``) for local paths."""
+    return f"{directory.rstrip('/')}/{name}" if is_remote(directory) else os.path.join(local_path(directory), name)
 
 
 def open_file(path: str | bytes | os.PathLike[str], mode: str = "rb") -> IO[Any]:
@@ -44,17 +66,15 @@ def open_file(path: str | bytes | os.PathLike[str], mode: str = "rb") -> IO[Any]
             return fsspec.open(p, mode).open()
         except FileNotFoundError as e:
             raise FileNotFoundError(f"no such file: {p}") from e
-    return open(_local(p), mode)
+    return open(local_path(p), mode)
 
 
 def file_size(path: str | bytes | os.PathLike[str]) -> int:
     p = to_str_path(path)
     if is_remote(p):
-        import fsspec
-
-        fs, fs_path = fsspec.core.url_to_fs(p)
+        fs, fs_path = _url_fs(p)
         return int(fs.size(fs_path))
-    return os.path.getsize(_local(p))
+    return os.path.getsize(local_path(p))
 
 
 def _with_protocol(url: str, paths: list[str]) -> list[str]:
@@ -78,7 +98,7 @@ def check_complete_sets(paths: list[str]) -> None:
     for path in paths:
         if is_remote(path):
             continue
-        d = os.path.dirname(_local(path)) or "."
+        d = os.path.dirname(local_path(path)) or "."
         if d not in journals:
             try:
                 journals[d] = [n[1:-len(PUBLISHING_SUFFIX)] for n in os.listdir(d)
@@ -102,26 +122,22 @@ def glob(pattern: str | bytes) -> list[str]:
     """
     p = to_str_path(pattern)
     if is_remote(p):
-        import fsspec
-
-        fs, fs_path = fsspec.core.url_to_fs(p)
+        fs, fs_path = _url_fs(p)
         return _with_protocol(p, fs.glob(fs_path))
-    found = sorted(_glob.glob(_local(p)))
+    found = sorted(_glob.glob(local_path(p)))
     check_complete_sets(found)
     return found
 
 
 def _remote_dir(url: str) -> tuple[Any, str]:
-    import fsspec
-
-    fs, fs_path = fsspec.core.url_to_fs(url)
+    fs, fs_path = _url_fs(url)
     if not fs.isdir(fs_path):
         raise FileNotFoundError(f"no such directory: {url}")
     return fs, fs_path
 
 
 def _local_dir(path: str) -> str:
-    local = _local(path)
+    local = local_path(path)
     if not os.path.isdir(local):
         raise FileNotFoundError(f"no such directory: {path}")
     return local
@@ -152,13 +168,75 @@ def subdirs(root: str | bytes) -> list[str]:
     return sorted(e.name for e in os.scandir(_local_dir(r)) if e.is_dir())
 
 
+def exists(path: str) -> bool:
+    """Whether a file or directory is at ``path``."""
+    if is_remote(path):
+        fs, p = _url_fs(path)
+        return bool(fs.exists(p))
+    return os.path.exists(local_path(path))
+
+
+def isdir(path: str) -> bool:
+    """Whether ``path`` is a directory."""
+    if is_remote(path):
+        fs, p = _url_fs(path)
+        return bool(fs.isdir(p))
+    return os.path.isdir(local_path(path))
+
+
+def listdir(path: str) -> list[str]:
+    """Names (not paths) in the directory ``path``, sorted; ``[]`` if it does not exist."""
+    if is_remote(path):
+        fs, p = _url_fs(path)
+        if not fs.exists(p):
+            return []
+        return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(p, detail=False))
+    try:
+        return sorted(os.listdir(local_path(path)))
+    except FileNotFoundError:
+        return []
+
+
+def makedirs(path: str) -> None:
+    """Create the directory ``path`` and its parents (nothing if it exists)."""
+    if is_remote(path):
+        fs, p = _url_fs(path)
+        fs.makedirs(p, exist_ok=True)
+    else:
+        os.makedirs(local_path(path), exist_ok=True)
+
+
+def remove(path: str) -> None:
+    """Delete a file or a directory tree; nothing if it is not there."""
+    if is_remote(path):
+        fs, p = _url_fs(path)
+        if fs.exists(p):
+            fs.rm(p, recursive=True)
+        return
+    p = local_path(path)
+    if os.path.isdir(p) and not os.path.islink(p):
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        try:
+            os.remove(p)
+        except FileNotFoundError:
+            pass
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to a temporary name beside ``path``, then :func:`rename` it to ``path``: readers see
+    the old file or the whole new one, never a part."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    with open_file(tmp, "wb") as f:
+        f.write(data)
+    rename(tmp, path)
+
+
 def rename(src: str, dst: str) -> None:
     """Atomic rename on local disks (``os.replace``); ``fs.mv`` for URLs."""
     if is_remote(src):
-        import fsspec
-
-        fs, s = fsspec.core.url_to_fs(src)
-        _, d = fsspec.core.url_to_fs(dst)
+        fs, s = _url_fs(src)
+        _, d = _url_fs(dst)
         fs.mv(s, d)
         return
-    os.replace(_local(src), _local(dst))
+    os.replace(local_path(src), local_path(dst))

@@ -17,11 +17,16 @@ micro-batch search measures GPU memory against 90% of the GPU memory this proces
 Epochs, steps and resume: an epoch is one pass over the (sharded) dataset in whole per-rank batches
 (``drop_remainder=True``, so every rank makes the same number of steps; under DDP the ranks also agree
 each step that all of them still have data). ``steps`` stops after that many optimizer steps in total,
-``epochs`` after that many passes; with neither, one epoch. A checkpoint records the data iterator's
-state after the last batch consumed, so ``resume=True`` continues with the next unseen element. With an
-:class:`~headrace.train.elastic.ElasticDataset` the state is the global position in a global order, so
-the checkpoint resumes at any world size (:mod:`headrace.train.elastic`); any other pipeline resumes
-mid-epoch only at the world size that wrote it.
+``epochs`` after that many passes; with neither, one epoch. Epochs are numbered from 1 in everything
+``fit`` shows or records (progress, ``history``, ``metrics.jsonl``, ``StepInfo``). A checkpoint records
+the data iterator's state after the last batch consumed, so ``resume=True`` continues with the next
+unseen element. With an :class:`~headrace.train.elastic.ElasticDataset` the state is the global position in
+a global order, so the checkpoint resumes at any world size (:mod:`headrace.train.elastic`); any other
+pipeline resumes mid-epoch only at the world size that wrote it.
+
+Ctrl-C (SIGINT) while training finishes the step in progress, writes a checkpoint of that point (with a
+``checkpoint_dir``), prints where, and raises :class:`~headrace.train.interrupt.TrainingInterrupted` (a
+``KeyboardInterrupt``); a second Ctrl-C stops at once (:mod:`headrace.train.interrupt`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from .accumulate import make_plan
 from .checkpoint import latest_checkpoint, load_checkpoint, restore_rng
 from .elastic import RankBatches, rank_data, resume_data_state
 from .gpu import available_gpu_bytes, check_memory_fraction, configure_gpu_memory
+from .interrupt import StopRequest
 from .loop import FitResult, StepInfo, _loop
 from .memory import limit_heap_retention, release_free_memory, rss_bytes
 from .micro_batch import MicroBatchChoice, find_micro_batch_size, optimizer_state_bytes
@@ -67,13 +73,13 @@ def _resolve_budget(memory_budget: int | str | None) -> int | None:
 
 def _validate(global_batch_size: int, micro_batch_size: int | str, epochs: int | None, steps: int | None,
               checkpoint_every: int, data_memory_fraction: float, resume: bool,
-              checkpoint_dir: Any) -> None:
+              checkpoint_dir: Any, dataset_size: int | None = None) -> None:
     if micro_batch_size != "auto" and (isinstance(micro_batch_size, bool)
                                        or not isinstance(micro_batch_size, int) or micro_batch_size < 1):
         raise ValueError(f"micro_batch_size={micro_batch_size!r} must be 'auto' or an int >= 1")
     if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) or global_batch_size < 1:
         raise ValueError(f"global_batch_size={global_batch_size!r} must be an int >= 1")
-    for name, v in (("epochs", epochs), ("steps", steps)):
+    for name, v in (("epochs", epochs), ("steps", steps), ("dataset_size", dataset_size)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{name}={v!r} must be an int >= 1 or None")
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
@@ -92,7 +98,8 @@ def fit(model: Any, dataset: Any, *, loss_fn: Callable[[Any, Any], Any], optimiz
         device: Any = None, shard: bool = True, data_memory_fraction: float = 0.25,
         metrics_path: str | os.PathLike[str] | None = None, progress: bool | None = None,
         log_every: int = 10, keep_checkpoints: int = 2, base_rss_bytes: int | None = None,
-        lr_scheduler: Any = None, gpu_memory_fraction: float | None = None) -> FitResult:
+        lr_scheduler: Any = None, gpu_memory_fraction: float | None = None,
+        dataset_size: int | None = None) -> FitResult:
     """Train ``model`` on ``dataset``; returns a :class:`FitResult`.
 
     Args:
@@ -135,6 +142,8 @@ def fit(model: Any, dataset: Any, *, loss_fn: Callable[[Any, Any], Any], optimiz
             memory (``torch.cuda.set_per_process_memory_fraction``; :mod:`headrace.train.gpu`), in
             ``(0, 1]``; ignored on CPU. ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` in the
             environment (or :func:`headrace.train.gpu.configure_gpu_memory`) selects the allocator mode.
+        dataset_size: the number of elements in ``dataset`` when its ``cardinality()`` is unknown (e.g.
+            records counted beforehand); it only sets the progress display's total steps and ETA.
 
     Raises:
         ValueError: bad arguments, elements that are not ``(inputs, targets)``, a dataset with fewer
@@ -143,9 +152,10 @@ def fit(model: Any, dataset: Any, *, loss_fn: Callable[[Any, Any], Any], optimiz
         StateError: a checkpoint from another pipeline, or one written mid-epoch by a different number
             of ranks for a pipeline that is not an ``ElasticDataset`` (the message names both world sizes
             and the fix).
+        TrainingInterrupted: Ctrl-C (module docstring); a ``KeyboardInterrupt``.
     """
     _validate(global_batch_size, micro_batch_size, epochs, steps, checkpoint_every, data_memory_fraction,
-              resume, checkpoint_dir)
+              resume, checkpoint_dir, dataset_size)
     info = process_info()
     dev = torch.device(device) if device is not None else _default_device(info)
     if gpu_memory_fraction is not None:
@@ -163,7 +173,7 @@ def fit(model: Any, dataset: Any, *, loss_fn: Callable[[Any, Any], Any], optimiz
                     eval_dataset=eval_dataset, callbacks=callbacks, device=dev, shard=shard,
                     data_memory_fraction=data_memory_fraction, metrics_path=metrics_path,
                     log_every=log_every, keep_checkpoints=keep_checkpoints, base_rss_bytes=base_rss_bytes,
-                    lr_scheduler=lr_scheduler, info=info, closers=closers,
+                    lr_scheduler=lr_scheduler, info=info, closers=closers, dataset_size=dataset_size,
                     show=sys.stderr.isatty() if progress is None else bool(progress))
     finally:
         for it in closers:
@@ -178,7 +188,7 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
          resume: bool, eval_dataset: Any, callbacks: Iterable[Any], device: Any, shard: bool,
          data_memory_fraction: float, metrics_path: Any, log_every: int, keep_checkpoints: int,
          base_rss_bytes: int | None, lr_scheduler: Any, info: ProcessInfo, closers: list[Any],
-         show: bool) -> FitResult:
+         show: bool, dataset_size: int | None) -> FitResult:
     callbacks = list(callbacks)
     prec = make_precision(precision, device)
     model.to(device)
@@ -202,9 +212,12 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
     # ---- resume -------------------------------------------------------------------------------------
     step, epoch, data_state, resumed_from = 0, 0, None, None
     saved_micro: int | None = None
+    said: list[str] = []
     if resume and ckpt_dir is not None:
         path = latest_checkpoint(ckpt_dir)
-        if path is not None:
+        if path is None:
+            said.append(f"resume: no checkpoint in {ckpt_dir} yet; starting from step 0")
+        else:
             ck = load_checkpoint(path, map_location=device)
             data_state = resume_data_state(ck, path, info, dataset)
             model.load_state_dict(ck["model"])
@@ -217,11 +230,17 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
             step, epoch = int(ck["step"]), int(ck["epoch"])
             saved_micro = int(ck["micro_batch_size"])
             resumed_from = path
+            where = f"in epoch {epoch + 1}" if data_state is not None else f"at the start of epoch {epoch + 1}"
+            said.append(f"resumed from step {step} ({where}) of {path}")
 
     train_ds = rank_data(dataset, info, per_rank, True, shard, data_options, epoch)
     eval_ds = (rank_data(eval_dataset, info, per_rank, False, shard, data_options, 0)
                if eval_dataset is not None else None)
-    bar = Progress(show, steps, budget, base_rss, quiet=not main)
+    max_epochs = epochs if epochs is not None else (None if steps is not None else 1)
+    bar = Progress(show, _total_steps(steps, max_epochs, train_ds, dataset_size, global_batch_size), budget,
+                   base_rss, quiet=not main, epochs=max_epochs, plain_every=log_every)
+    for text in said:
+        bar.message(text)
     try:
         # ---- micro-batch ------------------------------------------------------------------------------
         choice: MicroBatchChoice | None = None
@@ -247,24 +266,49 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
                                 else int(__import__("psutil").virtual_memory().available // 2))
                 search_budget = int(train_budget * (1.0 - CPU_HEADROOM))
                 reserve = optimizer_state_bytes(optimizer)
+            bar.message("auto micro-batch: measuring a few forward + backward passes...")
             choice = find_micro_batch_size(model, sample, loss_fn, budget_bytes=search_budget, cap=per_rank,
                                            precision=prec, base_rss_bytes=base_rss, reserve_bytes=reserve,
                                            device=device)
             del sample
             micro = _all_reduce_min(choice.size, device, info)
-            bar.message(f"auto micro-batch: {choice.describe()}")
         else:
             micro = int(micro_batch_size)
         plan = make_plan(global_batch_size, info.world_size, micro)
-        bar.message(plan.describe())
-        return _loop(model=model, train_ds=train_ds, eval_ds=eval_ds, loss_fn=loss_fn, optimizer=optimizer,
-                     scheduler=lr_scheduler, plan=plan, prec=prec, device=device, info=info, epochs=epochs, steps=steps,
-                     step=step, epoch=epoch, data_state=data_state, ckpt_dir=ckpt_dir,
-                     checkpoint_every=checkpoint_every, keep=keep_checkpoints, callbacks=callbacks,
-                     metrics=metrics, bar=bar, log_every=log_every, closers=closers, choice=choice,
-                     base_rss=base_rss, budget=budget, resumed_from=resumed_from)
+        bar.message(plan.describe() if choice is None else f"auto micro-batch: {plan.describe()}; "
+                    f"{choice.describe()}")
+        with StopRequest(on_request=_stopping_notice(ckpt_dir) if main else None) as stop:
+            return _loop(model=model, train_ds=train_ds, eval_ds=eval_ds, loss_fn=loss_fn, optimizer=optimizer,
+                         scheduler=lr_scheduler, plan=plan, prec=prec, device=device, info=info, epochs=epochs,
+                         steps=steps, step=step, epoch=epoch, data_state=data_state, ckpt_dir=ckpt_dir,
+                         checkpoint_every=checkpoint_every, keep=keep_checkpoints, callbacks=callbacks,
+                         metrics=metrics, bar=bar, log_every=log_every, closers=closers, choice=choice,
+                         base_rss=base_rss, budget=budget, resumed_from=resumed_from, stop=stop)
     finally:
         bar.close()
+
+
+def _total_steps(steps: int | None, max_epochs: int | None, train_ds: Any, dataset_size: int | None,
+                 global_batch_size: int) -> int | None:
+    """Optimizer steps of the whole run, when known: ``steps``, else epochs x steps per epoch (from the
+    per-rank batched dataset's cardinality, or ``dataset_size``)."""
+    cardinality = getattr(train_ds, "cardinality", None)  # (an ElasticDataset's batches have none)
+    per_epoch = int(cardinality()) if cardinality is not None else -2
+    if per_epoch < 0 and dataset_size is not None:
+        per_epoch = dataset_size // global_batch_size
+    by_epochs = max_epochs * per_epoch if max_epochs is not None and per_epoch >= 0 else None
+    known = [n for n in (steps, by_epochs) if n is not None]
+    return min(known) if known else None
+
+
+def _stopping_notice(checkpoint_dir: str | None) -> Callable[[], None]:
+    then = "writing a checkpoint" if checkpoint_dir is not None else "without a checkpoint (no checkpoint_dir)"
+    text = f"\nheadrace: Ctrl-C: stopping after this step, {then} (Ctrl-C again to stop at once)\n".encode()
+
+    def notice() -> None:  # in a signal handler: one write to the descriptor, no Python buffer (maybe mid-write)
+        os.write(sys.stderr.fileno(), text)
+
+    return notice
 
 
 __all__ = ["FitResult", "StepInfo", "fit"]

@@ -15,6 +15,7 @@ from ..torch import device_prefetch
 from ._deps import import_torch
 from .accumulate import AccumulationPlan
 from .checkpoint import capture_rng, save_checkpoint
+from .interrupt import StopRequest, TrainingInterrupted
 from .memory import PeakRSS, peak_rss_bytes, release_free_memory, rss_bytes
 from .micro_batch import MicroBatchChoice
 from .process_group import process_group_active, sync_buffers
@@ -26,7 +27,8 @@ torch = import_torch()
 
 @dataclass
 class StepInfo:
-    """Passed to ``callback.on_step_end``: the step just finished and the per-rank batch it used."""
+    """Passed to ``callback.on_step_end``: the step just finished, its epoch (counted from 1) and the per-rank
+    batch it used."""
 
     step: int
     epoch: int
@@ -56,7 +58,8 @@ class FitResult:
 
 def _checkpoint(*, ckpt_dir: str, model: Any, optimizer: Any, scheduler: Any, prec: Any, step: int, epoch: int,
                 data_state: dict[str, Any] | None, info: ProcessInfo, plan: AccumulationPlan, keep: int,
-                callbacks: list[Any]) -> None:
+                callbacks: list[Any]) -> str | None:
+    """Write a checkpoint (all ranks take part); its path on rank 0, None on the others."""
     state_json = json.dumps(data_state) if data_state is not None else None
     if info.is_distributed:
         gathered: list[Any] = [None] * info.world_size
@@ -64,7 +67,7 @@ def _checkpoint(*, ckpt_dir: str, model: Any, optimizer: Any, scheduler: Any, pr
     else:
         gathered = [state_json]
     if not info.is_main:
-        return
+        return None
     payload = {"step": step, "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                "scaler": prec.scaler.state_dict() if prec.scaler is not None else None,
                "lr_scheduler": scheduler.state_dict() if scheduler is not None else None,
@@ -72,6 +75,7 @@ def _checkpoint(*, ckpt_dir: str, model: Any, optimizer: Any, scheduler: Any, pr
                "micro_batch_size": plan.micro_batch_size}
     path = save_checkpoint(ckpt_dir, payload, keep=keep)
     _call(callbacks, "on_checkpoint", path, step)
+    return path
 
 
 def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
@@ -79,7 +83,7 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
           steps: int | None, step: int, epoch: int, data_state: dict[str, Any] | None, ckpt_dir: str | None,
           checkpoint_every: int, keep: int, callbacks: list[Any], metrics: MetricsLog, bar: Progress,
           log_every: int, closers: list[Any], choice: MicroBatchChoice | None, base_rss: int,
-          budget: int | None, resumed_from: str | None) -> FitResult:
+          budget: int | None, resumed_from: str | None, stop: StopRequest | None = None) -> FitResult:
     ddp = None
     if process_group_active():  # also one rank under torchrun: the same DDP path as with more
         from torch.nn.parallel import DistributedDataParallel
@@ -94,8 +98,24 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
     samples_total = 0
     wait_total = 0.0
 
-    def want_state(index: int) -> bool:
-        return ckpt_dir is not None and (index % checkpoint_every == 0 or index == steps)
+    def want_state(index: int) -> bool:  # every step: a Ctrl-C checkpoint can come at any step (~20 us each)
+        return ckpt_dir is not None
+
+    def save(data_state: Any) -> str | None:
+        return _checkpoint(ckpt_dir=ckpt_dir, model=model, optimizer=optimizer, scheduler=scheduler,  # type: ignore[arg-type]
+                           prec=prec, step=step, epoch=epoch, data_state=data_state, info=info, plan=plan,
+                           keep=keep, callbacks=callbacks)
+
+    def stop_requested() -> bool:  # every rank stops at the same step
+        return _all_reduce_min(int(stop is None or not stop.requested), device, info) == 0
+
+    def interrupted(data_state: Any) -> TrainingInterrupted:
+        path = save(data_state) if ckpt_dir is not None else None
+        if path is not None:
+            bar.message(f"interrupted: checkpoint of step {step} (epoch {epoch + 1}) written to {path}")
+        else:
+            bar.message(f"interrupted after step {step} (epoch {epoch + 1}); no checkpoint_dir, nothing saved")
+        return TrainingInterrupted(step, path)
 
     last_state: Any = None
     ended_early = False
@@ -130,19 +150,19 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
                 elapsed = time.perf_counter() - t_start
                 sps = samples_total / max(elapsed, 1e-9)
                 rss = rss_bytes()
-                info_step = StepInfo(step, epoch, loss, batch, sps, wait_total / max(elapsed, 1e-9), rss)
+                info_step = StepInfo(step, epoch + 1, loss, batch, sps, wait_total / max(elapsed, 1e-9), rss)
                 _call(callbacks, "on_step_end", info_step)
+                bar.update(step, loss, sps, info_step.data_wait_fraction, rss, epoch=epoch + 1)
                 if step % log_every == 0 or step == steps:
-                    bar.update(step, loss, sps, info_step.data_wait_fraction, rss)
-                    metrics.write({"event": "step", "step": step, "epoch": epoch, "loss": loss,
+                    metrics.write({"event": "step", "step": step, "epoch": epoch + 1, "loss": loss,
                                    "samples_per_s": sps, "data_wait_fraction": info_step.data_wait_fraction,
                                    "rss_bytes": rss, "time_s": elapsed})
                 if snap.value is not None:
                     last_state = snap.value
+                if stop_requested():
+                    raise interrupted(last_state)
                 if snap.value is not None and step % checkpoint_every == 0:
-                    _checkpoint(ckpt_dir=ckpt_dir, model=model, optimizer=optimizer, scheduler=scheduler, prec=prec,  # type: ignore[arg-type]
-                                step=step, epoch=epoch, data_state=last_state, info=info, plan=plan,
-                                keep=keep, callbacks=callbacks)
+                    save(last_state)
             else:
                 ended_early = True
             if ddp is not None:
@@ -157,7 +177,7 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
                                  f"{info.world_size} rank(s)); use a smaller global_batch_size or more data")
             if ended_early:
                 break
-            record: dict[str, Any] = {"epoch": epoch, "steps": epoch_steps,
+            record: dict[str, Any] = {"epoch": epoch + 1, "steps": epoch_steps,
                                       "train_loss": epoch_loss / max(epoch_steps, 1),
                                       "time_s": time.perf_counter() - t_epoch}
             record["samples_per_s"] = epoch_samples / max(record["time_s"], 1e-9)
@@ -173,10 +193,12 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
             metrics.write({"event": "epoch", **record})
             _call(callbacks, "on_epoch_end", record)
             bar.message(_epoch_line(record, budget, base_rss))
+            if bar.total_steps is None and max_epochs is not None and fresh_epoch:
+                bar.set_total(epoch_steps * max_epochs if steps is None else min(steps, epoch_steps * max_epochs))
+            if stop_requested() and (max_epochs is None or epoch < max_epochs) and (steps is None or step < steps):
+                raise interrupted(None)
         if ckpt_dir is not None and step > result.steps and step % checkpoint_every != 0:
-            _checkpoint(ckpt_dir=ckpt_dir, model=model, optimizer=optimizer, scheduler=scheduler, prec=prec, step=step,
-                        epoch=epoch, data_state=last_state if ended_early else None, info=info, plan=plan,
-                        keep=keep, callbacks=callbacks)
+            save(last_state if ended_early else None)
     elapsed = time.perf_counter() - t_start
     result.steps = step
     result.epochs = epoch
@@ -192,7 +214,7 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
 
 
 def _epoch_line(record: dict[str, Any], budget: int | None, base_rss: int) -> str:
-    parts = [f"epoch {record['epoch'] + 1}: train loss {record['train_loss']:.4f}"]
+    parts = [f"epoch {record['epoch']}: train loss {record['train_loss']:.4f}"]
     if "eval_accuracy" in record:
         parts.append(f"eval loss {record['eval_loss']:.4f}, accuracy {100 * record['eval_accuracy']:.1f}%")
     parts.append(f"{record['samples_per_s']:,.1f} samples/s")

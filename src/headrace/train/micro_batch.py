@@ -1,9 +1,17 @@
 """``micro_batch_size="auto"``: the largest micro-batch whose forward + backward fits the memory budget.
 
-Search: try 1, 2, 4, ... (doubling) until a size does not fit or the cap (the per-rank batch) is reached,
-then bisect between the largest size that fit and the smallest that did not. Each trial runs a real
-forward + backward pass of the model on a micro-batch built from real data (the first batch, repeated),
-under the run's precision, and restores the model's buffers (BatchNorm statistics) afterwards.
+Candidates: the micro-batch sizes a per-rank batch of ``B`` elements splits into with a power-of-two
+number of accumulation steps, ``ceil(B / 2**j)`` (64: 64, 32, 16, 8, 4, 2, 1). The chosen size is then
+exactly what runs (``B`` in ``2**j`` micro-batches of equal size, or sizes differing by one), and the
+choice is stable from run to run: neighbouring candidates are 2x apart, so the few percent by which RSS
+measurements vary between runs do not move it (a search down to single sizes chose 9, 12 or 20 for the
+same demo run). This is the "power" mode of PyTorch Lightning's batch-size finder, on accumulation steps.
+
+Search: try the candidates from the smallest up (doubling) until one does not fit or the largest (the
+per-rank batch) fits. One unmeasured warm-up pass runs first, so one-time allocations (kernel caches,
+thread pools) are not counted as the first size's. Each trial runs a real forward + backward pass of the
+model on a micro-batch built from real data (the first batch, repeated), under the run's precision, and
+restores the model's buffers (BatchNorm statistics) afterwards.
 
 What "fits" means:
 
@@ -59,7 +67,7 @@ class MicroBatchChoice:
                           for t in self.trials)
         used = next((t.used_bytes for t in self.trials if t.size == self.size), None)
         used_s = format_bytes(used) if used is not None else "?"
-        return (f"micro-batch {self.size} (uses {used_s} of {format_bytes(self.budget_bytes)}; "
+        return (f"largest fitting micro-batch {self.size} (uses {used_s} of {format_bytes(self.budget_bytes)}; "
                 f"tried {tried}; x = did not fit, ~x = predicted not to fit)")
 
 
@@ -72,9 +80,15 @@ def _predict(trials: list[Trial], n: int) -> float | None:
     return fit[1].used_bytes + max(slope, 0.0) * (n - fit[1].size)  # type: ignore[operator]
 
 
+def accumulation_candidates(per_rank_batch: int) -> list[int]:
+    """Micro-batch sizes with a power-of-two number of accumulation steps: ``ceil(B / 2**j)``, ascending."""
+    return sorted({-(-per_rank_batch // 2**j) for j in range(per_rank_batch.bit_length() + 1)})
+
+
 def search_largest(measure: Callable[[int], Trial], cap: int, limit_bytes: int | None = None,
-                   start: int = 1) -> tuple[int, list[Trial]]:
-    """The largest ``n`` in ``[start, cap]`` with ``measure(n).fits``, by doubling then bisection.
+                   start: int = 1, candidates: list[int] | None = None) -> tuple[int, list[Trial]]:
+    """The largest ``n`` in ``[start, cap]`` (and among ``candidates``, default every size) with
+    ``measure(n).fits``, by doubling then bisection over the candidates.
 
     Assumes fitting is monotone (if ``n`` fits, every smaller size fits). With ``limit_bytes``, a size
     whose usage, extrapolated linearly from the two largest sizes that fit, exceeds the limit is counted
@@ -87,6 +101,8 @@ def search_largest(measure: Callable[[int], Trial], cap: int, limit_bytes: int |
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
         raise ValueError(f"cap={cap!r} must be an int >= 1")
     start = max(1, min(start, cap))
+    sizes = sorted({n for n in (candidates or range(start, cap + 1)) if start <= n <= cap}) or [start]
+    start = sizes[0]
     trials: list[Trial] = []
 
     def fits(n: int) -> bool:
@@ -98,29 +114,29 @@ def search_largest(measure: Callable[[int], Trial], cap: int, limit_bytes: int |
         trials.append(t)
         return t.fits
 
-    good, bad = 0, None
-    n = start
+    good, bad = -1, len(sizes)  # indices into sizes
+    i = 0
     while True:
-        if fits(n):
-            good = n
-            if n == cap:
-                return good, trials
-            n = min(2 * n, cap)
+        if fits(sizes[i]):
+            good = i
+            if i == len(sizes) - 1:
+                return sizes[good], trials
+            i = max(i + 1, max(j for j, n in enumerate(sizes) if n <= 2 * sizes[i]))  # doubling
         else:
-            bad = n
+            bad = i
             break
-    if good == 0:
+    if good < 0:
         detail = trials[0].error or (f"uses {format_bytes(trials[0].used_bytes)}"
                                      if trials[0].used_bytes is not None else "")
         raise MemoryBudgetError(f"micro-batch size {start} does not fit the memory budget ({detail}); raise "
                                 "memory_budget, use a smaller model or image size, or precision='bf16'")
     while bad - good > 1:
         mid = (good + bad) // 2
-        if fits(mid):
+        if fits(sizes[mid]):
             good = mid
         else:
             bad = mid
-    return good, trials
+    return sizes[good], trials
 
 
 def _repeat_batch(sample: Any, n: int) -> Any:
@@ -134,7 +150,7 @@ def _repeat_batch(sample: Any, n: int) -> Any:
 def find_micro_batch_size(model: Any, sample: tuple[Any, Any], loss_fn: Callable[[Any, Any], Any], *,
                           budget_bytes: int, cap: int, precision: Precision,
                           base_rss_bytes: int | None = None, reserve_bytes: int = 0,
-                          device: Any = "cpu") -> MicroBatchChoice:
+                          device: Any = "cpu", candidates: list[int] | None = None) -> MicroBatchChoice:
     """Search the largest micro-batch for ``model`` (see the module docstring; from 2 with BatchNorm).
 
     Args:
@@ -147,6 +163,8 @@ def find_micro_batch_size(model: Any, sample: tuple[Any, Any], loss_fn: Callable
         precision: the run's precision (trials run under its autocast).
         base_rss_bytes: CPU only: the RSS that does not count against the budget (default: RSS now).
         reserve_bytes: bytes training needs beyond one forward + backward (optimizer state, data buffers).
+        candidates: the sizes to choose from (default :func:`accumulation_candidates` of ``cap``; pass
+            ``range(1, cap + 1)`` to search every size).
 
     Raises:
         MemoryBudgetError: a micro-batch of 1 does not fit.
@@ -187,7 +205,15 @@ def find_micro_batch_size(model: Any, sample: tuple[Any, Any], loss_fn: Callable
     try:
         # BatchNorm cannot train on one element: start at 2 for models that have it.
         has_bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
-        size, trials = search_largest(measure, cap, budget_bytes, start=2 if has_bn else 1)
+        sizes = list(candidates) if candidates is not None else accumulation_candidates(cap)
+        start = min((n for n in sizes if n >= (2 if has_bn else 1)), default=cap)
+        try:  # warm-up, not measured: one-time allocations are not the first size's
+            step(start)
+        except (MemoryError, torch.cuda.OutOfMemoryError):
+            pass  # the measured trial will say so
+        finally:
+            model.zero_grad(set_to_none=True)
+        size, trials = search_largest(measure, cap, budget_bytes, start=start, candidates=sizes)
     finally:
         with torch.no_grad():
             for live, saved in saved_buffers:
@@ -220,4 +246,5 @@ def optimizer_state_bytes(optimizer: Any) -> int:
     return per_param * sum(p.numel() * p.element_size() for p in params)
 
 
-__all__ = ["MicroBatchChoice", "Trial", "find_micro_batch_size", "optimizer_state_bytes", "search_largest"]
+__all__ = ["MicroBatchChoice", "Trial", "accumulation_candidates", "find_micro_batch_size", "optimizer_state_bytes",
+           "search_largest"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ...image.formats import IMAGE_EXTENSIONS
 from ...io import files
 from .base import Rejected, Source, list_files
 from .images import ImageFolderSource
@@ -27,11 +28,8 @@ def detect_format(path: str) -> str:
     Raises ``FileNotFoundError`` (nothing there) or ``ValueError`` (no supported files, or several
     formats mixed), naming the path and the choices.
     """
-    is_dir = not any(c in path for c in "*?[") and (os.path.isdir(path) if not files.is_remote(path) else
-                                                    _remote_isdir(path))
+    is_dir = not any(c in path for c in "*?[") and files.isdir(path)
     if is_dir:
-        from ...io._image_folder import IMAGE_EXTENSIONS
-
         for sub in files.subdirs(path):
             if sub.startswith("."):
                 continue
@@ -55,13 +53,6 @@ def detect_format(path: str) -> str:
         raise ValueError(f"convert: {path} holds files of several formats ({found}); point it at one kind or "
                          f"pass source_format= (--from) one of {', '.join(FORMATS)}")
     return next(iter(found))
-
-
-def _remote_isdir(path: str) -> bool:
-    import fsspec
-
-    fs, p = fsspec.core.url_to_fs(path)
-    return bool(fs.isdir(p))
 
 
 def open_source(path: str, source_format: str | None = None, **options: Any) -> Source:

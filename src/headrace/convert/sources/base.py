@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 from ...io import files
+from ...io.files import join
 from ..schema import Row
 
 
@@ -60,10 +61,6 @@ def total_size(root: str, names: Sequence[str]) -> int:
     return sum(files.file_size(join(root, n)) for n in names)
 
 
-def join(root: str, rel: str) -> str:
-    return f"{root.rstrip('/')}/{rel}" if files.is_remote(root) else os.path.join(root, rel)
-
-
 def list_files(path: str, extensions: Sequence[str], what: str) -> tuple[str, list[str]]:
     """``(root, relative names)`` of the source files at ``path``: a file, a directory (searched
     recursively for ``extensions``, hidden files skipped; only the shards of a directory holding a
@@ -74,7 +71,7 @@ def list_files(path: str, extensions: Sequence[str], what: str) -> tuple[str, li
     """
     if any(c in path for c in "*?["):
         found = files.glob(path)
-    elif _isdir(path):
+    elif files.isdir(path):
         root = path.rstrip("/") or "/"
         converted = _converted_shards(root)
         found = converted if converted is not None else files.find(path)
@@ -84,7 +81,7 @@ def list_files(path: str, extensions: Sequence[str], what: str) -> tuple[str, li
             raise FileNotFoundError(f"{what}: no {'/'.join(extensions)} files in the directory {path}")
         return root, sorted(relative(f, root) for f in found)
     else:
-        found = [path] if _exists(path) else []
+        found = [path] if files.exists(path) else []
     found = [f for f in found if f.lower().endswith(tuple(extensions))]
     if not found:
         raise FileNotFoundError(f"{what}: {path} matches no {'/'.join(extensions)} file")
@@ -96,29 +93,12 @@ def _converted_shards(root: str) -> list[str] | None:
     """The shards of a directory that holds a finished conversion (its ``dataset.json``), else ``None``."""
     from ..manifest import MANIFEST, ManifestError, load_manifest, shard_paths
 
-    if not _exists(join(root, MANIFEST)):
+    if not files.exists(join(root, MANIFEST)):
         return None
     try:
         return shard_paths(root, load_manifest(root))
     except ManifestError:
         return None  # a JSON file of the user's that happens to be called dataset.json
-
-
-def _isdir(path: str) -> bool:
-    if files.is_remote(path):
-        import fsspec
-
-        fs, p = fsspec.core.url_to_fs(path)
-        return bool(fs.isdir(p))
-    return os.path.isdir(path.removeprefix("file://"))
-
-
-def _exists(path: str) -> bool:
-    try:
-        files.file_size(path)
-        return True
-    except OSError:
-        return False
 
 
 def relative(path: str, root: str) -> str:

@@ -26,25 +26,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ...image.formats import image_format
 from ...io import files
+from ...io.files import join
 from ..schema import INT64, STRING
-from .base import Item, Rejected, Source, join, relative, total_size
+from .base import Item, Rejected, Source, relative, total_size
 
 UNIT_FILES = 16
 """Images per work unit."""
 
-_MAGIC = ((b"\xff\xd8\xff", "jpeg"), (b"\x89PNG", "png"), (b"GIF8", "gif"), (b"BM", "bmp"),
-          (b"II*\x00", "tiff"), (b"MM\x00*", "tiff"))
-
-
-def image_format(data: bytes, name: str) -> str:
-    """The format of encoded image bytes from their magic number (else the file extension)."""
-    for magic, fmt in _MAGIC:
-        if data.startswith(magic):
-            return fmt
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
-    return name.rsplit(".", 1)[-1].lower()
 
 
 class ImageFolderSource(Source):

@@ -24,8 +24,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...io import files
+from ...io.files import join
 from ..schema import TEXT, typed
-from .base import Item, Rejected, Source, join, list_files, total_size
+from .base import Item, Rejected, Source, list_files, total_size
 
 
 class _FileSource(Source):

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ...io.files import join
 from ..schema import FLOAT32, INT64, STRING
-from .base import Item, Rejected, Source, join, list_files, total_size
+from .base import Item, Rejected, Source, list_files, total_size
 
 _KIND = {"O": STRING, "i": INT64, "f": FLOAT32}
 _COMPRESSED = {".gz": "GZIP", ".zlib": "ZLIB"}

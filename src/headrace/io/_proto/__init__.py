@@ -1,1 +1,2 @@
-"""tf.train.Example protobuf messages (see example.proto), built without protoc."""
+"""tf.train.Example protobuf messages, built from the descriptor in :mod:`.messages` (the one definition
+of the schema; no ``.proto`` file, no protoc)."""

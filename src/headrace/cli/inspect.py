@@ -1,11 +1,11 @@
-"""``headrace inspect PATH``: what a dataset on disk holds, without loading it.
+"""``headrace inspect PATH [--verify]``: what a dataset on disk holds, without loading it.
 
 Formats, detected from the path: TFRecord (``*.tfrecord``, ``*.tfrecords``, ``*.tfrec``, optionally
 ``.gz`` / ``.zlib``; records counted by reading the framing, features from the first ``sample``
 ``tf.train.Example`` records), Parquet (``*.parquet``; from the footer), HDF5 (``*.h5``, ``*.hdf5``;
 datasets and shapes) and image folders (a directory of class sub-directories of images). The output of
 ``headrace convert`` (a directory with a ``dataset.json`` manifest) is described from its manifest
-(:mod:`headrace._cli.inspect_manifest`).
+(:mod:`headrace.cli._manifest`).
 """
 
 from __future__ import annotations
@@ -14,56 +14,13 @@ import os
 from collections import Counter
 from typing import Any
 
+import typer
+
+from .._memory import format_bytes
+from ..image.formats import IMAGE_EXTENSIONS
 from ..io import files
-
-_TFRECORD = (".tfrecord", ".tfrecords", ".tfrec")
-_COMPRESSED = {".gz": "GZIP", ".zlib": "ZLIB"}
-_IMAGES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
-
-
-def _kind_of(name: str) -> str | None:
-    low = name.lower()
-    for suffix in _COMPRESSED:
-        if low.endswith(suffix):
-            low = low[: -len(suffix)]
-    if low.endswith(_TFRECORD):
-        return "tfrecord"
-    if low.endswith(".parquet"):
-        return "parquet"
-    if low.endswith((".h5", ".hdf5")):
-        return "hdf5"
-    return None
-
-
-def detect(path: str) -> tuple[str, list[str]]:
-    """``(format, files)`` for ``path`` (a file, a directory or a glob pattern).
-
-    Raises:
-        FileNotFoundError: the path does not exist or holds no dataset file.
-        ValueError: a file of a format headrace does not read.
-    """
-    if any(c in path for c in "*?["):
-        found = files.glob(path)
-        if not found:
-            raise FileNotFoundError(f"{path}: no file matches the pattern")
-    elif os.path.isdir(path):
-        names = sorted(f for f in os.listdir(path) if not f.startswith("."))
-        found = [os.path.join(path, f) for f in names if _kind_of(f)]
-        if not found:
-            subdirs = [os.path.join(path, f) for f in names if os.path.isdir(os.path.join(path, f))]
-            if any(f.lower().endswith(_IMAGES) for d in subdirs for f in os.listdir(d)):
-                return "image_folder", [path]
-            raise FileNotFoundError(f"{path}: no TFRecord, Parquet or HDF5 files and no class folders of "
-                                    "images in this directory")
-    elif os.path.isfile(path):
-        found = [path]
-    else:
-        raise FileNotFoundError(f"{path}: no such file or directory")
-    kinds = {_kind_of(os.path.basename(f)) for f in found}
-    if len(kinds) != 1 or None in kinds:
-        raise ValueError(f"{path}: cannot tell the format of {found[0]!r}; expected *.tfrecord, *.parquet, "
-                         "*.h5 / *.hdf5 files or an image folder")
-    return kinds.pop(), found  # type: ignore[return-value]
+from ._app import run
+from ._datasets import COMPRESSED, detect
 
 
 def _example_features(records: list[bytes]) -> dict[str, dict[str, Any]] | None:
@@ -95,7 +52,7 @@ def _inspect_tfrecord(found: list[str], sample: int) -> dict[str, Any]:
     shards, first = [], []
     for f in found:
         low = f.lower()
-        compression = next((c for s, c in _COMPRESSED.items() if low.endswith(s)), None)
+        compression = next((c for s, c in COMPRESSED.items() if low.endswith(s)), None)
         n = 0
         for record in TFRecordDataset(f, compression_type=compression):
             if len(first) < sample:
@@ -157,7 +114,7 @@ def _inspect_image_folder(root: str) -> dict[str, Any]:
         if not os.path.isdir(d) or cls.startswith("."):
             continue
         for f in os.listdir(d):
-            if f.lower().endswith(_IMAGES):
+            if f.lower().endswith(IMAGE_EXTENSIONS):
                 counts[cls] += 1
                 total += os.path.getsize(os.path.join(d, f))
     return {"format": "image_folder", "shards": [{"path": root, "records": sum(counts.values()),
@@ -171,14 +128,14 @@ def inspect_path(path: str, sample: int = 100, verify: bool = False) -> dict[str
     """A JSON-friendly summary of the dataset at ``path`` (module docstring); errors as :func:`detect`.
 
     A directory written by ``headrace convert`` (or its ``dataset.json``) is described from its manifest
-    (:func:`headrace._cli.inspect_manifest.inspect_manifest`); ``verify`` checks its shards' SHA-256.
+    (:func:`headrace.cli._manifest.inspect_manifest`); ``verify`` checks its shards' SHA-256.
 
     Raises:
         ValueError: the dataset has no records (an empty dataset), ``verify`` without a manifest, a
             manifest that does not match its shards (``headrace.convert.ManifestError``), besides
             :func:`detect`'s errors.
     """
-    from .inspect_manifest import inspect_manifest, manifest_of
+    from ._manifest import inspect_manifest, manifest_of
 
     if manifest_of(path) is not None:
         out = inspect_manifest(path, verify=verify)
@@ -200,3 +157,58 @@ def inspect_path(path: str, sample: int = 100, verify: bool = False) -> dict[str
     if out["records"] == 0:
         raise ValueError(f"{path}: the dataset is empty ({len(found)} {kind} file(s), 0 records)")
     return out
+
+
+def _show(r: dict[str, Any]) -> None:
+    typer.echo(f"{r['path']}: {r['format']}, {len(r['shards'])} shard(s), {r['records']:,} records, "
+               f"{format_bytes(r['bytes'])}")
+    if r.get("manifest"):
+        _show_manifest(r)
+        return
+    features = r.get("features")
+    if isinstance(features, dict):
+        for key, f in features.items():
+            typer.echo(f"  {key}: {f.get('dtype')} {f.get('shape', '')}")
+    elif features:
+        typer.echo(f"  {features}")
+    for cls, n in (r.get("classes") or {}).items():
+        typer.echo(f"  class {cls}: {n} images")
+
+
+def _show_manifest(r: dict[str, Any]) -> None:
+    """The lines of a ``headrace convert`` output: manifest, shards, feature spec with statistics, labels."""
+    src = r["source"]
+    compression = r["compression"] or ("SNAPPY" if r["format"] == "parquet" else "none")
+    typer.echo(f"  manifest {r['manifest']} (created {r['created']}): from {src.get('kind')} {src.get('path')}, "
+               f"{r['rejected']} rejected; compression {compression}")
+    counts = [s["records"] for s in r["shards"]]
+    sizes = [s["bytes"] for s in r["shards"]]
+    typer.echo(f"  shards: {min(counts):,}..{max(counts):,} records, {format_bytes(min(sizes))}.."
+               f"{format_bytes(max(sizes))} each")
+    for key, f in r["features"].items():
+        st = r["statistics"].get(key, {})
+        nums = f" (min {st['min']}, max {st['max']}, mean {st['mean']:.4g})" if "mean" in st else ""
+        missing = f", missing in {st['missing']:,} records" if st.get("missing") else ""
+        typer.echo(f"  {key}: {f.get('type')} {f.get('dtype')} {f.get('shape')}{nums}{missing}")
+    labels = r.get("labels")
+    if labels:
+        names = labels.get("class_names") or []
+        for value, n in labels["histogram"].items():
+            name = f" ({names[int(value)]})" if value.isdigit() and int(value) < len(names) else ""
+            typer.echo(f"  {labels['feature']} = {value}{name}: {n:,} records")
+    checked = ("sizes and SHA-256 match the manifest" if r["checked"] == "sha256" else
+               "sizes match the manifest (--verify also checks SHA-256)")
+    typer.echo(f"  shards: all {len(r['shards'])} present, {checked}")
+
+
+def command(ctx: typer.Context,
+            path: str = typer.Argument(..., metavar="PATH", help="A dataset file, directory or glob pattern; a "
+                                       "headrace convert output directory is read from its dataset.json."),
+            sample: int = typer.Option(100, min=1, metavar="N",
+                                       help="Records read to describe tf.train.Example features."),
+            verify: bool = typer.Option(False, "--verify", help="headrace convert output: check every shard's "
+                                                                "SHA-256 against dataset.json (reads all bytes).")
+            ) -> None:
+    """Describe a dataset: format, shards, records, feature keys with dtypes and shapes, bytes (for headrace
+    convert output: the manifest's feature spec, statistics and label histogram)."""
+    run(ctx, lambda: inspect_path(path, sample=sample, verify=verify), _show)

@@ -1,4 +1,22 @@
-"""Image decoding, resizing and augmentation on numpy arrays: fast, GIL-releasing, TensorFlow-compatible.
+"""Images in headrace, from one place: decoding, resizing and augmentation on numpy arrays (this module),
+and where the rest of the image code lives.
+
+============================================  ============================================================
+``headrace.image`` (this module)              ``decode``, ``resize``, ``decode_and_resize``, ``normalize``,
+                                              crops and flips: numpy ``H x W x C`` ``uint8``, GIL-releasing,
+                                              TensorFlow-compatible (below)
+``headrace.image.formats``                    ``IMAGE_EXTENSIONS``, ``image_format(bytes)``: the formats
+                                              headrace reads, told apart by magic number
+``headrace.image.image_folder``               a directory of class folders as a ``Dataset`` (Keras'
+(``headrace.io.image_folder``)                ``image_dataset_from_directory``; ``io/_image_folder.py``)
+``headrace.convert.sources.images``           an image folder as ``tf.train.Example`` rows for
+                                              ``headrace convert`` (``image/encoded``, ``image/class/label``...)
+``headrace.train.data``                       TFRecord image Examples -> ``(uint8 image, label)`` for training
+``headrace.image.photos``                     ``make_photo_jpegs`` / ``iter_photo_jpegs``: real-photo JPEGs
+                                              for the demo, tests and benchmarks (from scikit-image's wheel)
+============================================  ============================================================
+
+Image decoding, resizing and augmentation on numpy arrays: fast, GIL-releasing, TensorFlow-compatible.
 
 Every function takes and returns numpy arrays laid out ``H x W x C`` (height, width, channels; RGB
 order), so they run inside ``Dataset.map(..., num_parallel_calls=AUTOTUNE)`` on the thread pool: the
@@ -49,19 +67,30 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import ImageDecodeError
+from .._errors import ImageDecodeError
+from .formats import IMAGE_EXTENSIONS, JPEG_MAGIC, image_format
 
 __all__ = [
+    "IMAGE_EXTENSIONS",
     "center_crop",
     "decode",
     "decode_and_resize",
+    "image_folder",
+    "image_format",
     "normalize",
     "random_crop",
     "random_flip_left_right",
     "resize",
 ]
 
-_JPEG_MAGIC = b"\xff\xd8\xff"
+
+def __getattr__(name: str) -> Any:
+    if name == "image_folder":  # lives with the other dataset readers; importing it here would load them all
+        from ..io import image_folder
+
+        return image_folder
+    raise AttributeError(f"module 'headrace.image' has no attribute {name!r}")
+
 _CHANNELS = (0, 1, 3, 4)
 _SJ_COLORSPACE = {1: "GRAY", 3: "RGB", 4: "RGBA"}
 _DCT_FACTORS = (8, 4, 2)
@@ -230,7 +259,7 @@ def decode(data: bytes | bytearray | memoryview | np.ndarray, channels: int = 3,
     buf = _as_buffer(data, name)
     if len(buf) == 0:
         raise _decode_error(buf, name, "the data is empty")
-    if bytes(buf[:3]) == _JPEG_MAGIC:
+    if bytes(buf[:3]) == JPEG_MAGIC:
         _, _, colorspace = _jpeg_header(buf, name)
         return _decode_jpeg(buf, channels, name, colorspace)
     return _decode_other(buf, channels, name)
@@ -269,7 +298,7 @@ def decode_and_resize(data: bytes | bytearray | memoryview | np.ndarray, size: S
     _check_method(method)
     _check_channels(channels)
     buf = _as_buffer(data, name)
-    if len(buf) >= 3 and bytes(buf[:3]) == _JPEG_MAGIC:
+    if len(buf) >= 3 and bytes(buf[:3]) == JPEG_MAGIC:
         h, w, colorspace = _jpeg_header(buf, name)
         factor = _dct_factor((h, w), hw) if dct_scaling else 1
         min_size = (-(-h // factor), -(-w // factor)) if factor > 1 else (0, 0)

@@ -1,4 +1,4 @@
-"""The ``headrace compress`` command (registered on the ``headrace`` typer app by :func:`register`).
+"""The work behind ``headrace compress`` (the command's flags are in :mod:`headrace.cli.compress`).
 
 ``headrace compress CHECKPOINT EVAL_DATA [--quantize static] [--prune 0.5] [--distill-student small-cnn]
 --train-data PATH --output DIR``: loads the trained model, builds the int8 / pruned / distilled variants,
@@ -14,15 +14,8 @@ file, or a file holding a plain ``model.state_dict()``. ``--model`` names the ar
 from __future__ import annotations
 
 import importlib
-import json
 import os
 from typing import Any
-
-import typer
-
-from .._errors import HeadraceError
-
-_USER_ERRORS = (HeadraceError, ValueError, TypeError, OSError, ImportError, RuntimeError, KeyError)
 
 
 def build_named_model(name: str, num_classes: int) -> Any:
@@ -118,56 +111,4 @@ def run_compress(checkpoint: str, eval_data: str, *, model: str = "resnet18", nu
     return {"output": output, "variants": report["variants"]}
 
 
-def compress_command(
-    checkpoint: str = typer.Argument(..., help="Trained model: a headrace checkpoint directory, a ckpt-*.pt file, "
-                                               "or a torch.save(model.state_dict()) file."),
-    eval_data: str = typer.Argument(..., help="Evaluation TFRecord shards (file, directory or glob): accuracy, "
-                                              "latency inputs and (by default) int8 calibration."),
-    model: str = typer.Option("resnet18", help="Architecture: resnet18, small-cnn or package.module:function."),
-    num_classes: int = typer.Option(None, help="Classes (default: from the checkpoint's classifier)."),
-    image_size: int = typer.Option(96, help="Images are resized to this many pixels square."),
-    quantize: str = typer.Option("static", help="int8 quantization: static (calibrated), dynamic, or none."),
-    backend: str = typer.Option("onnxruntime", help="Quantization backend: onnxruntime or torchao."),
-    prune: float = typer.Option(0.5, help="Fraction of channels (or weights) to prune, in (0, 1); 0: no pruning."),
-    prune_method: str = typer.Option("structured", help="structured (channels) or unstructured (weights)."),
-    finetune_epochs: int = typer.Option(1, help="Epochs of fine-tuning after pruning (0: none)."),
-    distill_student: str = typer.Option("small-cnn", help="Student architecture to distill into, or none."),
-    distill_epochs: int = typer.Option(2, help="Epochs of distillation."),
-    temperature: float = typer.Option(4.0, help="Distillation temperature T."),
-    alpha: float = typer.Option(0.9, help="Weight of the soft (teacher) term of the distillation loss."),
-    train_data: str = typer.Option(None, help="Training TFRecord shards (fine-tuning and distillation)."),
-    calibration_data: str = typer.Option(None, help="Calibration TFRecord shards (default: EVAL_DATA)."),
-    num_calibration_batches: int = typer.Option(8, help="Calibration batches of --batch-size elements."),
-    batch_size: int = typer.Option(32, help="Elements per batch for calibration and evaluation."),
-    global_batch_size: int = typer.Option(64, help="Elements per optimizer step when training."),
-    memory_budget: str = typer.Option(None, help="Training memory budget above the base RSS, e.g. 512MiB."),
-    threads: int = typer.Option(None, help="CPU threads for every measurement (default: torch's)."),
-    repeats: int = typer.Option(20, help="Timed calls per latency figure (batch 32: a quarter, at least 5)."),
-    output: str = typer.Option("compress_output", help="Directory for report.json, report.png and the models."),
-    seed: int = typer.Option(0, help="Seed of the student's initialisation and the training shuffles."),
-) -> None:
-    """Make a trained model smaller (int8, pruning, distillation) and measure each variant."""
-    try:
-        result = run_compress(
-            checkpoint, eval_data, model=model, num_classes=num_classes, image_size=image_size,
-            train_data=train_data, calibration_data=calibration_data, output=output,
-            quantize=None if quantize == "none" else quantize, backend=backend, prune=prune or None,
-            prune_method=prune_method, finetune_epochs=finetune_epochs,
-            distill_student=None if distill_student == "none" else distill_student, distill_epochs=distill_epochs,
-            temperature=temperature, alpha=alpha, num_calibration_batches=num_calibration_batches,
-            batch_size=batch_size, global_batch_size=global_batch_size, memory_budget=memory_budget,
-            threads=threads, repeats=repeats, seed=seed)
-    except _USER_ERRORS as exc:
-        text = str(exc).strip()
-        message = text.splitlines()[0] if text else type(exc).__name__
-        typer.echo(f"headrace: error: {'missing key ' if isinstance(exc, KeyError) else ''}{message}", err=True)
-        raise typer.Exit(1) from None
-    typer.echo(json.dumps(result, default=str))
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``compress`` to the ``headrace`` typer app."""
-    app.command(name="compress")(compress_command)
-
-
-__all__ = ["build_named_model", "load_model", "register", "run_compress"]
+__all__ = ["build_named_model", "load_model", "run_compress"]

@@ -1,0 +1,41 @@
+"""``headrace demo``: real photos -> sharded TFRecords -> a small ResNet trained inside a memory budget
+(:mod:`headrace.demo` does the work)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from ._app import run
+from ._flags import IMAGE_SIZE_HELP, Model, check_batch_budget, memory_size, square_image_size
+
+
+def command(ctx: typer.Context,
+            images: int = typer.Option(5000, min=1, metavar="N", help="Photos to generate (12 classes)."),
+            epochs: int = typer.Option(3, min=1, metavar="N", help="Training epochs."),
+            image_size: str = typer.Option("96", parser=square_image_size, metavar="SIZE",
+                                           help=f"Training resolution, a square: {IMAGE_SIZE_HELP}."),
+            memory_budget: str = typer.Option("384MiB", parser=memory_size, metavar="SIZE",
+                                              help="Memory budget above the process base RSS."),
+            output: str = typer.Option("demo_output", metavar="DIR",
+                                       help="Directory for the shards, metrics and plot."),
+            model: Model = typer.Option("resnet18", help="The model to train."),
+            global_batch_size: int = typer.Option(64, min=1, metavar="N",
+                                                  help="Elements per optimizer step."),
+            compress: bool = typer.Option(False, "--compress",
+                                          help="Then compress the trained model (int8, pruned, distilled) "
+                                               "into OUTPUT/compress/report.json.")) -> None:
+    """Real photos -> sharded TFRecords -> train a small ResNet inside a memory budget; plot and JSON line."""
+    from ..demo import DemoConfig, run_demo
+
+    cfg = DemoConfig(images=images, epochs=epochs, image_size=image_size,  # type: ignore[arg-type]
+                     memory_budget=memory_budget, output=output, model=model,
+                     global_batch_size=global_batch_size, compress=compress)
+
+    def work() -> dict[str, Any]:
+        check_batch_budget(memory_budget, 0.25, global_batch_size, image_size,  # type: ignore[arg-type]
+                           "the data pipeline's quarter of it")
+        return run_demo(cfg)  # prints its own JSON line last
+
+    run(ctx, work, emit_json=False)

@@ -1,0 +1,149 @@
+"""``headrace train PATH``: train a built-in model on TFRecord image shards (see :mod:`headrace.train.data`).
+
+The path (and ``--eval``) is checked before torch is imported (:func:`headrace.cli._datasets.training_shards`:
+Parquet, image folders and compressed shards get the ``headrace convert`` command that makes shards of
+them). The number of classes and training records are read from the labels first (one fast pass that
+parses only ``image/class/label``); ``--num-classes`` below the largest label + 1 is refused. SGD with
+Nesterov momentum 0.9 and a one-cycle learning-rate schedule; checkpoints every ``--checkpoint-every``
+steps (and at the end, and on Ctrl-C) and ``metrics.jsonl`` in ``--checkpoint-dir``; ``--resume``
+continues from the newest checkpoint there (and says so, or that there is none yet).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import typer
+
+from ._app import run
+from ._datasets import training_shards
+from ._flags import IMAGE_SIZE_HELP, Model, check_batch_budget, memory_size, micro_batch, positive, square_image_size
+
+DATA_MEMORY_FRACTION = 0.25
+"""fit()'s default share of the budget for the data pipeline (headrace.train.fit's data_memory_fraction)."""
+
+
+def _check_schedule(checkpoint_dir: str, total_steps: int) -> None:
+    """Refuse to resume a checkpoint whose learning-rate schedule was made for another number of steps
+    (another ``--epochs`` or ``--global-batch-size``): the one-cycle schedule cannot be stretched."""
+    from ..train.checkpoint import latest_checkpoint, load_checkpoint
+
+    path = latest_checkpoint(checkpoint_dir)
+    if path is None:
+        return
+    saved = (load_checkpoint(path).get("lr_scheduler") or {}).get("total_steps")
+    if saved is not None and saved != total_steps:
+        raise ValueError(f"--resume: {path} is from a run of {saved} steps (--epochs x records / "
+                         f"--global-batch-size), this one would take {total_steps}; resume with that run's "
+                         "--epochs and --global-batch-size, or start afresh with another --checkpoint-dir")
+
+
+def run_train(path: str, *, model: str, image_size: int, global_batch_size: int, epochs: int,
+              precision: str, memory_budget: int | str | None, checkpoint_dir: str | None, resume: bool,
+              micro_batch_size: int | str, learning_rate: float, eval_path: str | None, num_classes: int | None,
+              seed: int = 0, checkpoint_every: int = 100, progress: bool | None = None) -> dict[str, Any]:
+    """Train and return a summary (``steps``, ``history``, ``samples_per_s``, memory figures).
+
+    Raises:
+        FileNotFoundError: no TFRecord files at ``path`` / ``eval_path``.
+        ValueError: not TFRecord shards, an empty dataset, too few records for one global batch,
+            ``num_classes`` below the labels, a budget too small for the data pipeline.
+        TrainingInterrupted: Ctrl-C (after writing a checkpoint, with ``checkpoint_dir``).
+    """
+    from .._memory import parse_bytes
+    from ..distribute import process_info
+
+    train_files = training_shards(path, "train")
+    eval_files = training_shards(eval_path, "train") if eval_path else None
+    budget = parse_bytes(memory_budget) if memory_budget is not None else None
+    check_batch_budget(budget, DATA_MEMORY_FRACTION, global_batch_size // process_info().world_size, image_size,
+                       "the data pipeline's quarter of it")
+
+    import torch
+
+    from ..train import fit
+    from ..train.data import count_classes, find_tfrecords, image_classification_dataset
+    from ..train.models import build_model
+
+    if len(train_files) == 1 and "://" in train_files[0]:  # remote: listed only now
+        train_files = find_tfrecords(train_files[0])
+    if eval_files is not None and len(eval_files) == 1 and "://" in eval_files[0]:
+        eval_files = find_tfrecords(eval_files[0])
+    records, found_classes = count_classes(train_files)
+    if num_classes is not None and num_classes < found_classes:
+        raise ValueError(f"--num-classes {num_classes} is too few: the labels in {path} go up to "
+                         f"{found_classes - 1}; use --num-classes {found_classes} or more, or leave it out")
+    classes = num_classes or found_classes
+    steps_per_epoch = records // global_batch_size
+    if steps_per_epoch < 1:
+        raise ValueError(f"{path}: {records} records are fewer than one global batch ({global_batch_size}); "
+                         "use a smaller --global-batch-size")
+    if resume:
+        _check_schedule(checkpoint_dir, steps_per_epoch * epochs)  # type: ignore[arg-type]
+    torch.manual_seed(seed)
+    net = build_model(model, classes)
+    optimizer = torch.optim.SGD(net.parameters(), lr=learning_rate, momentum=0.9, nesterov=True,
+                                weight_decay=5e-4)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=learning_rate,
+                                                   total_steps=steps_per_epoch * epochs, pct_start=0.25)
+    train_ds = image_classification_dataset(train_files, image_size, training=True, seed=seed)
+    eval_ds = image_classification_dataset(eval_files, image_size, training=False) if eval_files else None
+    result = fit(net, train_ds, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=optimizer,
+                 global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, epochs=epochs,
+                 precision=precision, memory_budget=budget, checkpoint_dir=checkpoint_dir,
+                 checkpoint_every=checkpoint_every, resume=resume, eval_dataset=eval_ds, lr_scheduler=schedule,
+                 progress=progress, dataset_size=records, data_memory_fraction=DATA_MEMORY_FRACTION)
+    return {"steps": result.steps, "epochs": result.epochs, "num_classes": classes, "records": records,
+            "micro_batch_size": result.micro_batch_size, "accumulation_steps": result.accumulation_steps,
+            "samples_per_s": round(result.samples_per_s, 2), "peak_rss_bytes": result.peak_rss_bytes,
+            "base_rss_bytes": result.base_rss_bytes, "memory_budget_bytes": result.memory_budget_bytes,
+            "history": result.history, "resumed_from": result.resumed_from}
+
+
+def _interrupted(exc: KeyboardInterrupt) -> str:
+    path = getattr(exc, "checkpoint", None)
+    if not path:
+        return "interrupted"
+    return (f"interrupted after step {getattr(exc, 'step', '?')}; checkpoint {path}: run the same command with "
+            "--resume to continue from it")
+
+
+def command(ctx: typer.Context,
+            path: str = typer.Argument(..., metavar="PATH", help="TFRecord shards of image Examples (image/encoded, "
+                                       "image/class/label): a file, directory or glob; headrace convert output."),
+            model: Model = typer.Option("resnet18", help="The model to train."),
+            image_size: str = typer.Option("96", parser=square_image_size, metavar="SIZE",
+                                           help=f"Resize images to this square: {IMAGE_SIZE_HELP}."),
+            global_batch_size: int = typer.Option(64, min=1, metavar="N",
+                                                  help="Elements per optimizer step, over all ranks."),
+            micro_batch_size: str = typer.Option("auto", parser=micro_batch, metavar="N|auto",
+                                                 help="Elements per forward/backward, or auto (the largest that "
+                                                      "fits the budget)."),
+            epochs: int = typer.Option(1, min=1, metavar="N", help="Passes over the data."),
+            precision: Literal["fp32", "bf16", "fp16"] = typer.Option("fp32", help="fp16 needs CUDA."),
+            memory_budget: str = typer.Option(None, parser=memory_size, metavar="SIZE",
+                                              help="Bytes above the starting RSS, e.g. 512MiB."),
+            checkpoint_dir: str = typer.Option(None, metavar="DIR",
+                                               help="Write checkpoints and metrics.jsonl here."),
+            checkpoint_every: int = typer.Option(100, min=1, metavar="N",
+                                                 help="Optimizer steps between checkpoints (one is also written "
+                                                      "at the end and on Ctrl-C)."),
+            resume: bool = typer.Option(False, "--resume",
+                                        help="Continue from the newest checkpoint in --checkpoint-dir."),
+            eval_path: str = typer.Option(None, "--eval", metavar="PATH",
+                                          help="TFRecord shards evaluated after each epoch."),
+            num_classes: int = typer.Option(None, min=2, metavar="N",
+                                            help="Number of classes (default: largest label + 1)."),
+            lr: float = typer.Option(0.05, parser=positive, metavar="RATE",
+                                     help="Peak learning rate (SGD, one-cycle schedule)."),
+            seed: int = typer.Option(0, metavar="N", help="Seed of the model initialisation and the shuffles.")
+            ) -> None:
+    """Train a built-in model (resnet18, small-cnn) on TFRecord image shards inside a memory budget."""
+    if resume and checkpoint_dir is None:
+        raise typer.BadParameter("needs --checkpoint-dir (where the checkpoints are)", param_hint="--resume")
+    run(ctx, lambda: run_train(path, model=model, image_size=image_size,  # type: ignore[arg-type]
+                               global_batch_size=global_batch_size, epochs=epochs, precision=precision,
+                               memory_budget=memory_budget, checkpoint_dir=checkpoint_dir, resume=resume,
+                               micro_batch_size=micro_batch_size, learning_rate=lr, eval_path=eval_path,
+                               num_classes=num_classes, seed=seed, checkpoint_every=checkpoint_every),
+        extra_flags={"learning_rate": "--lr", "resume": "--resume"}, interrupted=_interrupted)
