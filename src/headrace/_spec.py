@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ._args import as_int
+from ._errors import HeadraceError
 from ._structure import flatten, is_namedtuple, pack_as, structure_signature
 
 STRING = np.dtype(object)
@@ -528,8 +529,9 @@ def _is_structure(x: Any) -> bool:
 
 
 # ---- tracing --------------------------------------------------------------------------------------------
-class NotTraceable(Exception):
-    """A spec that cannot be turned into an example (unknown rank, ragged, dataset components)."""
+class NotTraceable(HeadraceError):
+    """A spec that cannot be turned into an example (unknown rank, ragged, dataset components); internal:
+    tracing catches it and falls back to reading the first element."""
 
 
 def has_unknown_dims(spec: Any) -> bool:
