@@ -411,8 +411,8 @@ def require_compatible(specs: Iterable[Any], what: str, fix: str) -> Any:
     return out
 
 
-def is_compatible(spec: Any, value: Any) -> bool:
-    """Whether a normalized value fits ``spec`` (structure, dtypes, shapes)."""
+def is_compatible(spec: Any, value: Any, *, sizes: bool = True) -> bool:
+    """Whether a normalized value fits ``spec``: structure, dtypes and shapes (``sizes=False``: ranks only)."""
     try:
         vspec = spec_of(value)
     except TypeError:
@@ -421,7 +421,9 @@ def is_compatible(spec: Any, value: Any) -> bool:
         return False
     for s, v in zip(flatten(spec), flatten(vspec)):
         if isinstance(s, TensorSpec):
-            if not (isinstance(v, TensorSpec) and s.is_compatible_with(v)):
+            if not (isinstance(v, TensorSpec) and s.dtype == v.dtype and (
+                    s.shape.is_compatible_with(v.shape) if sizes
+                    else s.shape.rank is None or s.shape.rank == v.shape.rank)):
                 return False
         elif isinstance(s, RaggedTensorSpec):
             if not (isinstance(v, RaggedTensorSpec | TensorSpec) and s.dtype == v.dtype):
@@ -444,24 +446,7 @@ def conformance(spec: Any) -> Callable[[Any], bool]:
             return type(x) is np.ndarray and x.dtype == dt and x.ndim == rank
 
         return fits
-    return lambda x: _same_kinds(spec, x)
-
-
-def _same_kinds(spec: Any, value: Any) -> bool:
-    try:
-        vspec = spec_of(value)
-    except TypeError:
-        return False
-    if not same_structure(spec, vspec):
-        return False
-    for s, v in zip(flatten(spec), flatten(vspec)):
-        if isinstance(s, TensorSpec):
-            if not (isinstance(v, TensorSpec) and s.dtype == v.dtype
-                    and (s.shape.rank is None or s.shape.rank == v.shape.rank)):
-                return False
-        elif type(s) is not type(v) and not isinstance(s, RaggedTensorSpec):
-            return False
-    return True
+    return lambda x: is_compatible(spec, x, sizes=False)
 
 
 def check_value(spec: Any, value: Any, where: str) -> None:

@@ -20,7 +20,7 @@ from .._options import INFINITE_CARDINALITY
 from .._spec import TensorSpec
 from .base import DatasetIterator, IteratorContext, check_state
 from .node import DatasetNode, SpecOf
-from .seeds import check_seed, fresh_seed, iteration_seed
+from .seeds import check_seed, fresh_seed, seeded_bits
 
 
 class RandomNode(DatasetNode):
@@ -54,9 +54,7 @@ class _RandomIterator(DatasetIterator):
 
     def _start(self, iteration: tuple[int, ...], drawn: int) -> None:
         self._iteration = iteration
-        self._bits = np.random.PCG64(iteration_seed(self._seed, iteration))
-        if drawn:
-            self._bits.advance(drawn)
+        self._bits = seeded_bits(self._seed, iteration, drawn)
         self._drawn = drawn
 
     def __next__(self) -> Any:

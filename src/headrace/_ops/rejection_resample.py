@@ -24,7 +24,7 @@ from .._spec import TensorSpec
 from .base import DatasetIterator, IteratorContext, UnaryIterator, fn_name, note_error
 from .map import call_with_element
 from .node import DatasetNode, SpecOf, trace
-from .seeds import check_seed, fresh_seed, iteration_seed
+from .seeds import check_seed, fresh_seed, seeded_bits
 
 
 def _dist(values: Any, what: str, n: int | None = None) -> np.ndarray:
@@ -82,9 +82,7 @@ class _ResampleIterator(UnaryIterator):
 
     def _start(self, iteration: tuple[int, ...], draws: int) -> None:
         self._iteration = iteration
-        self._bits = np.random.PCG64(iteration_seed(self._seed, iteration))
-        if draws:
-            self._bits.advance(draws)
+        self._bits = seeded_bits(self._seed, iteration, draws)
         self._draws = draws
 
     def _acceptance(self, c: int) -> float:

@@ -31,7 +31,7 @@ from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import TensorSpec, require_compatible
 from .base import DatasetIterator, IteratorContext, MultiInputIterator
 from .node import DatasetNode, SpecOf, as_node, node_of
-from .seeds import check_seed, fresh_seed, iteration_seed
+from .seeds import check_seed, fresh_seed, seeded_bits
 
 _FIX = "give datasets whose elements have the same structure and dtypes (cast or map one first)"
 
@@ -85,6 +85,14 @@ def _float_weights(weights: Any, n: int) -> np.ndarray:
     return w
 
 
+def common_spec(datasets: Sequence[DatasetNode], spec_of: SpecOf, what: str) -> Any:
+    """The spec every dataset's elements fit (``TypeError`` when they are incompatible); None if unknown."""
+    specs = [spec_of(d) for d in datasets]
+    if any(s is None for s in specs):
+        return None
+    return require_compatible(specs, what, _FIX)
+
+
 def directed_cardinality(cards: list[int], stop_on_empty: bool) -> int:
     """tf.data's cardinality of a directed interleave: infinite if any input is, else unknown."""
     if INFINITE_CARDINALITY in cards and not (stop_on_empty and any(c >= 0 for c in cards)):
@@ -121,10 +129,7 @@ class SampleNode(DatasetNode):
         self.static_spec()  # incompatible datasets raise TypeError now, as in tf.data
 
     def compute_spec(self, spec_of: SpecOf) -> Any:
-        specs = [spec_of(d) for d in self.inputs[:self.n]]
-        if any(s is None for s in specs):
-            return None
-        return require_compatible(specs, "sample_from_datasets", _FIX)
+        return common_spec(self.inputs[:self.n], spec_of, self.label)
 
     def cardinality(self) -> int:
         """tf.data's rule (its directed interleave): infinite if a dataset that can be drawn is, else unknown;
@@ -157,10 +162,7 @@ class _SampleIterator(_MultiSourceIterator):
 
     def _start(self, iteration: tuple[int, ...], draws: int) -> None:
         self._iteration = iteration
-        bits = np.random.PCG64(iteration_seed(self._seed, iteration))
-        if draws:
-            bits.advance(draws)
-        self._bits = bits
+        self._bits = seeded_bits(self._seed, iteration, draws)
         self._draws = draws
 
     def _next_weights(self) -> bool:
@@ -240,10 +242,7 @@ class ChooseNode(DatasetNode):
                             "scalars (Dataset.range, or .map(lambda i: tf-style int64 casts))")
 
     def compute_spec(self, spec_of: SpecOf) -> Any:
-        specs = [spec_of(d) for d in self.inputs[:self.n]]
-        if any(s is None for s in specs):
-            return None
-        return require_compatible(specs, "choose_from_datasets", _FIX)
+        return common_spec(self.inputs[:self.n], spec_of, self.label)
 
     def cardinality(self) -> int:
         return directed_cardinality([d.cardinality() for d in self.inputs[:self.n]], self.stop_on_empty)
