@@ -155,7 +155,7 @@ class _BatchIterator(DatasetIterator):
             self._reserved += acc.reserve(max(0, want - self._reserved), stop, unit=False)
             self._open = True
         elif want > self._reserved:
-            self._reserved += acc.reserve(want - self._reserved, stop, unit=False)
+            self._reserved += acc.reserve(want - self._reserved, stop, unit=False, top_up=True)
             acc.merge_reservation()
 
     def _gather(self, stop: Any) -> bool:
