@@ -53,6 +53,7 @@ from ._ops.window import WindowNode
 from ._ops.zip import ZipNode
 from ._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Options
 from .io import files as _files
+from .io import saved_dataset
 
 
 def _wrap(node: DatasetNode) -> Dataset:
@@ -481,8 +482,6 @@ class Dataset:
         metadata file with the element_spec), streaming, atomically (``path`` is replaced when complete).
         ``compression``: None, "GZIP" or "ZLIB"; ``shard_func(element)``: the shard file index (default 0).
         ``checkpoint_args`` (tf.data's periodic save checkpoints) raises ``TypeError``."""
-        from .io import saved_dataset
-
         if checkpoint_args is not None:
             raise TypeError("save(checkpoint_args=...): headrace writes a save in one go; a failed save leaves "
                             "nothing under path, so run it again")
@@ -492,8 +491,6 @@ class Dataset:
     def load(path: str, element_spec: Any = None, compression: str | None = None, reader_func: Any = None,
              wait: bool = False) -> Dataset:
         """A dataset written by ``save``, with its saved element_spec and cardinality (see ``save``)."""
-        from .io import saved_dataset
-
         if wait:
             raise TypeError("load(wait=True): headrace loads completed saves only (a save appears when complete)")
         return _wrap(saved_dataset.load(path, element_spec, compression, reader_func))

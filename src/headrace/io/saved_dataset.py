@@ -15,7 +15,7 @@ Format (version 1), a directory:
 budget; nothing is gathered), into ``<path>.tmp-<pid>`` which replaces ``path`` when complete (a crash
 leaves no half-written dataset under ``path``). ``shard_func(element)`` (an integer) picks the shard file
 (default: all in shard 0); shards are read back in shard order, each in its written order. ``load`` gives a
-Dataset with the saved element_spec and cardinality whose state is the TFRecord readers' (positions).
+Dataset with the saved element_spec and cardinality whose state is the shard and the position in it.
 """
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ from typing import Any
 import numpy as np
 
 from .._args import as_int
-from .._ops.base import DatasetIterator, IteratorContext
-from .._ops.map import MapNode
+from .._ops.base import DatasetIterator, IteratorContext, check_state, note_error
 from .._ops.node import DatasetNode, SpecOf
 from .._spec import STRING, NoneTensorSpec, TensorSpec, from_json, most_specific_compatible, to_json
 from .._structure import flatten, pack_as
-from .tfrecord import TFRecordNode
+from ._framing import DEFAULT_BUFFER_BYTES, RecordReader
 from .tfrecord_writer import TFRecordWriter
 
 FORMAT = "headrace-saved-dataset"
@@ -154,13 +153,20 @@ def save(dataset: Any, path: str | os.PathLike[str], compression: str | None = N
 
 
 class SavedNode(DatasetNode):
-    """The loaded dataset: the shards' records decoded, with the saved spec and cardinality."""
+    """The loaded dataset: the shards' records in order, decoded, with the saved spec and cardinality.
+
+    State: the shard being read and the reader's position in it (byte offset of the next record in the
+    uncompressed stream, records read): positions only.
+    """
 
     label = "load"
 
-    def __init__(self, inner: DatasetNode, spec: Any, cardinality: int) -> None:
-        super().__init__([inner])
+    def __init__(self, paths: list[str], compression: str, spec: Any, cardinality: int) -> None:
+        super().__init__()
+        self.paths = paths
+        self.compression = compression
         self.spec = spec
+        self.leaves = _check_spec(spec)
         self.count = cardinality
 
     def cardinality(self) -> int:
@@ -170,7 +176,61 @@ class SavedNode(DatasetNode):
         return self.spec
 
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
-        return self.inputs[0].make_iterator(ctx)
+        return _SavedIterator(ctx, self)
+
+
+class _SavedIterator(DatasetIterator):
+    kind = "load"
+
+    def __init__(self, ctx: IteratorContext, node: SavedNode) -> None:
+        super().__init__(ctx)
+        self._node = node
+        self._shard = 0
+        self._reader: RecordReader | None = None
+        self._produced = 0
+
+    def _open(self, offset: int = 0, index: int = 0) -> RecordReader:
+        self._reader = RecordReader(self._node.paths[self._shard], self._node.compression, DEFAULT_BUFFER_BYTES,
+                                    offset, index)
+        return self._reader
+
+    def _drop_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def __next__(self) -> Any:
+        node = self._node
+        while self._shard < len(node.paths):
+            reader = self._reader or self._open()
+            record = reader.next_record()
+            if record is None:
+                self._drop_reader()
+                self._shard += 1
+                continue
+            i = self._produced
+            self._produced = i + 1
+            try:
+                return decode(record, node.spec, node.leaves)
+            except Exception as e:
+                note_error(e, "load", i)
+                raise
+        raise StopIteration
+
+    def get_state(self) -> dict[str, Any]:
+        r = self._reader
+        return {"kind": self.kind, "shards": len(self._node.paths), "shard": self._shard, "produced": self._produced,
+                "offset": 0 if r is None else r.offset, "index": 0 if r is None else r.index}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, self.kind, shards=len(self._node.paths))
+        self._drop_reader()
+        self._shard, self._produced = int(state["shard"]), int(state["produced"])
+        if self._shard < len(self._node.paths) and int(state["offset"]):
+            self._open(int(state["offset"]), int(state["index"]))
+
+    def _close_self(self) -> None:
+        self._drop_reader()
 
 
 def load(path: str | os.PathLike[str], element_spec: Any = None, compression: str | None = None,
@@ -199,7 +259,4 @@ def load(path: str | os.PathLike[str], element_spec: Any = None, compression: st
         raise ValueError(f"load({path!r}, compression={compression!r}): the dataset was saved with "
                          f"compression {meta['compression'] or None!r}")
     names = [os.path.join(path, s["file"]) for s in meta["shards"]]
-    leaves = _check_spec(spec)
-    records = TFRecordNode(names, meta["compression"] or None, None, None)
-    inner = MapNode(records, lambda r: decode(r, spec, leaves), None, None, "decode")
-    return SavedNode(inner, spec, int(meta["cardinality"]))
+    return SavedNode(names, meta["compression"], spec, int(meta["cardinality"]))
