@@ -133,9 +133,11 @@ class Iterator:
                         fix="pass the dict returned by Iterator.get_state() of the same headrace version")
         budget = self._budget
         budget.consumer_waiting += 1  # a restore re-reads the input: the stall breaker applies as in next()
+        self._ctx.restoring.set()
         try:
             root.set_state(state["pipeline"])
         finally:
+            self._ctx.restoring.clear()
             budget.consumer_waiting -= 1
 
     def memory_stats(self) -> dict[str, Any]:

@@ -206,6 +206,10 @@ class MemoryBudget:
             self._recompute_caps()
         return acc
 
+    def sizes_unknown(self, other_than: StageAccount) -> bool:
+        """Whether a stage other than ``other_than`` has not sized an element yet (its share is a guess)."""
+        return any(not a.seen for a in self._accounts if a is not other_than)
+
     # caps ---------------------------------------------------------------------------------------------
     def _recompute_caps(self) -> None:
         """Max-min fair shares (lock held): minimums first, then mandatory demand, then water filling."""

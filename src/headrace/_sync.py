@@ -108,5 +108,8 @@ class Flag:
     def set(self) -> None:
         self._set = True
 
+    def clear(self) -> None:
+        self._set = False
+
     def is_set(self) -> bool:
         return self._set

@@ -176,9 +176,10 @@ def mode_interrupt(shape: dict[str, Any], args: dict[str, Any]) -> dict[str, Any
                 outcomes["interrupted_building"] += 1
 
     it = iter(build(shape, args.get("cache_dir")))
-    threading.Thread(target=interrupter, name="interrupter", daemon=True).start()
+    sender = threading.Thread(target=interrupter, name="interrupter", daemon=True)
     deadline = time.monotonic() + args.get("seconds", 3.0)
     try:
+        sender.start()  # (inside the try: the first signal may land before start() returns)
         while time.monotonic() < deadline:
             try:
                 x = next(it)
@@ -195,9 +196,14 @@ def mode_interrupt(shape: dict[str, Any], args: dict[str, Any]) -> dict[str, Any
                 it = rebuild()
     except KeyboardInterrupt:  # landed outside next(): fine, stop here
         outcomes["interrupted_outside"] += 1
-    finally:
-        done.set()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # late signals from the interrupter thread
+    while True:  # stop the interrupter; a signal it sent meanwhile may land anywhere in here
+        try:
+            done.set()
+            sender.join(5.0)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # late signals from the interrupter thread
+            break
+        except KeyboardInterrupt:
+            outcomes["interrupted_outside"] += 1
     t0 = time.monotonic()
     it.close()
     close_s = time.monotonic() - t0

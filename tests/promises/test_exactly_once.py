@@ -67,3 +67,18 @@ def test_generated_shapes_restore_exactly_once(seed):
     points = sorted(rng.sample(range(1, 40), 3))
     verdict = check_restore(shape, points)
     assert verdict.ok, (verdict.kind, verdict.detail, shape)
+
+
+# Shapes the full sweep (bench/promises.py) found losing and repeating elements, with the points it used:
+# seed 0: a state saved after an earlier restore (the restore capped the shuffle afresh while a prefetch
+# skipped forward); seed 182: shuffle -> map -> prefetch under a tight budget (the map's replay event
+# counted from when a worker reading ahead saw it, not from the element after it).
+SWEEP_FOUND = {0: [10, 30], 182: [15, 23, 29]}
+
+
+@pytest.mark.parametrize("seed", sorted(SWEEP_FOUND))
+def test_shapes_the_sweep_found_restore_exactly_once(seed):
+    shape = dict(random_shape(seed), n=300)
+    for _ in range(2):  # seed 182 failed in most runs, not all
+        verdict = check_restore(shape, SWEEP_FOUND[seed])
+        assert verdict.ok, (verdict.kind, verdict.detail, shape)

@@ -81,6 +81,9 @@ class IteratorContext:
         self.options = options
         self.budget = budget
         self.stop = Flag()
+        # set while Iterator.set_state runs: the restore re-produces what the saved run produced, so a stage
+        # whose output depends on the budget's state (a shuffle capping its buffer) makes no new such event
+        self.restoring = Flag()
         self.iteration = iteration
         self.force_deterministic = False
         self._counts: dict[str, int] = {}

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -144,6 +145,8 @@ class ParallelApplier:
                 self.record_state = False
         self._every = snapshot_every or (SNAPSHOT_EVERY if input_replays else 1)
         self._replay_epoch = source.replay_epoch() if self.record_state else 0
+        self._events: deque[tuple[int, int]] = deque()  # (seq, epoch increase) of replay events not delivered
+        self._epoch_out = 0  # replay events among the delivered elements (what a downstream stage sees)
         self._reset_counters(index_base, base_state, 0, [])
 
     # ---- bookkeeping -------------------------------------------------------------------------------
@@ -157,6 +160,7 @@ class ParallelApplier:
         self._skip = set(skip)        # seq to drop (restored out-of-order deliveries)
         self._snaps: dict[int, tuple[Any, int]] = {0: (base_state, forward)}  # position -> (state, forward)
         self._barrier: int | None = None  # out-of-order delivery stops at this seq until the prefix passes it
+        self._events.clear()
         self._started = False
 
     def _start(self) -> None:
@@ -266,11 +270,14 @@ class ParallelApplier:
         epoch = self.source.replay_epoch()
         if self._every == 1 or epoch != self._replay_epoch:
             event = epoch != self._replay_epoch
+            increase = max(0, epoch - self._replay_epoch)
             self._replay_epoch = epoch
             snap = self.source.get_state()
             with self._cv:
                 if gen == self._gen:
                     self._snaps[seq + 1] = (snap, 0)
+                    if event:
+                        self._events.append((seq, increase))
                     if event and not self.deterministic:
                         # Elements from ``seq`` on may differ in a replay from an earlier snapshot: deliver
                         # them in order until the prefix passes the event, so no skip offset names them.
@@ -397,6 +404,20 @@ class ParallelApplier:
         self._roll_prefix()
         return result
 
+    def delivered_epoch(self) -> int:
+        """The replay events below among the elements delivered so far. A downstream parallel stage
+        snapshots this stage right after an event (``replay_epoch``); the event must count from the
+        element produced after it, not from when a worker reading ahead saw it: this stage's state at a
+        snapshot taken earlier names an input snapshot from before the event, and a restore from it would
+        replay across the event (found by ``bench/promises.py``: ``shuffle -> map -> prefetch`` under a
+        tight budget lost and repeated elements)."""
+        if self._events:
+            with self._cv:
+                events = self._events
+                while events and events[0][0] < self._prefix:
+                    self._epoch_out += events.popleft()[1]
+        return self._epoch_out
+
     # ---- state -------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         if not self.record_state:
@@ -421,6 +442,8 @@ class ParallelApplier:
             self.source.set_state(state["input"])
             forward = int(state.get("forward", 0))
             fast_forward(self.source, forward)
+            if self.record_state:
+                self._replay_epoch = self.source.replay_epoch()
         finally:
             self._input_lock.release()
         self._reset_counters(int(state["index"]), state["input"], forward, [int(s) for s in state["skip"]])
@@ -496,6 +519,10 @@ class PoolIterator(DatasetIterator):
 
     def replays_deterministically(self) -> bool:
         return self._pool.deterministic and self._source.replays_deterministically()
+
+    def replay_epoch(self) -> int:
+        pool = self._pool
+        return pool.delivered_epoch() if pool.record_state else super().replay_epoch()
 
     def _signal_self(self) -> None:
         self._pool.signal_stop()

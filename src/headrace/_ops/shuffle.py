@@ -7,11 +7,20 @@ the next input element. With a ``seed`` the order is reproducible; with ``reshuf
 path)`` (``headrace._ops.seeds``); the distribution is tf.data's, the random stream is not TensorFlow's.
 
 Memory: buffered elements are charged to an elastic account, each reserved before it is pulled. When no room
-is left for the next element (the stage's share of the budget, or the budget as a whole, is full), the
-buffer is capped at the bytes it holds then (one ``MemoryBudgetWarning``) and never grows past that byte
-capacity in this iteration: between two such events the output is a function of the input alone, and each
-event is recorded in the state and makes a downstream parallel stage take a snapshot right after it
-(``replay_epoch``), so a restore replays exactly what was produced.
+is left for the next element (the stage's share of the budget, or the budget as a whole, is full), the buffer
+is capped at the bytes it holds then (one ``MemoryBudgetWarning``) and never grows past that byte capacity in
+this iteration: between two such events the output is a function of the input alone, and each event is
+recorded in the state and makes a downstream parallel stage take a snapshot right after it (``replay_epoch``),
+so a restore replays exactly what was produced. While another stage of the budget has not sized an element yet
+and the budget limits the buffer, it fills at most half of its share (the shares are guesses then: a ``map``
+downstream tripling each element, then ``batch``, needed more room than its guessed share, and the buffer that
+held it could drain only through that stage; found by ``bench/promises.py``). A downstream stage restores by
+skipping forward from its latest snapshot, a stretch in which the saved run had no event; so while a restore
+runs (``Iterator.set_state``, or ``skip_ahead``) the buffer fills to the recorded capacity, waiting for room
+in the budget as a whole (urgent: the consumer waits in ``set_state``; the stall breaker applies), and never
+caps afresh: that would draw from a buffer of another length and skip other elements than the saved run
+delivered (found by ``bench/promises.py``: a restore from a state saved after an earlier restore lost and
+repeated batches).
 
 State (bounded restore, exactly-once also below ``deterministic=False`` stages; never a copy of the data):
 
@@ -95,6 +104,10 @@ class ShuffleNode(DatasetNode):
         return _ShuffleIterator(ctx, self, source, stage)
 
 
+def _always() -> bool:
+    return True
+
+
 class _Entry:
     __slots__ = ("key", "nbytes", "pull", "value")
 
@@ -123,6 +136,7 @@ class _ShuffleIterator(DatasetIterator):
         self._held = 0
         self._largest = 0  # the largest element pulled in this iteration (saved: the fill rule depends on it)
         self._capacity_changes = 0
+        self._skipping = False  # in skip_ahead: no byte-capacity event (see there)
         self._start(0, None)
         self._pulls = 0
         self._input_done = False
@@ -161,8 +175,17 @@ class _ShuffleIterator(DatasetIterator):
         while self._room_for_more():
             self._checkpoint()
             est = acc.estimate()
-            if self._buf:
-                reserved = acc.try_reserve(est)
+            if self._skipping or self.ctx.restoring.is_set():  # the recorded capacity, whatever the share now
+                reserved = acc.reserve(est, stop, urgent=_always, ignore_cap=True)
+            elif self._buf:
+                # While another stage has not sized an element, the shares are guesses (a map downstream may
+                # triple every element): when the budget limits this stage's share, fill at most half of it,
+                # so a stage found larger later is not left without room by a buffer that drains only
+                # through it.
+                cap = acc.cap_bytes
+                guess = (self._held + est > cap / 2 and cap < acc.demand_bytes()
+                         and acc.budget.sizes_unknown(acc))
+                reserved = None if guess else acc.try_reserve(est)
                 if reserved is None:  # no room now (this stage's share, or the budget as a whole)
                     self._cap_bytes(self._held)
                     return
@@ -227,6 +250,14 @@ class _ShuffleIterator(DatasetIterator):
         self._held -= entry.nbytes
         self._account.release(entry.nbytes)
         return entry.value
+
+    def skip_ahead(self, n: int) -> None:
+        """Advance ``n`` positions as the run that saved the state did (see the module docstring: Memory)."""
+        self._skipping = True
+        try:
+            super().skip_ahead(n)
+        finally:
+            self._skipping = False
 
     # ---- state --------------------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
