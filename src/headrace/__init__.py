@@ -41,8 +41,8 @@ from ._errors import (
 from ._iterator import Iterator
 from ._memory import parse_bytes
 from ._ops.base import DatasetIterator
-from ._ops.sources import TensorSpec
 from ._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Options
+from ._spec import DatasetSpec, NoneTensorSpec, RaggedTensorSpec, TensorShape, TensorSpec
 
 __version__ = "0.1.0"
 
@@ -63,6 +63,7 @@ __all__ = [
     "DataLossError",
     "Dataset",
     "DatasetIterator",
+    "DatasetSpec",
     "ExportError",
     "HeadraceError",
     "IgnoredErrorsWarning",
@@ -74,9 +75,12 @@ __all__ = [
     "MemoryBudgetError",
     "MemoryBudgetWarning",
     "MissingDependencyError",
+    "NoneTensorSpec",
     "Options",
+    "RaggedTensorSpec",
     "SchemaConflictError",
     "StateError",
+    "TensorShape",
     "TensorSpec",
     "TooManyErrorsError",
     "parse_bytes",

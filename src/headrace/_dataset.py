@@ -190,14 +190,19 @@ class Dataset:
         return _wrap(list_files(file_pattern, shuffle=shuffle, seed=seed, fs=_files))
 
     @staticmethod
-    def zip(*datasets: Any, name: str | None = None) -> Dataset:
+    def zip(*args: Any, datasets: Any = None, name: str | None = None) -> Dataset:
         """Elements of several datasets side by side, in the structure they are given in: ``zip(a, b)`` and
         ``zip((a, b))`` yield tuples, ``zip({"x": a})`` dicts, and ``zip(a)`` ``a``'s elements as they are
-        (tf.data's rule). A ``list`` of datasets raises ``TypeError``, as in tf.data (use a tuple)."""
+        (tf.data's rule); ``datasets=`` (tf.data's keyword) takes the structure as one argument. A ``list`` of
+        datasets raises ``TypeError``, as in tf.data (use a tuple)."""
 
-        if len(datasets) == 1:
-            return _wrap(ZipNode(datasets[0]))
-        return _wrap(ZipNode(tuple(datasets)))
+        if datasets is not None:
+            if args:
+                raise TypeError("zip(): pass the datasets as positional arguments or as datasets=, not both")
+            return _wrap(ZipNode(datasets))
+        if len(args) == 1:
+            return _wrap(ZipNode(args[0]))
+        return _wrap(ZipNode(tuple(args)))
 
     @staticmethod
     def sample_from_datasets(datasets: Sequence[Dataset], weights: Sequence[float] | Dataset | None = None,

@@ -137,7 +137,7 @@ def test_str_becomes_bytes_wherever_an_element_holds_it():
 
 def test_none_is_a_component():
     ds = D.range(4).map(lambda x: (x, None))
-    assert ds.element_spec == (hr.TensorSpec((), np.int64), hr._spec.NoneTensorSpec())
+    assert ds.element_spec == (hr.TensorSpec((), np.int64), hr.NoneTensorSpec())
     got = list(ds.batch(2))
     assert py([g[0] for g in got]) == [[0, 1], [2, 3]] and all(g[1] is None for g in got)
     assert [x[1] for x in ds.batch(2).unbatch()] == [None] * 4
@@ -167,6 +167,9 @@ def test_zip_stays_in_step_after_an_error_and_zip_of_one_is_bare():
         assert py(z) == [(0, 10), (1, 11), (3, 13), (4, 14)]
     assert py(D.zip(D.range(2))) == [0, 1] and py(D.zip((D.range(2),))) == [(0,), (1,)]
     assert py(D.zip({"a": D.range(1)})) == [{"a": 0}]
+    assert py(D.zip(datasets=(D.range(2), D.range(5, 7)))) == [(0, 5), (1, 6)]
+    with pytest.raises(TypeError, match="not both"):
+        D.zip(D.range(2), datasets=(D.range(2),))
     with pytest.raises(TypeError, match="a list of datasets is not a structure"):
         D.zip([D.range(2), D.range(2)])
 
@@ -240,12 +243,17 @@ def test_a_traced_spec_that_values_contradict_raises_instead_of_lying():
 
 
 def test_a_second_concurrent_cache_writer_raises(tmp_path):
+    from headrace._memory import process_budget
+
+    accounts = len(process_budget()._accounts)
     ds = D.range(5).cache(str(tmp_path / "c"))
     first = iter(ds)
     assert next(first) == 0
     with pytest.raises(FileExistsError, match="another iterator is writing this cache file"):
         next(iter(ds))
     first.close()
+    # the refused iterator left no account in the shared budget (one shrank every later stage's share)
+    assert len(process_budget()._accounts) == accounts
     assert py(ds) == [0, 1, 2, 3, 4] and py(ds) == [0, 1, 2, 3, 4]  # filled by the second pass, then read
     assert sorted(os.listdir(tmp_path)) == ["c.hrcache"]
 

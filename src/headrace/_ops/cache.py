@@ -253,8 +253,12 @@ class _CacheIterator(DatasetIterator):
                 self._account.settle(reserved, node._memory_bytes, count=max(len(node._memory), 1), unit=False)
             self._reader = _MemoryReader(node._memory)
         else:
+            try:
+                self._sink = _FileSink(node) if node.filename else _MemorySink(node, self._account)
+            except BaseException:  # another writer holds the file: this iterator never existed
+                self._account.close()
+                raise
             self._source = node.inputs[0].make_iterator(ctx)
-            self._sink = _FileSink(node) if node.filename else _MemorySink(node, self._account)
 
     def __next__(self) -> Any:
         if self._reader is not None:
