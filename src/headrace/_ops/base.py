@@ -101,6 +101,7 @@ class IteratorContext:
         """The same context for a replay that must be deterministic (every parallel stage in order)."""
         child = copy.copy(self)
         child.force_deterministic = True
+        child.restoring = Flag()
         return child
 
     def stage_name(self, node: object, base: str) -> str:

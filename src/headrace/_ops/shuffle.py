@@ -325,9 +325,14 @@ class _ShuffleIterator(DatasetIterator):
         if not missing:
             return
         acc = self._account
-        replay = self._node.inputs[0].make_iterator(self.ctx.replaying())
+        ctx = self.ctx.replaying()  # its own `restoring`: the scan needs the set of elements, not their order
+        replay = self._node.inputs[0].make_iterator(ctx)
         try:
-            replay.set_state(base)
+            ctx.restoring.set()  # re-reaching the checkpoint skips exactly as the saved run (module docstring)
+            try:
+                replay.set_state(base)
+            finally:
+                ctx.restoring.clear()
             while missing:
                 try:
                     x = replay.__next__()
