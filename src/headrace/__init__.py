@@ -44,8 +44,8 @@ from ._errors import (
 from ._iterator import Iterator
 from ._memory import parse_bytes
 from ._ops.base import DatasetIterator
-from ._ops.sources import TensorSpec
 from ._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Options
+from ._spec import DatasetSpec, NoneTensorSpec, RaggedTensorSpec, TensorShape, TensorSpec
 
 __version__ = "0.1.0"
 
@@ -66,6 +66,7 @@ __all__ = [
     "DataLossError",
     "Dataset",
     "DatasetIterator",
+    "DatasetSpec",
     "ExportError",
     "HeadraceError",
     "IgnoredErrorsWarning",
@@ -77,11 +78,14 @@ __all__ = [
     "MemoryBudgetError",
     "MemoryBudgetWarning",
     "MissingDependencyError",
+    "NoneTensorSpec",
     "Options",
+    "RaggedTensorSpec",
     "RemoteTraceback",
     "SchemaConflictError",
     "SharedMemoryError",
     "StateError",
+    "TensorShape",
     "TensorSpec",
     "TooManyErrorsError",
     "WorkerError",

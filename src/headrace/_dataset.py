@@ -17,22 +17,30 @@ from typing import Any, ClassVar
 
 from ._iterator import Iterator
 from ._ops.batch import BatchNode
+from ._ops.bucket import bucket_node
 from ._ops.cache import CacheNode
 from ._ops.concatenate import ConcatenateNode
+from ._ops.counter import CounterNode
 from ._ops.enumerate import enumerate_node
 from ._ops.filter import FilterNode
 from ._ops.from_source import SourceNode
+from ._ops.group_by_window import GroupByWindowNode
 from ._ops.ignore_errors import IgnoreErrorsNode
 from ._ops.interleave import InterleaveNode
 from ._ops.list_files import list_files
 from ._ops.map import MapNode
-from ._ops.node import DatasetNode, node_of
+from ._ops.node import DatasetNode, node_of, set_wrapper
 from ._ops.options import OptionsNode
 from ._ops.padded_batch import PaddedBatchNode
 from ._ops.prefetch import PrefetchNode
+from ._ops.ragged_batch import RaggedBatchNode
+from ._ops.random import RandomNode
 from ._ops.random_access import RandomAccessNode
+from ._ops.reduce import reduce_dataset, single_element
+from ._ops.rejection_resample import RejectionResampleNode
 from ._ops.repeat import RepeatNode
 from ._ops.sample import ChooseNode, SampleNode
+from ._ops.scan import ScanNode
 from ._ops.shard import ShardNode
 from ._ops.shuffle import ShuffleNode
 from ._ops.skip import SkipNode
@@ -40,9 +48,12 @@ from ._ops.sources import GeneratorNode, RangeNode, TensorSlicesNode, TensorsNod
 from ._ops.take import TakeNode
 from ._ops.take_while import TakeWhileNode
 from ._ops.unbatch import UnbatchNode
+from ._ops.unique import UniqueNode
+from ._ops.window import WindowNode
 from ._ops.zip import ZipNode
 from ._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Options
 from .io import files as _files
+from .io import saved_dataset
 
 
 def _wrap(node: DatasetNode) -> Dataset:
@@ -74,7 +85,19 @@ class Dataset:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self._node.label}>"
+        spec = self._node.static_spec()
+        shown = "<known from the first element>" if spec is None else repr(spec)
+        return f"<{type(self).__name__} {self._node.label} element_spec={shown}>"
+
+    @property
+    def element_spec(self) -> Any:
+        """The structure of :class:`headrace.TensorSpec` (``NoneTensorSpec``, ``RaggedTensorSpec``,
+        ``DatasetSpec``) that describes every element, inferred as tf.data infers it (``headrace._spec``):
+        from the sources and ``output_signature``, through every transformation (``None`` in a shape is a
+        dimension whose size varies). Where nothing static says it (a generator without
+        ``output_signature``, a function that cannot be traced) it is read from the first element, which
+        runs the pipeline up to it. Raises ``ValueError`` when that pipeline produces no element."""
+        return self._node.element_spec()
 
     def cardinality(self) -> int:
         """Number of elements, or ``INFINITE_CARDINALITY`` (-1) / ``UNKNOWN_CARDINALITY`` (-2)."""
@@ -120,10 +143,12 @@ class Dataset:
 
     # ---- sources ----------------------------------------------------------------------------------
     @staticmethod
-    def range(*args: int, dtype: Any = None, name: str | None = None) -> Dataset:
-        """``range(stop)``, ``range(start, stop[, step])`` as int64 scalars (or ``dtype``)."""
-
-        return _wrap(RangeNode(*args, dtype=dtype))
+    def range(*args: int, output_type: Any = None, name: str | None = None, dtype: Any = None) -> Dataset:
+        """``range(stop)``, ``range(start, stop[, step])`` as int64 scalars (or ``output_type``, tf.data's
+        keyword; ``dtype`` is an alias). Arguments are integers (numpy integers and 0-d arrays too)."""
+        if output_type is not None and dtype is not None:
+            raise TypeError("range(): pass output_type (tf.data's name) or dtype, not both")
+        return _wrap(RangeNode(*args, dtype=output_type if output_type is not None else dtype))
 
     @staticmethod
     def from_tensors(tensors: Any, name: str | None = None) -> Dataset:
@@ -165,19 +190,35 @@ class Dataset:
         return _wrap(list_files(file_pattern, shuffle=shuffle, seed=seed, fs=_files))
 
     @staticmethod
-    def zip(*datasets: Any, name: str | None = None) -> Dataset:
-        """Elements of several datasets side by side (a tuple, or the given nested structure)."""
+    def zip(*args: Any, datasets: Any = None, name: str | None = None) -> Dataset:
+        """Elements of several datasets side by side, in the structure they are given in: ``zip(a, b)`` and
+        ``zip((a, b))`` yield tuples, ``zip({"x": a})`` dicts, and ``zip(a)`` ``a``'s elements as they are
+        (tf.data's rule); ``datasets=`` (tf.data's keyword) takes the structure as one argument. A ``list`` of
+        datasets raises ``TypeError``, as in tf.data (use a tuple)."""
 
-        if len(datasets) == 1 and node_of(datasets[0]) is None:
-            return _wrap(ZipNode(datasets[0]))
-        return _wrap(ZipNode(tuple(datasets)))
+        if datasets is not None:
+            if args:
+                raise TypeError("zip(): pass the datasets as positional arguments or as datasets=, not both")
+            return _wrap(ZipNode(datasets))
+        if len(args) == 1:
+            return _wrap(ZipNode(args[0]))
+        return _wrap(ZipNode(tuple(args)))
 
     @staticmethod
-    def sample_from_datasets(datasets: Sequence[Dataset], weights: Sequence[float] | None = None,
+    def sample_from_datasets(datasets: Sequence[Dataset], weights: Sequence[float] | Dataset | None = None,
                              seed: int | None = None, stop_on_empty_dataset: bool = False,
                              rerandomize_each_iteration: bool | None = None) -> Dataset:
-        """Interleave ``datasets`` at random, element by element, with probabilities ``weights``."""
+        """Interleave ``datasets`` at random, element by element, with probabilities ``weights``.
 
+        ``weights``: float weights, one per dataset (normalized; 0 never reads that dataset; all 0 gives an
+        empty dataset), or a Dataset of such vectors (one per draw). Integer weights raise ``TypeError``,
+        incompatible element specs ``TypeError`` (both as tf.data). ``rerandomize_each_iteration=True``
+        draws anew in each iteration; otherwise every iteration repeats the same draws.
+        """
+        if node_of(weights) is None and len(datasets) == 1:
+            if weights is not None:
+                SampleNode(datasets, weights, seed, stop_on_empty_dataset, rerandomize_each_iteration)  # checks
+            return datasets[0]  # tf.data returns the one dataset itself
         return _wrap(SampleNode(datasets, weights, seed, stop_on_empty_dataset, rerandomize_each_iteration))
 
     @staticmethod
@@ -196,6 +237,19 @@ class Dataset:
         return _wrap(RandomAccessNode(source, shuffle=shuffle, seed=seed,
                                       reshuffle_each_iteration=reshuffle_each_iteration,
                                       num_shards=num_shards, index=index, start=start))
+
+    @staticmethod
+    def counter(start: int = 0, step: int = 1, dtype: Any = "int64", name: str | None = None) -> Dataset:
+        """``start, start + step, ...`` forever (int64 scalars, or ``dtype``); cardinality infinite."""
+        return _wrap(CounterNode(start, step, dtype))
+
+    @staticmethod
+    def random(seed: int | None = None, rerandomize_each_iteration: bool | None = None,
+               name: str | None = None) -> Dataset:
+        """Pseudorandom int64 scalars in ``[0, 2**32)``, forever (tf.data's values are 32-bit too; the
+        sequence is not TensorFlow's). Every iteration repeats the sequence unless
+        ``rerandomize_each_iteration=True``; ``seed`` makes it reproducible across runs."""
+        return _wrap(RandomNode(seed, rerandomize_each_iteration))
 
     @staticmethod
     def from_source(make_iterator: Callable[[], Any], *, cardinality: int = UNKNOWN_CARDINALITY,
@@ -220,7 +274,8 @@ class Dataset:
 
     # ---- transformations ------------------------------------------------------------------------------
     def map(self, map_func: Callable[..., Any], num_parallel_calls: int | None = None,
-            deterministic: bool | None = None, name: str | None = None, *, executor: str | None = None) -> Dataset:
+            deterministic: bool | None = None, name: str | None = None, *,
+            output_signature: Any = None, executor: str | None = None) -> Dataset:
         """Apply ``map_func`` to each element (a tuple element is unpacked into positional arguments).
 
         Args:
@@ -230,18 +285,23 @@ class Dataset:
             deterministic: ``False`` yields results as they finish; ``None`` uses ``Options.deterministic``
                 (default ``True``: input order).
             name: stage name used in error notes and ``memory_stats()`` (default: the function's name).
+            output_signature: (headrace's addition) a structure of ``TensorSpec`` the results are converted
+                to and checked against; it is the element spec. Without it the spec is traced from
+                ``map_func`` on spec-shaped examples (zeros), or read from the first element.
             executor: headrace's addition: where the function runs: ``"thread"`` (functions that release
                 the GIL), ``"process"`` (worker processes, for functions that hold it; the function must
                 pickle with cloudpickle) or ``"auto"`` (measured on the first calls). ``None``:
                 ``Options(map_executor)``, else ``"auto"`` for ``AUTOTUNE`` and ``"thread"`` otherwise.
 
+        A list returned at the top level becomes a tuple (tf.data's rule); lists inside are tensors.
         Errors raised by ``map_func`` reach ``next()`` with the note ``in map(<name>) at element <i>``
         (from a worker process: the same exception type, the worker's traceback as ``__cause__``); the
         iterator then continues with the next element. A worker process that dies raises
         ``headrace.WorkerError`` naming the element and the signal.
         """
 
-        return _wrap(MapNode(self._node, map_func, num_parallel_calls, deterministic, name, executor))
+        return _wrap(MapNode(self._node, map_func, num_parallel_calls, deterministic, name, output_signature,
+                             executor))
 
     def filter(self, predicate: Callable[..., Any], name: str | None = None) -> Dataset:
         """Keep the elements for which ``predicate`` returns a true scalar bool."""
@@ -302,27 +362,27 @@ class Dataset:
 
         return _wrap(UnbatchNode(self._node))
 
-    def prefetch(self, buffer_size: int, name: str | None = None) -> Dataset:
+    def prefetch(self, buffer_size: int | None, name: str | None = None) -> Dataset:
         """Produce up to ``buffer_size`` elements ahead in a background thread.
 
-        ``AUTOTUNE`` picks 4 elements, shrunk silently to the stage's share of the memory budget; ``0``
-        disables prefetching.
+        ``AUTOTUNE`` (or ``None``, as tf.data) picks 4 elements, shrunk silently to the stage's share of the
+        memory budget; ``0`` disables prefetching.
         """
 
         return _wrap(PrefetchNode(self._node, buffer_size))
 
     def repeat(self, count: int | None = None, name: str | None = None) -> Dataset:
-        """Repeat ``count`` times (``None`` or -1: forever)."""
+        """Repeat ``count`` times (``None`` or any negative count: forever)."""
 
         return _wrap(RepeatNode(self._node, count))
 
     def take(self, count: int, name: str | None = None) -> Dataset:
-        """At most the first ``count`` elements (-1: all)."""
+        """At most the first ``count`` elements (any negative count: all)."""
 
         return _wrap(TakeNode(self._node, count))
 
     def skip(self, count: int, name: str | None = None) -> Dataset:
-        """All but the first ``count`` elements (-1: skip all)."""
+        """All but the first ``count`` elements (any negative count: skip all)."""
 
         return _wrap(SkipNode(self._node, count))
 
@@ -353,6 +413,100 @@ class Dataset:
 
         return _wrap(CacheNode(self._node, filename))
 
+    def scan(self, initial_state: Any, scan_func: Callable[..., Any], name: str | None = None) -> Dataset:
+        """A running state: ``scan_func(state, element) -> (new_state, output)`` yields the outputs.
+
+        The state keeps its structure and dtypes (``TypeError`` otherwise); it is saved by value in
+        iterator states and charged to the memory budget.
+        """
+        return _wrap(ScanNode(self._node, initial_state, scan_func, name))
+
+    def reduce(self, initial_state: Any, reduce_func: Callable[[Any, Any], Any], name: str | None = None) -> Any:
+        """``reduce_func(state, element)`` over every element, from ``initial_state``; returns the final
+        state (numpy values). Raises ``ValueError`` for an infinite dataset, ``TypeError`` if the state
+        changes structure or dtype."""
+        return reduce_dataset(self, initial_state, reduce_func)
+
+    def get_single_element(self, name: str | None = None) -> Any:
+        """The dataset's only element; ``ValueError`` if it is empty or has more than one."""
+        return single_element(self)
+
+    def window(self, size: int, shift: int | None = None, stride: int = 1, drop_remainder: bool = False,
+               name: str | None = None) -> Dataset:
+        """A dataset of windows (each a Dataset): window ``k`` holds the elements at ``k * shift + j *
+        stride``, ``j < size``; incomplete windows at the end are kept unless ``drop_remainder``. Use
+        ``flat_map(lambda w: w.batch(size))`` to get arrays. Raises ``ValueError`` for sizes < 1."""
+        return _wrap(WindowNode(self._node, size, shift, stride, drop_remainder))
+
+    def group_by_window(self, key_func: Callable[..., Any], reduce_func: Callable[[Any, Dataset], Dataset],
+                        window_size: int | None = None, window_size_func: Callable[[Any], Any] | None = None,
+                        name: str | None = None) -> Dataset:
+        """Group elements by ``key_func(element)`` (an integer); each full window (``window_size`` or
+        ``window_size_func(key)`` elements) becomes ``reduce_func(key, window_dataset)``, whose elements are
+        yielded; remaining windows are flushed at the end in ascending key order (tf.data's order)."""
+        return _wrap(GroupByWindowNode(self._node, key_func, reduce_func, window_size, window_size_func, name))
+
+    def bucket_by_sequence_length(self, element_length_func: Callable[..., Any], bucket_boundaries: Sequence[int],
+                                  bucket_batch_sizes: Sequence[int], padded_shapes: Any = None,
+                                  padding_values: Any = None, pad_to_bucket_boundary: bool = False,
+                                  no_padding: bool = False, drop_remainder: bool = False,
+                                  name: str | None = None) -> Dataset:
+        """Batch elements of similar length together: bucket ``i`` holds lengths in
+        ``[bucket_boundaries[i-1], bucket_boundaries[i])`` and is padded-batched by ``bucket_batch_sizes[i]``
+        (tf.data's ``group_by_window`` + ``padded_batch`` construction). Raises ``ValueError`` for
+        boundaries that do not increase or a wrong number of batch sizes."""
+        return _wrap(bucket_node(self._node, element_length_func, bucket_boundaries, bucket_batch_sizes,
+                                 padded_shapes, padding_values, pad_to_bucket_boundary, no_padding, drop_remainder))
+
+    def ragged_batch(self, batch_size: int, drop_remainder: bool = False, row_splits_dtype: Any = "int64",
+                     name: str | None = None) -> Dataset:
+        """``batch`` for elements of different shapes: components with an unknown dimension become object
+        arrays of rows (``RaggedTensorSpec``), fully known ones dense arrays (tf.data's rule)."""
+        return _wrap(RaggedBatchNode(self._node, batch_size, drop_remainder, row_splits_dtype))
+
+    def rebatch(self, batch_size: int, drop_remainder: bool = False, name: str | None = None) -> Dataset:
+        """Re-batch batched elements to ``batch_size`` rows (``unbatch().batch(batch_size, drop_remainder)``,
+        as tf.data's ``rebatch`` with one size). A list of sizes (tf.data's distribution form) raises
+        ``TypeError``: use one size."""
+        if isinstance(batch_size, list | tuple):
+            raise TypeError(f"rebatch(batch_size={batch_size!r}): headrace takes one batch size; a list of "
+                            "sizes (tf.data's form for distribution strategies) is not supported")
+        return self.unbatch().batch(batch_size, drop_remainder)
+
+    def unique(self, name: str | None = None) -> Dataset:
+        """Each distinct element once, in order of first appearance (int32 / int64 / string scalars, as
+        tf.data; ``TypeError`` otherwise). The values seen are charged to the memory budget."""
+        return _wrap(UniqueNode(self._node))
+
+    def rejection_resample(self, class_func: Callable[..., Any], target_dist: Sequence[float],
+                           initial_dist: Sequence[float] | None = None, seed: int | None = None,
+                           name: str | None = None) -> Dataset:
+        """Keep elements by rejection so their classes (``class_func(element)``, integers) follow
+        ``target_dist``; yields ``(class, element)`` pairs, as tf.data. ``initial_dist=None`` estimates the
+        input's class distribution online. Raises ``ValueError`` for distributions that do not sum to a
+        positive value or a class outside ``[0, len(target_dist))``."""
+        return _wrap(RejectionResampleNode(self._node, class_func, target_dist, initial_dist, seed))
+
+    def save(self, path: str, compression: str | None = None, shard_func: Callable[..., Any] | None = None,
+             checkpoint_args: Any = None, name: str | None = None) -> None:
+        """Write the dataset to the directory ``path`` in headrace's documented format
+        (``headrace/io/saved_dataset.py``: TFRecord shards of ``.npy``-encoded components and a JSON
+        metadata file with the element_spec), streaming, atomically (``path`` is replaced when complete).
+        ``compression``: None, "GZIP" or "ZLIB"; ``shard_func(element)``: the shard file index (default 0).
+        ``checkpoint_args`` (tf.data's periodic save checkpoints) raises ``TypeError``."""
+        if checkpoint_args is not None:
+            raise TypeError("save(checkpoint_args=...): headrace writes a save in one go; a failed save leaves "
+                            "nothing under path, so run it again")
+        saved_dataset.save(self, path, compression, shard_func)
+
+    @staticmethod
+    def load(path: str, element_spec: Any = None, compression: str | None = None, reader_func: Any = None,
+             wait: bool = False) -> Dataset:
+        """A dataset written by ``save``, with its saved element_spec and cardinality (see ``save``)."""
+        if wait:
+            raise TypeError("load(wait=True): headrace loads completed saves only (a save appears when complete)")
+        return _wrap(saved_dataset.load(path, element_spec, compression, reader_func))
+
     def ignore_errors(self, log_warning: bool = False, name: str | None = None, *,
                       max_drop_ratio: float | None = None) -> Dataset:
         """Drop elements whose production raised a data error (logging each if ``log_warning``).
@@ -365,3 +519,6 @@ class Dataset:
         """
 
         return _wrap(IgnoreErrorsNode(self._node, log_warning, max_drop_ratio))
+
+
+set_wrapper(_wrap)

@@ -85,7 +85,7 @@ class Iterator:
         self._next_s = 0.0  # time spent inside next() (the consumer waiting for the pipeline)
         self._started_s = time.monotonic()
         self._tuner: Tuner | None = None
-        self._autotune = options.autotune is not False
+        self._autotune = options.autotune_enabled is not False
         self._root = node.make_iterator(self._ctx)
         _LIVE.add(self)
 

@@ -342,9 +342,11 @@ class StageAccount:
         spare = self.unit_bytes() if headroom and not urgent else 0
         return self.held_bytes + nbytes + spare <= self.cap_bytes
 
-    def _admit(self, nbytes: int, urgent: bool, headroom: bool, ignore_cap: bool = False) -> bool:
+    def _admit(self, nbytes: int, urgent: bool, headroom: bool, ignore_cap: bool = False,
+               top_up: bool = False) -> bool:
         b = self.budget
-        if not self.seen and self.outstanding > 0 and time.monotonic() - self._probe_s < PROBE_WAIT_S:
+        if (not top_up and not self.seen and self.outstanding > 0
+                and time.monotonic() - self._probe_s < PROBE_WAIT_S):
             return False  # probe: one element at a time until the first size is known (or a while passed)
         # The budget keeps a reserve outside every stage's share: only a reservation the pipeline cannot
         # progress without (the stage holds nothing, it is the element the consumer waits for, or the stage
@@ -417,7 +419,7 @@ class StageAccount:
             return None
 
     def reserve(self, nbytes: int, stop: Any = None, *, urgent: Callable[[], bool] | None = None,
-                headroom: bool = False, unit: bool = True, ignore_cap: bool = False) -> int:
+                headroom: bool = False, unit: bool = True, ignore_cap: bool = False, top_up: bool = False) -> int:
         """Wait (in timed slices) until ``nbytes`` fit, reserve them and return the reservation.
 
         ``headroom``: keep one unit of this stage's cap free for an urgent reservation; ``urgent()`` true
@@ -425,7 +427,9 @@ class StageAccount:
         reservation is not one unit of the stage's work (a whole batch being stacked in an account whose
         unit is one element) and does not grow the stage's unit size. ``ignore_cap``: only the budget as a
         whole limits it (a shuffle buffer filling a byte capacity it fixed earlier, a restore rebuilding a
-        buffer that existed). ``stop``: anything with ``is_set()``.
+        buffer that existed). ``top_up``: it grows this stage's own outstanding reservation (a batch sized by
+        an element it holds), so it is no second probe and does not wait for the first settle (the caller
+        then calls ``merge_reservation``). ``stop``: anything with ``is_set()``.
         Raises ``MemoryBudgetError`` if they can never fit, ``Cancelled`` if ``stop`` is set meanwhile.
         """
         b = self.budget
@@ -433,7 +437,7 @@ class StageAccount:
             self._check_possible(nbytes)
             while True:
                 is_urgent = urgent is not None and urgent()
-                if self._admit(nbytes, is_urgent, headroom, ignore_cap):
+                if self._admit(nbytes, is_urgent, headroom, ignore_cap, top_up):
                     break
                 self._maybe_warn_shrunk()
                 if stop is not None and stop.is_set():

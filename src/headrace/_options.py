@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from ._memory import default_budget_bytes, parse_bytes
 
@@ -15,7 +17,121 @@ UNKNOWN_CARDINALITY = -2
 """``Dataset.cardinality()`` when it cannot be known without iterating (``filter``, generators)."""
 
 
-@dataclass(frozen=True)
+class AutoShardPolicy(enum.IntEnum):
+    """tf.data's ``tf.data.experimental.AutoShardPolicy`` values (``Options.experimental_distribute``)."""
+
+    OFF = -1
+    AUTO = 0
+    FILE = 1
+    DATA = 2
+    HINT = 3
+
+
+class _SubOptions:
+    """A group of tf.data option fields (``options.threading`` ...) written through to ``Options`` fields."""
+
+    _fields: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, owner: Options) -> None:
+        object.__setattr__(self, "_owner", owner)
+
+    def __getattr__(self, name: str) -> Any:
+        return self._get(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._set(name, value)
+
+    def _get(self, name: str) -> Any:
+        raise AttributeError(f"Options.{self._group}.{name}: headrace supports {sorted(self._fields)} here")
+
+    def _set(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Options.{self._group}.{name}: headrace supports {sorted(self._fields)} here")
+
+    _group = ""
+
+
+class ThreadingOptions(_SubOptions):
+    """``options.threading``: ``private_threadpool_size`` is headrace's ``max_parallelism`` (0 = default);
+    ``max_intra_op_parallelism`` has no equivalent (user functions run whole on one thread each)."""
+
+    _group = "threading"
+    _fields: ClassVar[dict[str, str]] = {"private_threadpool_size": "max_parallelism",
+                                         "max_intra_op_parallelism": ""}
+
+    def _get(self, name: str) -> Any:
+        if name == "private_threadpool_size":
+            return self._owner.max_parallelism or 0
+        if name == "max_intra_op_parallelism":
+            return None
+        return super()._get(name)
+
+    def _set(self, name: str, value: Any) -> None:
+        if name == "private_threadpool_size":
+            self._owner.max_parallelism = None if value in (None, 0) else value
+        elif name == "max_intra_op_parallelism":
+            if value not in (None, 1):
+                raise ValueError(f"Options.threading.max_intra_op_parallelism={value!r}: headrace runs each call of "
+                                 "a user function on one thread, so there is no intra-op pool to size; set "
+                                 "Options.max_parallelism (threading.private_threadpool_size) to bound its "
+                                 "threads")
+        else:
+            super()._set(name, value)
+
+
+class AutotuneOptions(_SubOptions):
+    """``options.autotune``: ``ram_budget`` (bytes) is headrace's ``memory_budget``, ``enabled`` its
+    ``autotune_enabled`` (``False``: no tuner thread, ``AUTOTUNE`` values keep their starting rules) and
+    ``cpu_budget`` its ``cpu_budget``."""
+
+    _group = "autotune"
+    _fields: ClassVar[dict[str, str]] = {"ram_budget": "memory_budget", "enabled": "autotune_enabled",
+                                         "cpu_budget": "cpu_budget"}
+
+    def _get(self, name: str) -> Any:
+        if name == "ram_budget":
+            return self._owner.memory_budget
+        if name == "enabled":
+            return self._owner.autotune_enabled is not False
+        if name == "cpu_budget":
+            return self._owner.cpu_budget
+        return super()._get(name)
+
+    def _set(self, name: str, value: Any) -> None:
+        if name == "ram_budget":
+            self._owner.memory_budget = None if value in (None, 0) else value
+        elif name == "enabled":
+            self._owner.autotune_enabled = value
+        elif name == "cpu_budget":
+            self._owner.cpu_budget = None if value == 0 else value
+        else:
+            super()._set(name, value)
+
+
+class DistributeOptions(_SubOptions):
+    """``options.experimental_distribute``: ``auto_shard_policy`` ``OFF`` is headrace's behaviour (a dataset
+    is never sharded behind the user's back); the others are refused, naming headrace's equivalents."""
+
+    _group = "experimental_distribute"
+    _fields: ClassVar[dict[str, str]] = {"auto_shard_policy": ""}
+
+    def _get(self, name: str) -> Any:
+        if name == "auto_shard_policy":
+            return AutoShardPolicy.OFF
+        return super()._get(name)
+
+    def _set(self, name: str, value: Any) -> None:
+        if name != "auto_shard_policy":
+            return super()._set(name, value)
+        policy = getattr(value, "name", value)
+        if policy in (AutoShardPolicy.OFF, "OFF", -1):
+            return None
+        raise ValueError(f"Options.experimental_distribute.auto_shard_policy={policy!r}: headrace does not shard "
+                         "a pipeline behind your back; shard it explicitly with "
+                         "headrace.distribute.auto_shard(files, make_dataset, policy='auto'|'file'|'data') or "
+                         "Dataset.shard(num_shards, index), and leave the policy OFF")
+
+
+@dataclass
 class Options:
     """Pipeline-wide settings, attached with ``Dataset.with_options`` and merged over the whole tree.
 
@@ -32,11 +148,16 @@ class Options:
             ``map(..., executor=...)`` overrides it per stage.
         cpu_budget: the most cores the pipeline's autotuned workers may keep busy at once (threads count by
             the share of their time they compute; a worker process counts 1). Default: the CPU count.
-        autotune: ``False`` keeps every ``AUTOTUNE`` value at its starting rule (no tuner thread);
-            ``None`` / ``True``: a tuner thread adjusts them while the iterator runs.
+        autotune_enabled: ``False`` keeps every ``AUTOTUNE`` value at its starting rule (no tuner thread);
+            ``None`` / ``True``: a tuner thread adjusts them while the iterator runs (tf.data's
+            ``options.autotune.enabled``).
 
-    Options set later (outer ``with_options``) override earlier ones field by field; fields left
-    ``None`` inherit.
+    Options set later (outer ``with_options``) override earlier ones field by field; fields left ``None``
+    inherit. As ``tf.data.Options``, fields may be assigned (``options.deterministic = False``, checked as in
+    the constructor), and tf.data's groups map onto these fields: ``options.threading.private_threadpool_size``
+    = ``max_parallelism``, ``options.autotune.ram_budget`` = ``memory_budget``, ``options.autotune.enabled`` =
+    ``autotune_enabled``; ``options.experimental_distribute.auto_shard_policy`` accepts ``OFF`` only and
+    settings without an equivalent raise ``ValueError`` naming what to use instead.
     """
 
     memory_budget: int | str | None = None
@@ -44,26 +165,34 @@ class Options:
     max_parallelism: int | None = None
     map_executor: str | None = None
     cpu_budget: int | None = None
-    autotune: bool | None = None
+    autotune_enabled: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.memory_budget is not None:
-            parse_bytes(self.memory_budget)
-        if self.deterministic is not None and not isinstance(self.deterministic, bool):
-            raise TypeError(f"Options(deterministic={self.deterministic!r}): expected True, False or None")
-        if self.max_parallelism is not None and (
-                isinstance(self.max_parallelism, bool) or not isinstance(self.max_parallelism, int)
-                or self.max_parallelism < 1):
-            raise ValueError(f"Options(max_parallelism={self.max_parallelism!r}) must be an int >= 1 or None")
-        if self.autotune is not None and not isinstance(self.autotune, bool):
-            raise TypeError(f"Options(autotune={self.autotune!r}): expected True, False or None")
-        if self.map_executor is not None and self.map_executor not in ("auto", "thread", "process"):
-            raise ValueError(f"Options(map_executor={self.map_executor!r}): expected 'auto', 'thread', 'process' "
-                             "or None (auto for num_parallel_calls=AUTOTUNE, else thread)")
-        if self.cpu_budget is not None and (isinstance(self.cpu_budget, bool) or not isinstance(self.cpu_budget, int)
-                                            or self.cpu_budget < 1):
-            raise ValueError(f"Options(cpu_budget={self.cpu_budget!r}) must be an int >= 1 (cores) or None for the "
-                             "CPU count")
+        for f in dataclasses.fields(self):
+            _check(f.name, getattr(self, f.name))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FIELDS:
+            _check(name, value)
+        elif not name.startswith("_"):
+            raise AttributeError(f"Options has no field {name!r}; headrace's fields: {sorted(_FIELDS)} and the "
+                                 "groups threading, autotune, experimental_distribute")
+        object.__setattr__(self, name, value)
+
+    @property
+    def threading(self) -> ThreadingOptions:
+        return ThreadingOptions(self)
+
+    @property
+    def autotune(self) -> AutotuneOptions:
+        return AutotuneOptions(self)
+
+    @property
+    def experimental_distribute(self) -> DistributeOptions:
+        return DistributeOptions(self)
+
+    experimental_deterministic = property(lambda self: self.deterministic,
+                                          lambda self, v: setattr(self, "deterministic", v))
 
     def merge(self, other: Options | None) -> Options:
         """Fields set in ``other`` win; fields it leaves ``None`` keep this object's value."""
@@ -81,3 +210,25 @@ class Options:
 
     def is_deterministic(self) -> bool:
         return True if self.deterministic is None else self.deterministic
+
+
+_FIELDS = {"memory_budget", "deterministic", "max_parallelism", "map_executor", "cpu_budget", "autotune_enabled"}
+
+
+def _check(name: str, value: Any) -> None:
+    """The checks of one ``Options`` field (constructor and assignment)."""
+    if value is None:
+        return
+    if name == "memory_budget":
+        parse_bytes(value)
+    elif name == "deterministic" and not isinstance(value, bool):
+        raise TypeError(f"Options(deterministic={value!r}): expected True, False or None")
+    elif name == "max_parallelism" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"Options(max_parallelism={value!r}) must be an int >= 1 or None")
+    elif name == "autotune_enabled" and not isinstance(value, bool):
+        raise TypeError(f"Options(autotune_enabled={value!r}): expected True, False or None")
+    elif name == "map_executor" and value not in ("auto", "thread", "process"):
+        raise ValueError(f"Options(map_executor={value!r}): expected 'auto', 'thread', 'process' or None (auto "
+                         "for num_parallel_calls=AUTOTUNE, else thread)")
+    elif name == "cpu_budget" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"Options(cpu_budget={value!r}) must be an int >= 1 (cores) or None for the CPU count")

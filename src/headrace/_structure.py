@@ -17,11 +17,15 @@ numpy ``str_`` / unicode arrays        ``bytes`` / object arrays of ``bytes``
 objects with ``__array__`` (torch)     ``np.asarray(obj)``
 =====================================  ========================================================
 
-In *tensor* positions (the arguments of ``from_tensors`` / ``from_tensor_slices``) a ``list`` is a
-tensor, as in tf.data: ``[1, 2, 3]`` becomes ``np.array([1, 2, 3], np.int64)`` and a list of Python
-floats becomes float32. Everywhere else (what a ``map`` function returns) a ``list`` is a structure
-like a tuple. Batches of ``bytes`` are numpy object arrays of ``bytes`` (what tf.data's
-``as_numpy_iterator`` gives for a batched ``tf.string``).
+``None`` is a valid component (tf.data's ``NoneTensorSpec``): it stays ``None`` through ``batch`` and
+``unbatch``.
+
+A ``list`` is a tensor, as in tf.data (whose ``nest`` does not recurse into lists): ``[1, 2, 3]`` becomes
+``np.array([1, 2, 3], np.int64)`` and a list of Python floats becomes float32, in ``from_tensors`` /
+``from_tensor_slices`` and inside what a function returns. The one exception is tf.data's too: a list
+returned by a function *at the top level* (``map(lambda x: [x, x + 1])``) becomes a tuple, so its items
+may have different shapes and dtypes (``normalize``). Batches of ``bytes`` are numpy object arrays of
+``bytes`` (what tf.data's ``as_numpy_iterator`` gives for a batched ``tf.string``).
 """
 
 from __future__ import annotations
@@ -71,8 +75,7 @@ def _normalize_leaf(x: Any, where: str) -> Any:
     if isinstance(x, complex):
         return np.complex128(x)
     if x is None:
-        raise TypeError(f"{where}: None is not a valid element leaf; return a value, an empty array "
-                        "(np.zeros(0)) or b'' instead")
+        return None
     if hasattr(x, "__array__"):
         return np.asarray(x)
     raise TypeError(f"{where}: unsupported leaf of type {t.__name__}; leaves must be numpy arrays or "
@@ -89,32 +92,28 @@ def _bytes_array(a: np.ndarray) -> np.ndarray:
 
 
 def normalize(x: Any, where: str = "element") -> Any:
-    """Return ``x`` with every leaf converted by the table in the module docstring.
+    """What a function returns (``map``, a source's ``__next__``), as an element: a top-level ``list``
+    becomes a tuple (tf.data's rule for function results), lists below it are tensors, every leaf is
+    converted by the table in the module docstring.
 
-    Raises ``TypeError`` naming ``where`` for unsupported leaves (``None``, arbitrary objects).
+    Raises ``TypeError`` naming ``where`` for unsupported leaves (arbitrary objects) and ``ValueError`` for
+    ragged lists.
     """
     t = type(x)
     if t is np.ndarray:
         return _bytes_array(x) if x.dtype.kind in "US" else x
     if t in _PASS_TYPES:
         return x
-    if t is tuple:
-        return tuple(normalize(v, where) for v in x)
-    if t is dict:
-        return {k: normalize(v, where) for k, v in x.items()}
     if t is list:
-        return [normalize(v, where) for v in x]
-    if is_namedtuple(x):
-        return t(*(normalize(v, where) for v in x))
-    if isinstance(x, dict):
-        return {k: normalize(v, where) for k, v in x.items()}
-    return _normalize_leaf(x, where)
+        return tuple(normalize_tensors(v, where) for v in x)
+    return normalize_tensors(x, where)
 
 
-def _first_scalar(x: Any) -> Any:
-    while isinstance(x, list | tuple) and len(x) > 0:
-        x = x[0]
-    return x
+def _python_numbers_only(x: Any) -> bool:
+    """Whether a (nested) list holds only Python ints / floats (its float64 result becomes float32)."""
+    if isinstance(x, list | tuple):
+        return all(_python_numbers_only(v) for v in x)
+    return type(x) in (int, float)
 
 
 def to_tensor(x: Any, where: str) -> Any:
@@ -130,7 +129,7 @@ def to_tensor(x: Any, where: str) -> Any:
                 return _bytes_array(arr)
             raise ValueError(f"{where}: a ragged or mixed list cannot be a tensor; pad it to a rectangular "
                              "shape or yield the rows from Dataset.from_generator")
-        if arr.dtype == np.float64 and type(_first_scalar(x)) is float:
+        if arr.dtype == np.float64 and _python_numbers_only(x):
             arr = arr.astype(np.float32)
         elif arr.dtype.kind in "US":
             arr = _bytes_array(arr)
@@ -141,6 +140,10 @@ def to_tensor(x: Any, where: str) -> Any:
 def normalize_tensors(x: Any, where: str) -> Any:
     """Normalize a structure whose ``list`` leaves are tensors (see the module docstring)."""
     t = type(x)
+    if t is np.ndarray:
+        return _bytes_array(x) if x.dtype.kind in "US" else x
+    if t in _PASS_TYPES:
+        return x
     if t is tuple:
         return tuple(normalize_tensors(v, where) for v in x)
     if isinstance(x, dict):

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from ._dataset import Dataset
 from ._iterator import Iterator
-from ._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Options
+from ._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, AutoShardPolicy, Options
+from ._spec import DatasetSpec, NoneTensorSpec, RaggedTensorSpec, TensorShape, TensorSpec
 from .io.tfrecord import TFRecordDataset
 
-__all__ = ["AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "Dataset", "Iterator", "Options",
-           "TFRecordDataset"]
+__all__ = ["AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "AutoShardPolicy", "Dataset", "DatasetSpec",
+           "Iterator", "NoneTensorSpec", "Options", "RaggedTensorSpec", "TFRecordDataset", "TensorShape", "TensorSpec"]

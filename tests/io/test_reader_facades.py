@@ -20,7 +20,8 @@ def test_tfrecord_dataset_attributes_and_names_dataset(tmp_path):
         with TFRecordWriter(paths[-1]) as w:
             w.write(f"record {i}".encode())
     ds = TFRecordDataset(paths, compression_type="", num_parallel_reads=2, on_corrupt="skip", check_crc=False)
-    assert isinstance(ds, hr.Dataset) and repr(ds) == "<TFRecordDataset TFRecordDataset>"
+    assert isinstance(ds, hr.Dataset) and repr(ds) == ("<TFRecordDataset TFRecordDataset element_spec="
+                                                  "TensorSpec(shape=(), dtype=string, name=None)>")
     assert (ds.compression_type, ds.num_parallel_reads, ds.on_corrupt, ds.check_crc) == ("", 2, "skip", False)
     assert ds.buffer_size > 0 and ds.skipped_records == []
     assert sorted(ds) == [b"record 0", b"record 1"]

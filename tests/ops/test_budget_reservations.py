@@ -34,6 +34,24 @@ def test_first_element_is_a_probe_one_at_a_time():
     assert acc.try_reserve(100) == 100
 
 
+def test_a_top_up_of_the_stages_own_reservation_is_no_second_probe():
+    # A batch reserves once per batch, then grows that reservation when its first element's size is known:
+    # that top-up used to wait out the probe (0.2 s) for the settle only the batch itself would make, once
+    # per new batch account: 0.2 s per window in window(...).flat_map(lambda w: w.batch(n)).
+    budget = MemoryBudget(10_000)
+    acc = budget.account("batch", 8, mandatory=True)
+    first = acc.reserve(0, unit=False)
+    stop = Flag()
+    stop.set()  # a wait would raise Cancelled at once
+    with pytest.raises(Cancelled):
+        acc.reserve(100, stop, unit=False)  # another probe: waits for the first size
+    grown = acc.reserve(300, stop, unit=False, top_up=True)
+    acc.merge_reservation()
+    acc.settle(first + grown, 300, count=3, unit=False)
+    assert budget.total_bytes == 300
+    assert len(list(hr.Dataset.range(30).window(3).flat_map(lambda w: w.batch(3)))) == 10
+
+
 def test_ordered_stage_keeps_headroom_for_the_urgent_element():
     budget = MemoryBudget(1000)
     acc = budget.account("ordered", 10)

@@ -175,4 +175,4 @@ def test_the_facade_and_the_unwrap_helper():
         hr.Iterator(7)
     with pytest.raises(TypeError, match="zip"):
         as_node([1], "zip(): not a dataset")
-    assert repr(D.range(3).map(len, name="n")) == "<Dataset map(n)>"
+    assert repr(D.range(3).map(len, name="n")) == "<Dataset map(n) element_spec=<known from the first element>>"

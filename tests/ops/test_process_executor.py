@@ -20,7 +20,7 @@ import pytest
 import headrace as hr
 from headrace._ops import proc_pool
 from tests.conftest import REPO, assert_same
-from tests.ops.proc_fns import _big, _kill_self_at_5, _mixed, _raise_at_4, _segfault_at_3, _sleepy, _spin
+from tests.ops.proc_fns import _big, _kill_self_at_5, _mixed, _raise_at_4, _segfault_at_3, _sleepy, _spin, times_three
 
 D = hr.Dataset
 
@@ -283,3 +283,17 @@ def test_worker_processes_take_at_most_half_the_budget():
         stats = it.memory_stats()
     assert report["started"] == 1, report  # a second ~48 MiB worker would pass 45 MiB
     assert stats["peak_bytes"] <= stats["limit_bytes"]
+
+
+def test_output_signature_and_traced_spec_apply_to_process_results():
+    """tf.data parity (issue 11) on the process executor (issue 12): results from workers are converted to
+    ``output_signature`` in the parent, and a declared spec they cannot fit raises naming it."""
+    ds = D.range(6).map(times_three, num_parallel_calls=2, executor="process",
+                        output_signature=hr.TensorSpec([], np.int32))
+    out = list(ds)
+    assert [int(v) for v in out] == [0, 3, 6, 9, 12, 15] and all(v.dtype == np.int32 for v in out)
+    bad = D.range(3).map(times_three, num_parallel_calls=2, executor="process",
+                         output_signature=hr.TensorSpec([2], np.int64))
+    with pytest.raises(ValueError, match="output_signature"):
+        list(bad)
+

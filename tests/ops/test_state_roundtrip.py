@@ -60,6 +60,12 @@ def _files(tmp_path_factory):
     return str(d / "*.txt")
 
 
+def _saved(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("saved") / "ds")
+    D.range(9).map(lambda x: (x, np.full([int(x) % 3], "s"))).save(path, shard_func=lambda x, s: x % 2)
+    return path
+
+
 PIPELINES: dict[str, Callable[[object], hr.Dataset]] = {
     "range": lambda _: D.range(3, 20, 2),
     "from_tensor_slices": lambda _: D.from_tensor_slices({"a": np.arange(7), "b": np.arange(14).reshape(7, 2)}),
@@ -99,6 +105,23 @@ PIPELINES: dict[str, Callable[[object], hr.Dataset]] = {
     "list_files": lambda pattern: D.list_files(pattern, seed=2),
     "from_source": lambda _: D.from_source(_Squares, cardinality=8, name="squares").shuffle(3, seed=4).repeat(2),
     "with_options": lambda _: D.range(5).prefetch(2).with_options(hr.Options(memory_budget="1MiB")),
+    "sample_weights_dataset": lambda _: D.sample_from_datasets(
+        [D.range(6), D.range(100, 106)], D.from_tensor_slices(np.array([[0.5, 0.5], [1.0, 0.0]] * 8)), seed=2),
+    "counter": lambda _: D.counter(5, 3).take(7),
+    "random": lambda _: D.random(seed=3).take(6),
+    "scan": lambda _: D.range(8).scan(np.int64(0), lambda s, x: (s + x, s * 10)),
+    "unique": lambda _: D.from_tensor_slices(np.array([3, 1, 3, 2, 1, 5, 2, 7])).unique(),
+    "window": lambda _: D.range(9).window(3, 2).flat_map(lambda w: w.batch(3)),
+    "window_stride": lambda _: D.range(10).window(2, 3, 2, drop_remainder=True).flat_map(lambda w: w.batch(2)),
+    "group_by_window": lambda _: D.range(13).group_by_window(lambda x: x % 3, lambda k, w: w.batch(2),
+                                                             window_size=2),
+    "bucket_by_sequence_length": lambda _: (D.range(1, 12).map(lambda x: np.full([int(x) % 5 + 1], x))
+                                            .bucket_by_sequence_length(len, [2, 4], [2, 3, 2])),
+    "ragged_batch": lambda _: (D.range(9).map(lambda x: np.arange(x)).ragged_batch(2)  # rows -> comparable arrays
+                               .map(lambda b: (np.array([len(r) for r in b]), np.concatenate(list(b))))),
+    "rebatch": lambda _: D.range(11).batch(4).rebatch(3),
+    "load": lambda path: D.load(path),
+    "rejection_resample": lambda _: D.range(30).rejection_resample(lambda x: x % 3, [0.6, 0.2, 0.2], seed=1),
     "seed_pipeline": lambda _: (D.from_tensor_slices((np.arange(40.0).reshape(20, 2), np.arange(20)))
                                 .map(lambda x, y: (x * 2, y), num_parallel_calls=2)
                                 .shuffle(8, seed=0).batch(4).prefetch(2)),
@@ -110,6 +133,8 @@ def test_restore_at_every_position(name, tmp_path, tmp_path_factory):
     arg = os.path.join(tmp_path, "cache") if name == "cache_file" else None
     if name == "list_files":
         arg = _files(tmp_path_factory)
+    if name == "load":
+        arg = _saved(tmp_path_factory)
 
     def build() -> hr.Dataset:
         return PIPELINES[name](arg)

@@ -49,10 +49,9 @@ def test_dtype_rules_of_map_outputs():
     x = next(iter(D.range(1).map(lambda i: (1, 2.5, True, "s", b"b", np.float32(1), [1, 2], np.arange(2.0)))))
     kinds = [type(v) for v in x[:6]]
     assert kinds == [np.int64, np.float32, np.bool_, bytes, bytes, np.float32]
-    assert isinstance(x[6], list) and [type(v) for v in x[6]] == [np.int64, np.int64]
+    assert isinstance(x[6], np.ndarray) and x[6].dtype == np.int64 and x[6].tolist() == [1, 2]  # inner list: tensor
     assert x[7].dtype == np.float64
-    with pytest.raises(TypeError, match="None is not a valid element"):
-        list(D.range(1).map(lambda i: None))
+    assert list(D.range(1).map(lambda i: None)) == [None]  # tf.data's NoneTensorSpec
     with pytest.raises(TypeError, match="unsupported leaf of type object"):
         list(D.range(1).map(lambda i: object()))
     with pytest.raises(ValueError, match="does not fit int64"):
@@ -79,19 +78,19 @@ def test_tuple_elements_are_unpacked_but_namedtuples_and_dicts_are_not():
     (lambda: D.range(3).interleave(D.from_tensors, block_length=0), ValueError, r"block_length\)=0"),
     (lambda: D.range(3).shard(0, 0), ValueError, r"num_shards\)=0"),
     (lambda: D.range(3).shard(2, 2), ValueError, r"index must be in \[0, 1\]"),
-    (lambda: D.range(3).take(-2), ValueError, r"take\(count\)=-2"),
-    (lambda: D.range(3).skip(-3), ValueError, r"skip\(count\)=-3"),
-    (lambda: D.range(3).repeat(-4), ValueError, "repeat"),
+    (lambda: D.range(3).take(1.0), TypeError, r"take\(count\)=1.0: expected an integer .* got a float"),
+    (lambda: D.range(3).skip(True), TypeError, r"skip\(count\)=True: expected an integer, got a bool"),
+    (lambda: D.range(3).repeat(np.float32(2)), TypeError, r"repeat\(count\)"),
     (lambda: D.range(1, 5, 0), ValueError, "step must not be 0"),
-    (lambda: D.range(1.5), TypeError, "integers"),
+    (lambda: D.range(1.5), TypeError, r"range\(1.5\): argument 0=1.5: expected an integer"),
     (lambda: D.from_tensor_slices(5), ValueError, "at least one dimension"),
     (lambda: D.from_tensor_slices(([1, 2], [1, 2, 3])), ValueError, r"same size in dimension 0, got \[2, 3\]"),
     (lambda: D.from_tensor_slices([[1, 2], [3]]), ValueError, "ragged"),
     (lambda: D.from_generator(iter([1, 2])), TypeError, "must be a callable"),
     (lambda: D.sample_from_datasets([D.range(2)], weights=[0.5, 0.5]), ValueError, "one weight per dataset"),
-    (lambda: D.sample_from_datasets([D.range(2), D.range(2)], weights=[-1, 2]), ValueError, ">= 0"),
+    (lambda: D.sample_from_datasets([D.range(2), D.range(2)], weights=[-1.0, 2.0]), ValueError, ">= 0"),
     (lambda: D.sample_from_datasets([]), ValueError, "empty"),
-    (lambda: D.zip(D.range(2), [1, 2]), TypeError, "must be a headrace.Dataset"),
+    (lambda: D.zip(D.range(2), (1, 2)), TypeError, "must be a headrace.Dataset"),
     (lambda: D.range(2).concatenate([1]), TypeError, "expected a headrace.Dataset"),
     (lambda: D.range(2).with_options({"memory_budget": 1}), TypeError, "expected headrace.Options"),
     (lambda: hr.Options(max_parallelism=0), ValueError, "max_parallelism"),
@@ -111,12 +110,12 @@ def test_runtime_errors_name_the_problem():
         list(D.range(4).map(lambda x: np.zeros(int(x))).padded_batch(4, padded_shapes=[2]))
     with pytest.raises(ValueError, match=r"choice element 1 is 7 \(int64\); expected an int64 scalar in \[0, 1\]"):
         list(D.choose_from_datasets([D.range(3), D.range(3)], D.from_tensor_slices([0, 7])))
-    with pytest.raises(TypeError, match="different element structures"):
-        list(D.range(2).concatenate(D.range(2).map(lambda x: (x, x))))
+    with pytest.raises(TypeError, match="concatenate: incompatible element specs"):
+        D.range(2).concatenate(D.range(2).map(lambda x: (x, x)))  # raised when built, as tf.data
     with pytest.raises(ValueError, match="does not match the declared shape"):
         list(D.from_generator(lambda: iter([[1, 2, 3]]), output_signature=hr.TensorSpec([2], "int64")))
-    with pytest.raises(ValueError, match="cannot unbatch a scalar"):
-        list(D.range(3).unbatch())
+    with pytest.raises(ValueError, match="cannot unbatch an input with scalar components"):
+        D.range(3).unbatch()  # raised when built, as tf.data
 
 
 def test_list_files(tmp_path):

@@ -144,11 +144,12 @@ def test_explain_names_the_consumer_when_the_pipeline_keeps_up():
 
 
 def test_options_autotune_false_keeps_the_starting_rule():
-    with iter(D.range(50).map(_wait, num_parallel_calls=hr.AUTOTUNE).with_options(hr.Options(autotune=False))) as it:
+    ds = D.range(50).map(_wait, num_parallel_calls=hr.AUTOTUNE).with_options(hr.Options(autotune_enabled=False))
+    with iter(ds) as it:
         assert list(it) == list(range(50))
         assert it.explain()["tuner"] is None
-    with pytest.raises(TypeError, match="autotune='yes'"):
-        hr.Options(autotune="yes")
+    with pytest.raises(TypeError, match="autotune_enabled='yes'"):
+        hr.Options(autotune_enabled="yes")
 
 
 def test_explain_names_a_slow_sequential_input_below_a_waiting_stage():

@@ -165,6 +165,16 @@ def mode_interrupt(shape: dict[str, Any], args: dict[str, Any]) -> dict[str, Any
 
     outcomes: Counter[str] = Counter()
     got: Counter[int] = Counter()
+
+    def rebuild() -> hr.Iterator:
+        # Building a pipeline runs user code (element specs are traced from the map functions, as tf.data
+        # traces them): an interrupt landing there is the user's KeyboardInterrupt, not the engine's; retry.
+        while True:
+            try:
+                return iter(build(shape, args.get("cache_dir")))
+            except KeyboardInterrupt:
+                outcomes["interrupted_building"] += 1
+
     it = iter(build(shape, args.get("cache_dir")))
     sender = threading.Thread(target=interrupter, name="interrupter", daemon=True)
     deadline = time.monotonic() + args.get("seconds", 3.0)
@@ -178,12 +188,12 @@ def mode_interrupt(shape: dict[str, Any], args: dict[str, Any]) -> dict[str, Any
             except StopIteration:
                 outcomes["end"] += 1
                 it.close()
-                it = iter(build(shape, args.get("cache_dir")))
+                it = rebuild()
             except KeyboardInterrupt:
                 outcomes["interrupted"] += 1
             except hr.IteratorClosedError:
                 outcomes["closed"] += 1
-                it = iter(build(shape, args.get("cache_dir")))
+                it = rebuild()
     except KeyboardInterrupt:  # landed outside next(): fine, stop here
         outcomes["interrupted_outside"] += 1
     while True:  # stop the interrupter; a signal it sent meanwhile may land anywhere in here

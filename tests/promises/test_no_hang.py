@@ -36,7 +36,8 @@ def test_repeated_ctrl_c_inside_next_never_hangs_or_breaks(shape):
     assert verdict.ok, (verdict.kind, verdict.detail, verdict.figures)
     outcomes = verdict.figures["outcomes"]
     assert verdict.figures["signals"] > 50 and outcomes.get("interrupted", 0) > 10, verdict.figures
-    assert set(outcomes) <= {"element", "end", "interrupted", "interrupted_outside", "closed"}
+    assert set(outcomes) <= {"element", "end", "interrupted", "interrupted_outside", "interrupted_building",
+                            "closed"}
 
 
 @pytest.mark.parametrize("shape", [BUSY, SEQUENTIAL], ids=["parallel", "parallel-batch"])

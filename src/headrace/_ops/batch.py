@@ -22,13 +22,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._args import count_arg, parallel_calls_arg
 from .._memory import StageAccount
 from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
+from .._spec import batch_spec
 from .._structure import nbytes
 from . import by_value
-from .autotune import parallelism, validate_count, validate_parallel_calls
+from .autotune import parallelism
 from .base import DatasetIterator, IteratorContext, check_state, note_error, stop_flag
-from .node import DatasetNode
+from .node import DatasetNode, SpecOf
 from .parallel import PoolIterator
 from .stacking import BufferPool, stack
 
@@ -46,15 +48,19 @@ class BatchNode(DatasetNode):
     def __init__(self, input_node: DatasetNode, batch_size: int, drop_remainder: bool,
                  num_parallel_calls: int | None, deterministic: bool | None) -> None:
         super().__init__([input_node])
-        validate_count(batch_size, "batch(batch_size)", minimum=1, fix="use batch_size=1 for one-element batches")
-        validate_parallel_calls(num_parallel_calls, "batch")
-        self.batch_size = int(batch_size)
+        self.batch_size = count_arg(batch_size, "batch(batch_size)", minimum=1,
+                                    fix="use batch_size=1 for one-element batches")
+        self.num_parallel_calls = parallel_calls_arg(num_parallel_calls, "batch")
         self.drop_remainder = bool(drop_remainder)
-        self.num_parallel_calls = num_parallel_calls
         self.deterministic = deterministic
 
     def cardinality(self) -> int:
         return batched_cardinality(self.inputs[0].cardinality(), self.batch_size, self.drop_remainder)
+
+    def compute_spec(self, spec_of: SpecOf) -> Any:
+        spec = spec_of(self.inputs[0])
+        return None if spec is None else batch_spec(spec, self.batch_size if self.drop_remainder else None,
+                                                    self.label)
 
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         source = self.inputs[0].make_iterator(ctx)
@@ -150,7 +156,7 @@ class _BatchIterator(DatasetIterator):
             self._reserved += acc.reserve(max(0, want - self._reserved), stop, unit=False)
             self._open = True
         elif want > self._reserved:
-            self._reserved += acc.reserve(want - self._reserved, stop, unit=False)
+            self._reserved += acc.reserve(want - self._reserved, stop, unit=False, top_up=True)
             acc.merge_reservation()
 
     def _gather(self, stop: Any) -> bool:

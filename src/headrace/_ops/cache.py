@@ -11,7 +11,9 @@ temporary name and renamed when complete, so a crash never leaves a file that lo
 passes stream from it. Nothing is held in memory beyond one element. The file is a sequence of pickled
 elements (protocol 5) and is only for caches headrace wrote itself: do not point ``filename`` at files
 from untrusted sources. Like tf.data, the cache is not invalidated when the input changes: delete the
-file.
+file. One writer at a time: the filling pass holds ``<filename>.hrcache.lock`` and a second iterator
+that would fill the same file while it runs raises ``FileExistsError`` (tf.data's "concurrent caching
+iterator" error); a lock left by a dead process is taken over.
 
 State: the number of elements produced in this pass, with the reader's position (element index, byte
 offset) or, while filling, the input's state. A state taken while filling restores into a reader if the
@@ -37,6 +39,7 @@ CACHE_SUFFIX = ".hrcache"
 
 class CacheNode(DatasetNode):
     label = "cache"
+    spec_passes = True
 
     def __init__(self, input_node: DatasetNode, filename: str) -> None:
         super().__init__([input_node])
@@ -146,12 +149,67 @@ class _MemorySink:
         self._total = 0
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - another user's live process
+        return True
+    return True
+
+
+def take_lock(path: str) -> str:
+    """Create ``<path>.lock`` (holding this process id) for one writer, as tf.data's cache lockfile.
+
+    Raises ``FileExistsError`` naming the lock file while another writer (in this or a live process)
+    holds it; a lock left by a process that no longer runs is taken over.
+    """
+    lock = path + ".lock"
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                with open(lock) as f:
+                    pid = int(f.read().strip() or 0)
+            except (OSError, ValueError):
+                pid = 0
+            if pid and not _pid_alive(pid):
+                try:
+                    os.remove(lock)
+                except FileNotFoundError:
+                    pass
+                continue
+            raise FileExistsError(f"cache({path!r}): another iterator is writing this cache file (lock {lock} "
+                                  f"held by process {pid}); tf.data refuses a second concurrent writer too. "
+                                  "Finish or close the first iteration before starting another, or delete the "
+                                  "lock file if no process uses it") from None
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return lock
+    raise FileExistsError(f"cache({path!r}): could not take the lock {lock}; delete it if no process uses it")
+
+
 class _FileSink:
     def __init__(self, node: CacheNode) -> None:
         self._node = node
+        os.makedirs(os.path.dirname(os.path.abspath(node.path)), exist_ok=True)
+        self._lock: str | None = take_lock(node.path)
         self._tmp = f"{node.path}.tmp-{os.getpid()}-{id(self)}"
-        os.makedirs(os.path.dirname(os.path.abspath(self._tmp)), exist_ok=True)
-        self._file: IO[bytes] | None = open(self._tmp, "wb")  # noqa: SIM115 - closed in finish / abandon
+        try:
+            self._file: IO[bytes] | None = open(self._tmp, "wb")  # noqa: SIM115 - closed in finish / abandon
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            try:
+                os.remove(self._lock)
+            except FileNotFoundError:
+                pass
+            self._lock = None
 
     def reserve(self, stop: Any) -> int:
         return 0
@@ -165,12 +223,14 @@ class _FileSink:
             self._file.close()
             self._file = None
             os.replace(self._tmp, self._node.path)
+        self._unlock()
 
     def abandon(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
             os.remove(self._tmp)
+        self._unlock()
 
 
 class _CacheIterator(DatasetIterator):
@@ -193,8 +253,12 @@ class _CacheIterator(DatasetIterator):
                 self._account.settle(reserved, node._memory_bytes, count=max(len(node._memory), 1), unit=False)
             self._reader = _MemoryReader(node._memory)
         else:
+            try:
+                self._sink = _FileSink(node) if node.filename else _MemorySink(node, self._account)
+            except BaseException:  # another writer holds the file: this iterator never existed
+                self._account.close()
+                raise
             self._source = node.inputs[0].make_iterator(ctx)
-            self._sink = _FileSink(node) if node.filename else _MemorySink(node, self._account)
 
     def __next__(self) -> Any:
         if self._reader is not None:

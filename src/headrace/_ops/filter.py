@@ -24,6 +24,7 @@ def as_bool(value: Any, stage: str) -> bool:
 
 class FilterNode(DatasetNode):
     shard_passes = True
+    spec_passes = True
     def __init__(self, input_node: DatasetNode, predicate: Callable[..., Any], name: str | None) -> None:
         super().__init__([input_node])
         if not callable(predicate):

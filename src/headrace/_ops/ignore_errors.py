@@ -54,6 +54,7 @@ def is_data_error(e: BaseException) -> bool:
 class IgnoreErrorsNode(DatasetNode):
     label = "ignore_errors"
     shard_passes = True
+    spec_passes = True
 
     def __init__(self, input_node: DatasetNode, log_warning: bool, max_drop_ratio: float | None = None) -> None:
         super().__init__([input_node])

@@ -6,6 +6,10 @@ then moves to the next slot. An empty slot is filled with the next input element
 it, and read from at once; an exhausted slot is emptied and the cycle moves on. ``flat_map`` is the case
 ``cycle_length=1``.
 
+``cycle_length`` ``None`` / ``AUTOTUNE`` follows tf.data's rule (``cycle_length_for``): the CPU count
+without ``num_parallel_calls``; ``min(num_parallel_calls, CPU count)`` with a fixed ``num_parallel_calls``;
+``ceil(CPU count / 3)`` when both are ``AUTOTUNE``.
+
 ``num_parallel_calls`` (int or ``AUTOTUNE`` = ``cycle_length``) reads every open slot in a background
 thread (a one-worker prefetcher per slot, ``headrace._ops.parallel``), refilled in bursts from half full so
 the reader is woken once per burst rather than once per element. The slots share **one** memory account
@@ -28,12 +32,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._options import AUTOTUNE
+from .._args import count_arg, parallel_calls_arg
+from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from . import by_value
-from .autotune import cpu_count, validate_count, validate_parallel_calls
+from .autotune import cpu_count
 from .base import DatasetIterator, IteratorContext, check_state, fn_name, note_error
-from .map import guarded_call
-from .node import DatasetNode, node_of
+from .map import call_with_element, guarded_call
+from .node import DatasetNode, SpecOf, node_of, trace
 from .parallel import PoolIterator
 from .prefetch import _identity
 from .tuner import MAX_BUFFER, stage_tuning
@@ -49,16 +54,15 @@ class InterleaveNode(DatasetNode):
         if not callable(fn):
             raise TypeError(f"{kind}(map_func={fn!r}): map_func must be callable and return a Dataset")
         if cycle_length is not None:
-            validate_count(cycle_length, f"{kind}(cycle_length)", minimum=1, allow_autotune=True,
-                           fix="use headrace.AUTOTUNE to read as many datasets at once as there are CPUs")
+            cycle_length = count_arg(cycle_length, f"{kind}(cycle_length)", minimum=1, allow_autotune=True,
+                                     fix="use headrace.AUTOTUNE to read as many datasets at once as there are CPUs")
         if block_length is not None:
-            validate_count(block_length, f"{kind}(block_length)", minimum=1,
-                           fix="use 1 to take one element from each dataset in turn")
-        validate_parallel_calls(num_parallel_calls, kind)
+            block_length = count_arg(block_length, f"{kind}(block_length)", minimum=1,
+                                     fix="use 1 to take one element from each dataset in turn")
         self.fn = fn
         self.cycle_length = cycle_length
-        self.block_length = 1 if block_length is None else int(block_length)
-        self.num_parallel_calls = num_parallel_calls
+        self.block_length = 1 if block_length is None else block_length
+        self.num_parallel_calls = parallel_calls_arg(num_parallel_calls, kind)
         self.deterministic = deterministic
         self.kind = kind
         self.label = f"{kind}({name or fn_name(fn)})"
@@ -72,13 +76,38 @@ class InterleaveNode(DatasetNode):
             return None
         return self.with_inputs([shard_at_source(self.inputs[0], num_shards, index)])
 
+    def cardinality(self) -> int:
+        """tf.data's: infinite for a parallel interleave of an infinite input, else unknown."""
+        if self.num_parallel_calls is not None and self.inputs[0].cardinality() == INFINITE_CARDINALITY:
+            return INFINITE_CARDINALITY
+        return UNKNOWN_CARDINALITY
+
+    def compute_spec(self, spec_of: SpecOf) -> Any:
+        def dataset_spec(ds: Any) -> Any:
+            node = node_of(ds)
+            if node is None:
+                raise TypeError("map_func did not return a Dataset")
+            return spec_of(node)
+
+        return trace(lambda x: call_with_element(self.fn, x), spec_of(self.inputs[0]), dataset_spec)
+
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
-        cycle = self.cycle_length
-        if cycle is None or cycle == AUTOTUNE:
-            cycle = cpu_count()
+        cycle = cycle_length_for(self.cycle_length, self.num_parallel_calls)
         parallel = self.num_parallel_calls is not None
         return _InterleaveIterator(ctx, self, self.inputs[0].make_iterator(ctx), int(cycle), parallel,
                                    ctx.deterministic(self.deterministic), ctx.stage_name(self, self.label))
+
+
+def cycle_length_for(cycle_length: int | None, num_parallel_calls: int | None) -> int:
+    """tf.data's ``cycle_length`` for ``None`` / ``AUTOTUNE`` (see the module docstring)."""
+    if cycle_length is not None and cycle_length != AUTOTUNE:
+        return cycle_length
+    cpus = cpu_count()
+    if num_parallel_calls is None:
+        return cpus
+    if num_parallel_calls != AUTOTUNE:
+        return min(num_parallel_calls, cpus)
+    return -(-cpus // 3)
 
 
 class _Slot:
@@ -116,7 +145,7 @@ class _InterleaveIterator(DatasetIterator):
         if parallel:
             self._account = ctx.account(stage, cycle_length * self._read_ahead)
             self._account.warn_shrink = False
-            if node.num_parallel_calls == AUTOTUNE and ctx.options.autotune is not False:
+            if node.num_parallel_calls == AUTOTUNE and ctx.options.autotune_enabled is not False:
                 t = self._tuning = stage_tuning(ctx, stage, "interleave")
                 t.knob("parallel_slots", cycle_length, 0, cycle_length,
                        f"AUTOTUNE start: every slot of cycle_length={cycle_length} read by its own thread")

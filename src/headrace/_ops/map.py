@@ -1,8 +1,13 @@
 """``Dataset.map``: apply a function to every element, sequentially or in a thread pool.
 
 Like tf.data, a tuple element is unpacked into positional arguments (``fn(*x)``); any other element
-(dict, namedtuple, array) is passed as one argument. The function's result is normalized (Python ints ->
-int64, floats -> float32, str -> bytes; lists stay structures).
+(dict, namedtuple, array) is passed as one argument. The function's result is normalized as tf.data
+normalizes it (Python ints -> int64, floats -> float32, str -> bytes; a list returned at the top level
+becomes a tuple, lists inside it are tensors; ``None`` components stay ``None``).
+
+Element spec: ``output_signature=`` (a structure of ``TensorSpec``) declares it, and every result is
+converted to it (as ``from_generator`` converts) and checked; without it, the spec is traced from the
+function on spec-shaped examples of the input's spec (``node.trace``), else read from the first element.
 
 ``num_parallel_calls=None`` runs in the consumer's thread; an int or ``AUTOTUNE`` runs that many workers
 (``headrace._ops.parallel``). ``deterministic=False`` yields results as they finish.
@@ -11,7 +16,8 @@ Where the function runs (``executor=`` per stage, else ``Options(map_executor=..
 ``AUTOTUNE`` and ``"thread"`` for an explicit number; ``headrace._ops.executor``): on the workers' threads
 (functions that release the GIL: numpy, OpenCV, image decoders), in worker processes (functions that
 hold it), or measured first (``"auto"``). ``executor="process"`` (or ``"auto"``) with
-``num_parallel_calls=None`` runs one worker, in order. The options apply to parallel maps only.
+``num_parallel_calls=None`` runs one worker, in order. The options apply to parallel maps only. Results
+from worker processes are converted to ``output_signature`` / checked against a traced spec in the parent.
 """
 
 from __future__ import annotations
@@ -19,13 +25,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._args import parallel_calls_arg
 from .._options import AUTOTUNE
-from .._structure import SCALAR_TYPES, normalize
-from .autotune import MAP_WINDOW_PER_WORKER, parallelism, validate_parallel_calls
+from .._spec import conformance, from_user
+from .._structure import SCALAR_TYPES, describe, normalize
+from .autotune import MAP_WINDOW_PER_WORKER, parallelism
 from .base import DatasetIterator, IteratorContext, UnaryIterator, fn_name, note_error
 from .executor import AutoExecutor, ProcessExecutor, validate_executor
-from .node import DatasetNode
+from .node import DatasetNode, SpecOf, trace
 from .parallel import PoolIterator
+from .sources import convert_to_spec
 
 
 def call_with_element(fn: Callable[..., Any], x: Any) -> Any:
@@ -43,40 +52,62 @@ def guarded_call(fn: Callable[..., Any], x: Any, stage: str) -> Any:
 
 class MapNode(DatasetNode):
     shard_passes = True
+
     def __init__(self, input_node: DatasetNode, fn: Callable[..., Any], num_parallel_calls: int | None,
-                 deterministic: bool | None, name: str | None, executor: str | None = None) -> None:
+                 deterministic: bool | None, name: str | None, output_signature: Any = None,
+                 executor: str | None = None) -> None:
         super().__init__([input_node])
         if not callable(fn):
             raise TypeError(f"map(map_func={fn!r}): map_func must be callable")
-        validate_parallel_calls(num_parallel_calls, "map")
         validate_executor(executor, "map(executor)")
         self.fn = fn
-        self.num_parallel_calls = num_parallel_calls
+        self.num_parallel_calls = parallel_calls_arg(num_parallel_calls, "map")
         self.deterministic = deterministic
+        self.signature = None if output_signature is None else from_user(output_signature,
+                                                                        "map(output_signature)")
         self.executor = executor
         self.label = f"map({name or fn_name(fn)})"
 
     def cardinality(self) -> int:
         return self.inputs[0].cardinality()
 
+    def compute_spec(self, spec_of: SpecOf) -> Any:
+        if self.signature is not None:
+            return self.signature
+        return trace(lambda x: normalize(call_with_element(self.fn, x), self.label), spec_of(self.inputs[0]))
+
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         source = self.inputs[0].make_iterator(ctx)
         stage = ctx.stage_name(self, self.label)
+        sig = self.signature
+        guard = None if sig is not None else traced_guard(self.spec_consulted(), stage)
         kind = self.executor_kind(ctx)
         if self.num_parallel_calls is None and kind == "thread":
-            return _MapIterator(ctx, source, self.fn, stage)
+            return _MapIterator(ctx, source, self.fn, stage, sig, guard)
         workers = parallelism(self.num_parallel_calls, ctx)
         fn = self.fn
 
         def thread_fn(x: Any) -> Any:
             return normalize(guarded_call(fn, x, stage), stage)
 
+        finish: Callable[[Any], Any] | None = guard
+        if sig is not None:
+            def finish(y: Any) -> Any:
+                return convert_to_spec(sig, y, f"{stage}: output_signature")
+
         executor: Any = None
         if kind == "process":
             executor = ctx.resource(stage, lambda: ProcessExecutor(fn, stage, ctx, workers))
         elif kind == "auto":
             executor = ctx.resource(stage, lambda: AutoExecutor(fn, thread_fn, stage, ctx, workers, ctx.cpu_budget))
-        return PoolIterator(ctx, source, thread_fn, stage, workers, ctx.deterministic(self.deterministic), kind="map",
+        apply = thread_fn
+        if finish is not None:
+            if executor is not None:
+                executor = _Finishing(executor, finish)
+
+            def apply(x: Any) -> Any:
+                return finish(thread_fn(x))
+        return PoolIterator(ctx, source, apply, stage, workers, ctx.deterministic(self.deterministic), kind="map",
                             window=MAP_WINDOW_PER_WORKER * workers, executor=executor,
                             autotune=self.num_parallel_calls == AUTOTUNE)
 
@@ -91,14 +122,50 @@ class MapNode(DatasetNode):
         return "auto" if self.num_parallel_calls == AUTOTUNE else "thread"
 
 
+class _Finishing:
+    """An executor whose results go through ``finish`` (the output_signature conversion or the traced-spec
+    check) in the parent; every other attribute is the executor's."""
+
+    def __init__(self, executor: Any, finish: Callable[[Any], Any]) -> None:
+        self._executor = executor
+        self._finish = finish
+
+    def call(self, x: Any, index: int, stop: Any) -> Any:
+        return self._finish(self._executor.call(x, index, stop))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._executor, name)
+
+
+def traced_guard(spec: Any, stage: str) -> Callable[[Any], Any] | None:
+    """For a spec traced from the function and used (``spec`` not None): a check of every result's
+    structure, dtypes and ranks against it, returning the result or raising ``ValueError`` (the function's
+    output kind depends on values in a way the trace did not see, so what was built on the spec is wrong)."""
+    if spec is None:
+        return None
+    fits = conformance(spec)
+
+    def guard(y: Any) -> Any:
+        if fits(y):
+            return y
+        raise ValueError(f"{stage}: the result {describe(y)} does not match the element_spec traced from the "
+                         f"function ({spec!r}) that this pipeline was built with; its structure, dtypes or ranks "
+                         "depend on values: declare them with map(..., output_signature=hr.TensorSpec(...))")
+
+    return guard
+
+
 class _MapIterator(UnaryIterator):
     kind = "map"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, fn: Callable[..., Any], stage: str) -> None:
+    def __init__(self, ctx: IteratorContext, source: DatasetIterator, fn: Callable[..., Any], stage: str,
+                 signature: Any = None, guard: Callable[[Any], Any] | None = None) -> None:
         super().__init__(ctx, source)
         self._fn = fn
         self._stage = stage
         self._index = 0
+        self._signature = signature
+        self._guard = guard
 
     def __next__(self) -> Any:
         x = self._next_input()
@@ -113,9 +180,21 @@ class _MapIterator(UnaryIterator):
         except Exception as e:
             note_error(e, self._stage, i)
             raise
-        if type(y) in SCALAR_TYPES:
-            return y
-        return normalize(y, self._stage)
+        if self._signature is not None:
+            try:
+                return convert_to_spec(self._signature, normalize(y, self._stage), f"{self._stage}: output_signature")
+            except Exception as e:
+                note_error(e, self._stage, i)
+                raise
+        if type(y) not in SCALAR_TYPES:
+            y = normalize(y, self._stage)
+        if self._guard is not None:
+            try:
+                return self._guard(y)
+            except ValueError as e:
+                note_error(e, self._stage, i)
+                raise
+        return y
 
     def _counters(self) -> dict[str, Any]:
         return {"index": self._index}

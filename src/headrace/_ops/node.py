@@ -1,8 +1,16 @@
 """``DatasetNode``: one immutable step of a pipeline's recipe, and the one place that unwraps a ``Dataset``.
 
 A pipeline is a tree of nodes (``inputs`` point to the nodes it reads from). A node holds the arguments of
-its transformation, validated when it is built; it knows its ``cardinality()`` and its own options, and
-``make_iterator(ctx)`` builds a fresh iterator tree for one iteration (``headrace._ops.base``).
+its transformation, validated when it is built; it knows its ``cardinality()``, its own options and its
+element spec, and ``make_iterator(ctx)`` builds a fresh iterator tree for one iteration
+(``headrace._ops.base``).
+
+Element specs (``headrace._spec``) are inferred as tf.data infers them: each node derives its spec from
+its inputs' (``compute_spec``): sources know theirs, ``batch`` adds a dimension, ``map`` traces its function
+on spec-shaped examples (``trace``). ``static_spec()`` never reads data (it is what construction-time
+checks use: ``concatenate`` of incompatible datasets raises when it is built); ``element_spec()`` also
+falls back to the first element a node produces where nothing static is known (a generator without
+``output_signature``, a function that cannot be traced).
 
 ``headrace.Dataset`` (``headrace._dataset``) is a thin facade holding one node: its methods build nodes
 from the modules of ``headrace._ops`` (one module per transformation) and wrap them. Nodes never import
@@ -14,11 +22,20 @@ the facade; where a user hands a node a Dataset (``zip``, ``concatenate``, the f
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import time
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
+from .._memory import budget_for
 from .._options import UNKNOWN_CARDINALITY, Options
-from .base import DatasetIterator, IteratorContext
+from .._spec import NotTraceable, example, relax, spec_of
+from .base import JOIN_TIMEOUT_S, DatasetIterator, IteratorContext
+
+_UNSET = object()
+SpecOf = Callable[["DatasetNode"], Any]
 
 
 class DatasetNode:
@@ -37,6 +54,8 @@ class DatasetNode:
                 raise TypeError(f"{type(self).__name__}: input {i} is {type(node).__name__}, expected a "
                                 "DatasetNode (unwrap a Dataset with headrace._ops.node.as_node)")
         self.inputs: tuple[DatasetNode, ...] = tuple(inputs)
+        self._static_spec: Any = _UNSET
+        self._element_spec: Any = _UNSET
 
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:  # pragma: no cover - abstract
         raise NotImplementedError(f"{type(self).__name__} does not implement make_iterator")
@@ -59,6 +78,62 @@ class DatasetNode:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.label}>"
 
+    # ---- element specs (see the module docstring) ---------------------------------------------------------
+    spec_passes = False
+    """True for transformations whose elements are their input's (take, filter, shuffle, prefetch ...)."""
+
+    def compute_spec(self, spec_of: SpecOf) -> Any:
+        """This node's element spec from its inputs' (``spec_of(input)``, ``None`` when unknown); ``None``
+        when it cannot be known without producing an element. Transformations override it."""
+        return spec_of(self.inputs[0]) if self.spec_passes else None
+
+    def spec_consulted(self) -> Any:
+        """The static spec if something has asked for it (a downstream check, ``element_spec``), else None."""
+        return None if self._static_spec is _UNSET else self._static_spec
+
+    def static_spec(self) -> Any:
+        """The element spec as far as it is known without reading any data (``None``: unknown)."""
+        if self._static_spec is _UNSET:
+            self._static_spec = self.compute_spec(lambda node: node.static_spec())
+        return self._static_spec
+
+    def element_spec(self) -> Any:
+        """The element spec; where nothing static says it, the spec of the first element this node produces.
+
+        Raises ``ValueError`` when it cannot be known (the node produces no element), or the error the first
+        element raised.
+        """
+        if self._element_spec is _UNSET:
+            spec = self.static_spec()
+            if spec is None:
+                spec = self.compute_spec(lambda node: node.element_spec())
+            if spec is None:
+                spec = self._first_element_spec()
+            self._element_spec = spec
+        return self._element_spec
+
+    def _first_element_spec(self) -> Any:
+        options = self.options()
+        budget = budget_for(options.memory_budget_bytes() if options.memory_budget is not None else None)
+        ctx = IteratorContext(options, budget, (0,))
+        it = self.make_iterator(ctx)
+        try:
+            x = it.__next__()
+        except StopIteration:
+            raise ValueError(f"element_spec of {self.label}: nothing says what its elements are (no "
+                             "output_signature, a function that cannot be traced) and it produced no element to "
+                             "read it from; pass output_signature=") from None
+        except Exception as e:
+            e.add_note(f"while reading the first element of {self.label} for its element_spec (pass "
+                       "output_signature= to give it)")
+            raise
+        finally:
+            ctx.stop.set()
+            it.signal_stop()
+            it.join(time.monotonic() + JOIN_TIMEOUT_S)
+            it.close()
+        return spec_of(x)
+
     # ---- sharding at the source (``headrace._ops.shard.shard_at_source``) --------------------------------
     shard_passes = False
     """True for transformations that keep a partition a partition when a shard moves below them (each shard
@@ -76,6 +151,40 @@ class DatasetNode:
         return None
 
 
+def trace(call: Callable[[Any], Any], input_spec: Any, to_spec: Callable[[Any], Any] = spec_of) -> Any:
+    """The spec of ``call(x)`` for spec-shaped examples ``x`` of ``input_spec`` (zeros, ``False``, ``b""``);
+    ``None`` when that is not safe to say: an unknown input spec or rank, a function that raises on the
+    example, or outputs whose structure or dtypes differ between examples.
+
+    Like tf.data, which traces a function once when the dataset is built, this calls the function when the
+    spec is asked for, twice: on examples filled with 1 and unknown dimensions of size 2, then filled with
+    2 and sizes 3; what differs between the two results (a size that depends on a value, ``np.arange(x)``)
+    becomes unknown. A function whose output shapes depend on values in ways two examples do not show is
+    caught when its elements arrive (``map`` checks them against a traced spec that was used). Warnings and
+    floating-point errors are silenced while it runs.
+    """
+    if input_spec is None:
+        return None
+    from .elements import ElementsNode  # a window's example: an empty dataset of its spec (no cycle at import)
+
+    specs = []
+    for size, fill in ((2, 1), (3, 2)):
+        try:
+            x = example(input_spec, size, fill, lambda s: wrap(ElementsNode([], s)))
+        except NotTraceable:
+            return None
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                specs.append(to_spec(call(x)))
+        except Exception:
+            return None
+    out = specs[0]
+    for s in specs[1:]:
+        out = None if out is None or s is None else relax(out, s)
+    return out
+
+
 def node_of(obj: Any) -> DatasetNode | None:
     """The node of a ``headrace.Dataset`` (or ``obj`` itself if it is a node); ``None`` for anything else."""
     if isinstance(obj, DatasetNode):
@@ -90,3 +199,17 @@ def as_node(obj: Any, error: str) -> DatasetNode:
     if node is None:
         raise TypeError(error)
     return node
+
+
+_wrapper: list[Callable[[DatasetNode], Any]] = []
+
+
+def set_wrapper(wrap: Callable[[DatasetNode], Any]) -> None:
+    """Registered by the facade (``headrace._dataset``): how a node becomes a ``headrace.Dataset``, for
+    stages whose elements are datasets (``window``, ``group_by_window``) without importing the facade."""
+    _wrapper[:] = [wrap]
+
+
+def wrap(node: DatasetNode) -> Any:
+    """``node`` as a ``headrace.Dataset`` (see :func:`set_wrapper`)."""
+    return _wrapper[0](node)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from .._options import Options
 from .base import DatasetIterator, IteratorContext
 from .node import DatasetNode
@@ -10,12 +12,13 @@ from .node import DatasetNode
 class OptionsNode(DatasetNode):
     label = "with_options"
     shard_passes = True
+    spec_passes = True
 
     def __init__(self, input_node: DatasetNode, options: Options) -> None:
         if not isinstance(options, Options):
             raise TypeError(f"with_options({options!r}): expected headrace.Options")
         super().__init__([input_node])
-        self.opts = options
+        self.opts = copy.copy(options)  # as tf.data: later changes to the object do not reach the pipeline
 
     def own_options(self) -> Options:
         return self.opts

@@ -763,7 +763,7 @@ class PoolIterator(DatasetIterator):
         self._pool = ParallelApplier(source, fn, num_workers=workers, window=window, deterministic=deterministic,
                                      account=account, stage=stage, thread_name=stage, **pool_options)
         self._tuning: Any = None
-        if autotune and ctx.options.autotune is not False:
+        if autotune and ctx.options.autotune_enabled is not False:
             self._tune(ctx, workers, window)
 
     # ---- AUTOTUNE (headrace._ops.tuner) ------------------------------------------------------------

@@ -1,6 +1,7 @@
 """``Dataset.prefetch``: a background thread produces up to ``buffer_size`` elements ahead.
 
-The buffered elements are charged to the memory budget; ``buffer_size=AUTOTUNE`` starts at
+The buffered elements are charged to the memory budget; ``buffer_size=AUTOTUNE`` (or ``None``, as in
+tf.data) starts at
 ``PREFETCH_AUTOTUNE_BUFFER`` and shrinks silently to the stage's share of the budget, an explicit size
 shrinks with one warning. ``buffer_size=0`` prefetches nothing (the stage passes elements through).
 """
@@ -9,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._args import count_arg
 from .._options import AUTOTUNE
-from .autotune import PREFETCH_AUTOTUNE_BUFFER, validate_count
+from .autotune import PREFETCH_AUTOTUNE_BUFFER
 from .base import DatasetIterator, IteratorContext
 from .node import DatasetNode
 from .parallel import PoolIterator
@@ -23,12 +25,13 @@ def _identity(x: Any) -> Any:
 class PrefetchNode(DatasetNode):
     label = "prefetch"
     shard_passes = True
+    spec_passes = True
 
-    def __init__(self, input_node: DatasetNode, buffer_size: int) -> None:
+    def __init__(self, input_node: DatasetNode, buffer_size: int | None) -> None:
         super().__init__([input_node])
-        validate_count(buffer_size, "prefetch(buffer_size)", minimum=0, allow_autotune=True,
-                       fix="use headrace.AUTOTUNE, or 0 for no prefetching")
-        self.buffer_size = buffer_size
+        self.buffer_size = AUTOTUNE if buffer_size is None else count_arg(
+            buffer_size, "prefetch(buffer_size)", minimum=0, allow_autotune=True,
+            fix="use headrace.AUTOTUNE (or None), or 0 for no prefetching")
 
     def cardinality(self) -> int:
         return self.inputs[0].cardinality()

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from .._args import as_int, as_seed
 from .._structure import normalize
 from .base import DatasetIterator, IteratorContext, check_state, note_error
 from .node import DatasetNode
@@ -76,9 +77,7 @@ class IndexPermutation:
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"from_random_access({name}={value!r}): must be an int >= {minimum}")
-    return int(value)
+    return as_int(value, f"from_random_access({name})", minimum=minimum)
 
 
 class RandomAccessNode(DatasetNode):
@@ -102,8 +101,7 @@ class RandomAccessNode(DatasetNode):
         if self.start > len(source):
             raise ValueError(f"from_random_access(start={start}): the source has {len(source)} elements; start "
                              f"must be in [0, {len(source)}] (a position in the global order)")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer)):
-            raise TypeError(f"from_random_access(seed={seed!r}): expected an int or None")
+        seed = as_seed(seed, "from_random_access(seed)")
         if shuffle and seed is None and self.num_shards > 1:
             raise ValueError(f"from_random_access(shuffle=True, num_shards={num_shards}, seed=None): shards need "
                              "the same permutation on every rank; pass the same seed=<int> on every rank")

@@ -1,4 +1,4 @@
-"""``Dataset.repeat``: iterate the input ``count`` times (``None`` / ``-1``: forever).
+"""``Dataset.repeat``: iterate the input ``count`` times (``None`` or any negative count: forever).
 
 Each epoch builds a fresh input iterator (so ``shuffle`` reshuffles). An epoch that yields nothing ends
 the repetition (no infinite loop over an empty dataset).
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._args import as_int
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .base import DatasetIterator, IteratorContext, check_state
 from .node import DatasetNode
@@ -16,12 +17,11 @@ from .node import DatasetNode
 class RepeatNode(DatasetNode):
     label = "repeat"
     shard_passes = True
+    spec_passes = True
 
     def __init__(self, input_node: DatasetNode, count: int | None) -> None:
         super().__init__([input_node])
-        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < -1):
-            raise ValueError(f"repeat(count={count!r}): count must be None or -1 (forever) or an int >= 0")
-        self.count = -1 if count is None else int(count)
+        self.count = -1 if count is None else max(-1, as_int(count, "repeat(count)"))
 
     def cardinality(self) -> int:
         n = self.inputs[0].cardinality()

@@ -42,3 +42,12 @@ def check_seed(what: str, state: dict[str, Any], seed: int, seed_given: bool) ->
                          "pipeline; restore into a pipeline built with the same seed (or seed=None to adopt "
                          "the saved one)")
     return saved
+
+
+def seeded_bits(seed: int, iteration: Sequence[int], draws: int) -> np.random.PCG64:
+    """The PCG64 stream of one iteration (:func:`iteration_seed`), advanced past ``draws`` values without
+    drawing them (a restore costs nothing however far the stream went)."""
+    bits = np.random.PCG64(iteration_seed(seed, tuple(iteration)))
+    if draws:
+        bits.advance(draws)
+    return bits

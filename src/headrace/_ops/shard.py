@@ -10,19 +10,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._args import count_arg
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
-from .autotune import validate_count
 from .base import DatasetIterator, IteratorContext, UnaryIterator
 from .node import DatasetNode
 
 
 class ShardNode(DatasetNode):
     label = "shard"
+    spec_passes = True
 
     def __init__(self, input_node: DatasetNode, num_shards: int, index: int) -> None:
         super().__init__([input_node])
-        validate_count(num_shards, "shard(num_shards)", minimum=1, fix="use num_shards=world size (>= 1)")
-        validate_count(index, "shard(index)", minimum=0, fix="index is the worker's rank, 0 <= index < num_shards")
+        num_shards = count_arg(num_shards, "shard(num_shards)", minimum=1, fix="use num_shards=world size (>= 1)")
+        index = count_arg(index, "shard(index)", minimum=0, fix="index is the worker's rank, 0 <= index < num_shards")
         if index >= num_shards:
             raise ValueError(f"shard(num_shards={num_shards}, index={index}): index must be in "
                              f"[0, {num_shards - 1}]; pass the worker's rank as index")

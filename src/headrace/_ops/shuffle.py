@@ -50,10 +50,10 @@ from typing import Any
 
 import numpy as np
 
+from .._args import as_seed, count_arg
 from .._errors import StateError
 from .._structure import flatten, nbytes
 from . import by_value
-from .autotune import validate_count
 from .base import DatasetIterator, IteratorContext, check_state, stop_flag
 from .node import DatasetNode
 from .parallel import fast_forward
@@ -83,15 +83,14 @@ def content_hash(x: Any) -> str:
 class ShuffleNode(DatasetNode):
     label = "shuffle"
     shard_passes = True
+    spec_passes = True
 
     def __init__(self, input_node: DatasetNode, buffer_size: int, seed: int | None,
                  reshuffle_each_iteration: bool | None) -> None:
         super().__init__([input_node])
-        validate_count(buffer_size, "shuffle(buffer_size)", minimum=1,
-                       fix="use buffer_size=1 for no shuffling")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer)):
-            raise TypeError(f"shuffle(seed={seed!r}): expected an int or None")
-        self.buffer_size = int(buffer_size)
+        self.buffer_size = count_arg(buffer_size, "shuffle(buffer_size)", minimum=1,
+                                     fix="use buffer_size=1 for no shuffling")
+        seed = as_seed(seed, "shuffle(seed)")
         self.seed_given = seed is not None
         self.seed = fresh_seed() if seed is None else int(seed)
         self.reshuffle = True if reshuffle_each_iteration is None else bool(reshuffle_each_iteration)

@@ -1,22 +1,22 @@
-"""``Dataset.skip``: all but the first ``count`` elements (``count=-1``: skip everything)."""
+"""``Dataset.skip``: all but the first ``count`` elements (a negative ``count``, e.g. -1: skip everything)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from .._args import as_int
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
-from .autotune import validate_count
 from .base import DatasetIterator, IteratorContext, UnaryIterator
 from .node import DatasetNode
 
 
 class SkipNode(DatasetNode):
     label = "skip"
+    spec_passes = True
 
     def __init__(self, input_node: DatasetNode, count: int) -> None:
         super().__init__([input_node])
-        validate_count(count, "skip(count)", minimum=-1, fix="use -1 to skip every element")
-        self.count = int(count)
+        self.count = max(-1, as_int(count, "skip(count)"))
 
     def cardinality(self) -> int:
         n = self.inputs[0].cardinality()

@@ -6,70 +6,20 @@ so it is not charged to the memory budget.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from .._args import as_int
 from .._options import UNKNOWN_CARDINALITY
-from .._structure import describe, flatten, is_namedtuple, normalize, normalize_tensors, pack_as
+from .._spec import NoneTensorSpec, TensorSpec, as_dtype, from_user, spec_of, unbatch_spec
+from .._structure import describe, flatten, is_namedtuple, normalize_tensors, pack_as
 from .base import DatasetIterator, IteratorContext, check_state
-from .node import DatasetNode
+from .node import DatasetNode, SpecOf
 from .stacking import row
 
-_DTYPE_NAMES = {"string": object, "str": object, "bytes": object}
-
-
-def as_dtype(dtype: Any) -> np.dtype:
-    """``np.dtype`` from a numpy dtype, a Python type or a tf-style name (``"int64"``, ``"string"``)."""
-    if dtype is bytes or dtype is str or (isinstance(dtype, str) and dtype in _DTYPE_NAMES):
-        return np.dtype(object)
-    name = getattr(dtype, "name", None)  # tf.DType-like objects
-    if isinstance(name, str) and not isinstance(dtype, np.dtype | type):
-        return as_dtype(name)
-    try:
-        return np.dtype(dtype)
-    except TypeError as e:
-        raise TypeError(f"unknown dtype {dtype!r}; use a numpy dtype or a name like 'int64', 'float32', "
-                        "'uint8', 'bool' or 'string'") from e
-
-
-@dataclasses.dataclass(frozen=True)
-class TensorSpec:
-    """Shape and dtype of one leaf (as ``tf.TensorSpec``); ``None`` in ``shape`` matches any size.
-
-    ``dtype`` is a numpy dtype or a name (``"int64"``, ``"float32"``, ``"string"`` = ``bytes``).
-    """
-
-    shape: tuple[int | None, ...] | None = ()
-    dtype: Any = np.float32
-    name: str | None = None
-
-    def np_dtype(self) -> np.dtype:
-        return as_dtype(self.dtype)
-
-    def convert(self, value: Any, where: str) -> Any:
-        dt = self.np_dtype()
-        if dt.kind == "O":
-            if isinstance(value, str | bytes | np.bytes_ | np.str_):
-                arr: Any = normalize(value, where)
-            else:
-                arr = normalize(np.asarray(value, dtype=object) if isinstance(value, list) else value, where)
-        else:
-            try:
-                arr = np.asarray(value, dtype=dt)
-            except (TypeError, ValueError) as e:
-                raise TypeError(f"{where}: {value!r} cannot be converted to {dt}: {e}") from e
-            if arr.ndim == 0:
-                arr = arr[()]
-        shape = np.shape(arr) if not isinstance(arr, bytes) else ()
-        if self.shape is not None and (len(shape) != len(self.shape) or any(
-                s is not None and s != d for s, d in zip(self.shape, shape))):
-            raise ValueError(f"{where}: a value of shape {tuple(shape)} does not match the declared "
-                                 f"shape {tuple(self.shape)}; fix the generator or the output_signature")
-        return arr
-
+__all__ = ["GeneratorNode", "RangeNode", "TensorSlicesNode", "TensorSpec", "TensorsNode", "as_dtype"]
 
 # ---- range -------------------------------------------------------------------------------------------
 class RangeNode(DatasetNode):
@@ -79,10 +29,7 @@ class RangeNode(DatasetNode):
         super().__init__()
         if not 1 <= len(args) <= 3:
             raise TypeError(f"range() takes 1 to 3 integer arguments (stop | start, stop[, step]), got {len(args)}")
-        for a in args:
-            if isinstance(a, bool) or not isinstance(a, int | np.integer):
-                raise TypeError(f"range({', '.join(map(repr, args))}): arguments must be integers, got {a!r}")
-        vals = [int(a) for a in args]
+        vals = [as_int(a, f"range({', '.join(map(repr, args))}): argument {i}") for i, a in enumerate(args)]
         start, stop, step = (0, vals[0], 1) if len(vals) == 1 else (vals[0], vals[1], vals[2] if len(vals) == 3 else 1)
         if step == 0:
             raise ValueError("range(): step must not be 0; use a positive step to count up, negative to count down")
@@ -91,6 +38,9 @@ class RangeNode(DatasetNode):
 
     def cardinality(self) -> int:
         return len(range(self.start, self.stop, self.step))
+
+    def compute_spec(self, spec_of: SpecOf) -> Any:
+        return TensorSpec((), self.dtype)
 
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         return _RangeIterator(ctx, self)
@@ -133,6 +83,9 @@ class TensorsNode(DatasetNode):
     def cardinality(self) -> int:
         return 1
 
+    def compute_spec(self, spec_of_input: SpecOf) -> Any:
+        return spec_of(self.element)
+
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         return _SliceIterator(ctx, "from_tensors", lambda i: self.element, 1)
 
@@ -144,18 +97,19 @@ class TensorSlicesNode(DatasetNode):
         super().__init__()
         element = normalize_tensors(tensors, "from_tensor_slices")
         leaves = flatten(element)
-        if not leaves:
+        tensors_only = [leaf for leaf in leaves if leaf is not None]  # None components stay None per element
+        if not tensors_only:
             raise ValueError("from_tensor_slices: the structure has no tensors to slice")
-        for leaf in leaves:
+        for leaf in tensors_only:
             if not isinstance(leaf, np.ndarray) or leaf.ndim == 0:
                 raise ValueError(f"from_tensor_slices: every component needs at least one dimension to slice "
                                  f"along, got a scalar ({describe(leaf)}) in {describe(element)}; use "
                                  "from_tensors for a single element")
-        n = len(leaves[0])
-        for leaf in leaves[1:]:
+        n = len(tensors_only[0])
+        for leaf in tensors_only[1:]:
             if len(leaf) != n:
                 raise ValueError(f"from_tensor_slices: all components must have the same size in dimension 0, "
-                                 f"got {[len(v) for v in leaves]} in {describe(element)}")
+                                 f"got {[len(v) for v in tensors_only]} in {describe(element)}")
         self.structure = element
         self.leaves = leaves
         self.length = n
@@ -164,10 +118,13 @@ class TensorSlicesNode(DatasetNode):
             leaf = leaves[0]
             self.slice: Callable[[int], Any] = (lambda i: leaf[i]) if leaf.ndim == 1 else (lambda i: leaf[i].copy())
         else:
-            self.slice = lambda i: pack_as(element, [row(v, i) for v in leaves])
+            self.slice = lambda i: pack_as(element, [None if v is None else row(v, i) for v in leaves])
 
     def cardinality(self) -> int:
         return self.length
+
+    def compute_spec(self, spec_of_input: SpecOf) -> Any:
+        return unbatch_spec(spec_of(self.structure), "from_tensor_slices")
 
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         return _SliceIterator(ctx, "from_tensor_slices", self.slice, self.length)
@@ -198,29 +155,28 @@ class _SliceIterator(DatasetIterator):
 
 # ---- from_generator ----------------------------------------------------------------------------------
 def _signature_from_legacy(output_types: Any, output_shapes: Any) -> Any:
-    if output_shapes is None:
-        return _map_spec(lambda t: TensorSpec(None, t), output_types)
-    return _zip_spec(output_types, output_shapes)
-
-
-def _map_spec(fn: Callable[[Any], Any], s: Any) -> Any:
-    if isinstance(s, dict):
-        return {k: _map_spec(fn, v) for k, v in s.items()}
-    if isinstance(s, tuple | list):
-        return type(s)(_map_spec(fn, v) for v in s) if not is_namedtuple(s) else type(s)(*(_map_spec(fn, v) for v in s))
-    return fn(s)
-
-
-def _zip_spec(types: Any, shapes: Any) -> Any:
-    if isinstance(types, dict):
-        return {k: _zip_spec(types[k], shapes[k]) for k in types}
-    if isinstance(types, tuple | list) and not _is_shape(shapes):
-        return tuple(_zip_spec(t, s) for t, s in zip(types, shapes))
-    return TensorSpec(tuple(shapes) if shapes is not None else None, types)
-
-
-def _is_shape(x: Any) -> bool:
-    return isinstance(x, tuple | list) and all(v is None or isinstance(v, int) for v in x)
+    """``output_types`` / ``output_shapes`` as one signature. As in tf.data a list is not a structure (it
+    would be one tensor), so ``output_types=[...]`` raises ``TypeError``; shapes are lists or tuples."""
+    if isinstance(output_types, list):
+        raise TypeError(f"from_generator(output_types={output_types!r}): a list is not a structure in tf.data; "
+                        "give several components as a tuple (output_types=(np.int64, np.int64)) or use "
+                        "output_signature")
+    if isinstance(output_types, dict):
+        if output_shapes is not None and (not isinstance(output_shapes, dict)
+                                          or set(output_shapes) != set(output_types)):
+            raise ValueError(f"from_generator: output_shapes {output_shapes!r} does not have the keys of "
+                             f"output_types {output_types!r}")
+        return {k: _signature_from_legacy(t, None if output_shapes is None else output_shapes[k])
+                for k, t in output_types.items()}
+    if isinstance(output_types, tuple):
+        if output_shapes is not None and (not isinstance(output_shapes, tuple | list)
+                                          or len(output_shapes) != len(output_types)):
+            raise ValueError(f"from_generator: output_shapes {output_shapes!r} does not have the structure of "
+                             f"output_types {output_types!r}")
+        parts = [_signature_from_legacy(t, None if output_shapes is None else output_shapes[i])
+                 for i, t in enumerate(output_types)]
+        return type(output_types)(*parts) if is_namedtuple(output_types) else tuple(parts)
+    return TensorSpec(None if output_shapes is None else output_shapes, output_types)
 
 
 class GeneratorNode(DatasetNode):
@@ -229,7 +185,8 @@ class GeneratorNode(DatasetNode):
     State is the count of elements produced: restoring calls the generator again and skips that many
     (tf.data cannot checkpoint generators at all). Give ``output_signature`` (a structure of
     :class:`TensorSpec`) to convert and check every element; without it, elements are normalized as
-    ``map`` outputs are.
+    ``from_tensors`` arguments are (a list is a tensor) and the element spec is read from the first one.
+    ``args`` are converted as tf.data converts them (to numpy: ``str`` becomes ``bytes``).
     """
 
     label = "from_generator"
@@ -242,14 +199,21 @@ class GeneratorNode(DatasetNode):
                             f"generator function itself, not its result), got {type(generator).__name__}")
         if output_signature is not None and (output_types is not None or output_shapes is not None):
             raise TypeError("from_generator: pass output_signature, or output_types/output_shapes, not both")
+        if output_types is None and output_shapes is not None:
+            raise TypeError("from_generator: output_shapes needs output_types (or use output_signature)")
         self.generator = generator
-        self.args = tuple(args) if args is not None else ()
+        self.args = tuple(normalize_tensors(a, "from_generator(args)") for a in args) if args is not None else ()
         if output_signature is None and output_types is not None:
             output_signature = _signature_from_legacy(output_types, output_shapes)
+        elif output_signature is not None:
+            output_signature = from_user(output_signature, "from_generator(output_signature)")
         self.signature = output_signature
 
     def cardinality(self) -> int:
         return UNKNOWN_CARDINALITY
+
+    def compute_spec(self, spec_of_input: SpecOf) -> Any:
+        return self.signature
 
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         return _GeneratorIterator(ctx, self)
@@ -269,8 +233,8 @@ class _GeneratorIterator(DatasetIterator):
         sig = self._ds.signature
         where = f"from_generator({getattr(self._ds.generator, '__name__', 'generator')}) element {self._produced}"
         if sig is None:
-            return normalize(x, where)
-        return _convert_to_spec(sig, x, where)
+            return normalize_tensors(x, where)
+        return convert_to_spec(sig, x, where)
 
     def __next__(self) -> Any:
         if self._done:
@@ -311,16 +275,22 @@ class _GeneratorIterator(DatasetIterator):
             pass
 
 
-def _convert_to_spec(spec: Any, x: Any, where: str) -> Any:
+def convert_to_spec(spec: Any, x: Any, where: str) -> Any:
+    """``x`` converted to ``spec`` (a structure of ``TensorSpec`` / ``NoneTensorSpec``): each component to its
+    dtype (str -> bytes), checked against its shape. Raises ``TypeError`` / ``ValueError`` naming ``where``."""
     if isinstance(spec, TensorSpec):
         return spec.convert(x, where)
+    if isinstance(spec, NoneTensorSpec):
+        if x is not None:
+            raise TypeError(f"{where}: expected None for a NoneTensorSpec component, got {describe(x)}")
+        return None
     if isinstance(spec, dict):
         if not isinstance(x, dict) or set(x) != set(spec):
             raise ValueError(f"{where}: expected a dict with keys {sorted(spec)}, got {describe(x)}")
-        return {k: _convert_to_spec(spec[k], x[k], where) for k in spec}
+        return {k: convert_to_spec(spec[k], x[k], where) for k in spec}
     if isinstance(spec, tuple | list):
         if not isinstance(x, tuple | list) or len(x) != len(spec):
             raise ValueError(f"{where}: expected a structure of {len(spec)} components, got {describe(x)}")
-        vals = [_convert_to_spec(s, v, where) for s, v in zip(spec, x)]
+        vals = [convert_to_spec(s, v, where) for s, v in zip(spec, x)]
         return type(spec)(*vals) if is_namedtuple(spec) else type(spec)(vals)
     raise TypeError(f"{where}: output_signature leaves must be TensorSpec, got {spec!r}")

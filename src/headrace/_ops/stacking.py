@@ -2,7 +2,7 @@
 
 Batching rules (tf.data's): every leaf gains a leading axis of the batch size; leaves must agree in
 structure, dtype and shape (``padded_batch`` pads shapes); ``bytes`` leaves become object arrays of
-``bytes``; numpy scalars become 1-D arrays of their dtype.
+``bytes``; numpy scalars become 1-D arrays of their dtype; ``None`` components stay ``None``.
 
 Output buffers (:class:`BufferPool`): a large batched leaf (>= ``BufferPool.MIN_BYTES``) is written into a
 buffer recycled from an earlier batch of the same shape and dtype once nothing outside the pool refers
@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .._spec import TensorShape
 from .._structure import describe, flatten, pack_as
 from .._sync import Lock as TimedLock
 
@@ -94,8 +95,16 @@ def _columns(items: Sequence[Any], stage: str) -> list[list[Any]]:
     return [list(col) for col in zip(*flat)]
 
 
-def _stack_leaf(col: Sequence[Any], stage: str, k: int, pool: BufferPool | None = None) -> np.ndarray:
+def _stack_none(col: Sequence[Any], stage: str, k: int) -> None:
+    bad = next((i for i, v in enumerate(col) if v is not None), None)
+    if bad is not None:
+        raise TypeError(f"{stage}: component {k} is None in element 0 but {describe(col[bad])} in element {bad}")
+
+
+def _stack_leaf(col: Sequence[Any], stage: str, k: int, pool: BufferPool | None = None) -> np.ndarray | None:
     f = col[0]
+    if f is None:
+        return _stack_none(col, stage, k)
     if pool is not None and type(f) is np.ndarray:
         out = pool.stack(col, k)
         if out is not None:
@@ -131,12 +140,18 @@ def pad_and_stack(items: Sequence[Any], padded_shapes: Any, padding_values: Any,
     columns = _columns(items, stage) if _is_structure(first) else [list(items)]
     shapes = _per_leaf(padded_shapes, first, len(columns), "padded_shapes", stage, is_shape=True)
     values = _per_leaf(padding_values, first, len(columns), "padding_values", stage, is_shape=False)
-    stacked = [_pad_leaf(col, shapes[k], values[k], stage, k) for k, col in enumerate(columns)]
+    stacked = [_stack_none(col, stage, k) if col[0] is None else _pad_leaf(col, shapes[k], values[k], stage, k)
+               for k, col in enumerate(columns)]
     return pack_as(first, stacked) if _is_structure(first) else stacked[0]
 
 
 def _is_shape_like(x: Any) -> bool:
-    return isinstance(x, tuple | list) and all(v is None or isinstance(v, int | np.integer) for v in x)
+    return isinstance(x, TensorShape) or (
+        isinstance(x, tuple | list) and all(v is None or isinstance(v, int | np.integer) for v in x))
+
+
+def _as_shape(x: Any) -> tuple[int | None, ...] | None:
+    return TensorShape(x).dims
 
 
 def _per_leaf(spec: Any, first: Any, n: int, what: str, stage: str, *, is_shape: bool) -> list[Any]:
@@ -145,7 +160,7 @@ def _per_leaf(spec: Any, first: Any, n: int, what: str, stage: str, *, is_shape:
     if is_shape and isinstance(spec, int | np.integer):
         spec = (int(spec),)
     if is_shape and _is_shape_like(spec) and not _is_structure(first):
-        return [tuple(spec)]
+        return [_as_shape(spec)]
     if not is_shape and not _is_structure(spec):
         return [spec] * n
     if is_shape:
@@ -159,10 +174,11 @@ def _per_leaf(spec: Any, first: Any, n: int, what: str, stage: str, *, is_shape:
 
 
 def _flatten_shapes(spec: Any) -> list[Any]:
+    """One shape per component (``None``: the batch's largest sizes; a bare int ``n`` means ``[n]``)."""
     if isinstance(spec, int | np.integer):
         return [(int(spec),)]
     if _is_shape_like(spec):
-        return [tuple(spec)]
+        return [_as_shape(spec)]
     if isinstance(spec, dict):
         return [s for k in sorted(spec) for s in _flatten_shapes(spec[k])]
     if isinstance(spec, tuple | list):
@@ -192,9 +208,8 @@ def _pad_leaf(col: Sequence[Any], shape: Any, value: Any, stage: str, k: int) ->
             if m > t:
                 raise ValueError(f"{stage}: component {k} has size {m} in dimension {d}, larger than the padded "
                                  f"shape {tuple(shape)}; raise padded_shapes or use None to pad to the batch max")
-    if value is None:
-        value = b"" if is_bytes else 0
     dtype = object if is_bytes else arrays[0].dtype
+    value = padding_scalar(value, np.dtype(dtype), f"{stage}: padding_values for component {k}")
     out = np.empty((len(arrays), *target), dtype=dtype)
     out[...] = value
     for i, a in enumerate(arrays):
@@ -204,13 +219,53 @@ def _pad_leaf(col: Sequence[Any], shape: Any, value: Any, stage: str, k: int) ->
     return out
 
 
+def padding_scalar(value: Any, dtype: np.dtype, where: str) -> Any:
+    """A padding value for a component of ``dtype``: ``None`` gives 0 / ``b""``; a ``str`` becomes ``bytes``.
+
+    As tf.data (which converts the value and requires the component's dtype), a string pads only string
+    components, a number only numeric ones, a numpy scalar only its own dtype; Python ``int`` / ``float``
+    literals pad any integer / floating component (tf.data gives them the component's width in practice:
+    ``tf.constant(-1)`` is int32, headrace's literal is int64). Raises ``TypeError`` / ``ValueError``.
+    """
+    is_string = dtype.kind == "O"
+    if value is None:
+        return b"" if is_string else dtype.type(0)
+    if isinstance(value, np.ndarray):
+        if value.ndim != 0:
+            raise ValueError(f"{where}: padding values must be scalars, got an array of shape {value.shape}")
+        value = value[()]
+    if isinstance(value, str | np.str_):
+        value = str(value).encode("utf-8")
+    if isinstance(value, bytes | np.bytes_):
+        if not is_string:
+            raise TypeError(f"{where}: the string {value!r} cannot pad a component of dtype {dtype}")
+        return bytes(value)
+    if is_string:
+        raise TypeError(f"{where}: {value!r} cannot pad a string component; use a str or bytes value")
+    if isinstance(value, list | tuple):
+        raise ValueError(f"{where}: padding values must be scalars, got {value!r}")
+    if isinstance(value, np.generic) and value.dtype != dtype:
+        raise TypeError(f"{where}: a padding value of dtype {value.dtype} for a component of dtype {dtype}; "
+                        f"use np.{dtype.name}(...) or a Python number")
+    if isinstance(value, bool) and dtype != np.bool_:
+        raise TypeError(f"{where}: the bool {value!r} cannot pad a component of dtype {dtype}")
+    if isinstance(value, float) and dtype.kind in "iub":
+        raise TypeError(f"{where}: the float {value!r} cannot pad a component of dtype {dtype}")
+    if isinstance(value, int | float | bool | np.generic):
+        return dtype.type(value)
+    raise TypeError(f"{where}: {value!r} ({type(value).__name__}) is not a padding value; use a number or a string")
+
+
 def unstack(batch: Any, stage: str) -> tuple[int, list[Any]]:
-    """Number of rows of a batch element and its leaves, checking every leaf has that many rows."""
+    """Number of rows of a batch element and its leaves, checking every leaf has that many rows (``None``
+    leaves have none and stay ``None`` in every row)."""
     leaves = flatten(batch)
-    if not leaves:
+    if not any(leaf is not None for leaf in leaves):
         raise ValueError(f"{stage}: the element has no components to unbatch")
     sizes = []
     for leaf in leaves:
+        if leaf is None:
+            continue
         if not isinstance(leaf, np.ndarray) or leaf.ndim == 0:
             raise ValueError(f"{stage}: cannot unbatch a scalar component ({describe(leaf)}) in "
                              f"{describe(batch)}; every component needs a leading batch dimension")
@@ -221,6 +276,8 @@ def unstack(batch: Any, stage: str) -> tuple[int, list[Any]]:
     return sizes[0], leaves
 
 
-def row(leaf: np.ndarray, i: int) -> Any:
+def row(leaf: np.ndarray | None, i: int) -> Any:
     """Row ``i`` of a batched leaf: a numpy scalar / bytes for 1-D leaves, a copied array otherwise."""
+    if leaf is None:
+        return None
     return leaf[i] if leaf.ndim == 1 else leaf[i].copy()

@@ -1,22 +1,22 @@
-"""``Dataset.take``: at most the first ``count`` elements (``count=-1``: all of them)."""
+"""``Dataset.take``: at most the first ``count`` elements (a negative ``count``, e.g. -1: all of them)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from .._args import as_int
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
-from .autotune import validate_count
 from .base import DatasetIterator, IteratorContext, UnaryIterator
 from .node import DatasetNode
 
 
 class TakeNode(DatasetNode):
     label = "take"
+    spec_passes = True
 
     def __init__(self, input_node: DatasetNode, count: int) -> None:
         super().__init__([input_node])
-        validate_count(count, "take(count)", minimum=-1, fix="use -1 to take every element")
-        self.count = int(count)
+        self.count = max(-1, as_int(count, "take(count)"))
 
     def cardinality(self) -> int:
         n = self.inputs[0].cardinality()

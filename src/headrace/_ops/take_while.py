@@ -12,6 +12,7 @@ from .node import DatasetNode
 
 class TakeWhileNode(DatasetNode):
     label = "take_while"
+    spec_passes = True
 
     def __init__(self, input_node: DatasetNode, predicate: Callable[..., Any]) -> None:
         super().__init__([input_node])

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._structure import nbytes, pack_as
+from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
+from .._spec import TensorSpec, unbatch_spec
+from .._structure import flatten, nbytes, pack_as
 from . import by_value
 from .base import DatasetIterator, IteratorContext, UnaryIterator, check_state, stop_flag
-from .node import DatasetNode
+from .node import DatasetNode, SpecOf
 from .stacking import row, unstack
 
 
@@ -23,6 +25,23 @@ class UnbatchNode(DatasetNode):
 
     def __init__(self, input_node: DatasetNode) -> None:
         super().__init__([input_node])
+        self.static_spec()  # a scalar component raises ValueError now, as tf.data does
+
+    def compute_spec(self, spec_of: SpecOf) -> Any:
+        spec = spec_of(self.inputs[0])
+        return None if spec is None else unbatch_spec(spec, "unbatch")
+
+    def cardinality(self) -> int:
+        """The input's cardinality times its batch size where every component's leading dimension is
+        statically the same (``batch(n, drop_remainder=True)``), else unknown (tf.data's rule)."""
+        n = self.inputs[0].cardinality()
+        spec = self.inputs[0].static_spec()
+        if n < 0 or spec is None:
+            return n if n == INFINITE_CARDINALITY else UNKNOWN_CARDINALITY
+        dims = {s.shape.dims[0] for s in flatten(spec) if isinstance(s, TensorSpec) and s.shape.dims}
+        if len(dims) != 1 or None in dims or 0 in dims:
+            return UNKNOWN_CARDINALITY
+        return n * dims.pop()
 
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         source = self.inputs[0].make_iterator(ctx)

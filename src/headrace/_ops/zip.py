@@ -1,7 +1,14 @@
 """``Dataset.zip``: elements of several datasets side by side, in the structure they were given in.
 
 ``Dataset.zip(a, b)`` and ``Dataset.zip((a, b))`` yield ``(x, y)``; ``Dataset.zip({"x": a, "y": b})``
-yields dicts. Iteration ends with the shortest dataset.
+yields dicts; ``Dataset.zip(a)`` yields ``a``'s elements as they are (tf.data's rule: the structure is the
+argument). Iteration ends with the shortest dataset.
+
+Every component is pulled for every element, also when one of them raises (the first error is re-raised
+after the others were pulled), so after an error the components stay in step, as in tf.data
+(``zip(...).ignore_errors()`` drops the whole element and goes on with the next one).
+
+Cardinality (tf.data's): unknown if any component's is, else the smallest finite one, else infinite.
 """
 
 from __future__ import annotations
@@ -11,13 +18,26 @@ from typing import Any
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._structure import flatten, pack_as
 from .base import DatasetIterator, IteratorContext, MultiInputIterator
-from .node import DatasetNode, as_node
+from .node import DatasetNode, SpecOf, as_node
+
+
+def _reject_lists(datasets: Any) -> None:
+    if isinstance(datasets, list):
+        raise TypeError("zip(): a list of datasets is not a structure in tf.data; pass a tuple "
+                        f"(Dataset.zip((a, b)) or Dataset.zip(a, b)), got a list of {len(datasets)}")
+    if isinstance(datasets, dict):
+        for v in datasets.values():
+            _reject_lists(v)
+    elif isinstance(datasets, tuple):
+        for v in datasets:
+            _reject_lists(v)
 
 
 class ZipNode(DatasetNode):
     label = "zip"
 
     def __init__(self, datasets: Any) -> None:
+        _reject_lists(datasets)
         flat = flatten(datasets)
         if not flat:
             raise ValueError("zip() needs at least one dataset")
@@ -28,10 +48,16 @@ class ZipNode(DatasetNode):
 
     def cardinality(self) -> int:
         cards = [d.cardinality() for d in self.inputs]
+        if UNKNOWN_CARDINALITY in cards:
+            return UNKNOWN_CARDINALITY
         finite = [c for c in cards if c >= 0]
-        if finite:
-            return min(finite)
-        return UNKNOWN_CARDINALITY if UNKNOWN_CARDINALITY in cards else INFINITE_CARDINALITY
+        return min(finite) if finite else INFINITE_CARDINALITY
+
+    def compute_spec(self, spec_of: SpecOf) -> Any:
+        specs = [spec_of(d) for d in self.inputs]
+        if any(s is None for s in specs):
+            return None
+        return pack_as(self.structure, specs)
 
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         return _ZipIterator(ctx, [d.make_iterator(ctx) for d in self.inputs], self.structure)
@@ -43,6 +69,37 @@ class _ZipIterator(MultiInputIterator):
     def __init__(self, ctx: IteratorContext, sources: list[DatasetIterator], structure: Any) -> None:
         super().__init__(ctx, sources)
         self._structure = structure
+        self._ended = False
 
     def __next__(self) -> Any:
-        return pack_as(self._structure, [s.__next__() for s in self._sources])
+        if self._ended:
+            raise StopIteration
+        values = []
+        error: BaseException | None = None
+        ended = False
+        for s in self._sources:
+            try:
+                values.append(s.__next__())
+            except StopIteration:
+                ended = True
+                values.append(None)
+            except Exception as e:
+                if error is None:
+                    error = e
+                values.append(None)
+        if ended:
+            self._ended = True
+        if error is not None:
+            try:
+                raise error
+            finally:
+                error = None
+        if ended:
+            raise StopIteration
+        return pack_as(self._structure, values)
+
+    def _counters(self) -> dict[str, Any]:
+        return {"ended": self._ended}
+
+    def _restore_counters(self, state: dict[str, Any]) -> None:
+        self._ended = bool(state.get("ended", False))

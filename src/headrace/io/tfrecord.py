@@ -23,6 +23,7 @@ there (GZIP / ZLIB files are decompressed again and skipped up to the offset).
 from __future__ import annotations
 
 import copy
+import io
 import os
 import warnings
 from collections.abc import Iterable
@@ -30,13 +31,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._args import as_int
 from .._dataset import Dataset
 from .._errors import DataLossError, StateError
+from .._ops.autotune import cpu_count
 from .._ops.base import DatasetIterator, IteratorContext, check_state, note_error
 from .._ops.interleave import InterleaveNode
 from .._ops.node import DatasetNode, node_of
 from .._ops.sources import TensorSlicesNode
-from .._options import UNKNOWN_CARDINALITY
+from .._options import AUTOTUNE, UNKNOWN_CARDINALITY
+from .._spec import STRING, TensorSpec
 from .._sync import Lock as TimedLock
 from . import files
 from ._framing import DEFAULT_BUFFER_BYTES, RecordReader, normalize_compression
@@ -68,12 +72,26 @@ def _name_list(filenames: Any) -> list[str]:
                     "a list of paths or a Dataset of paths")
 
 
-def _check_positive(name: str, value: Any) -> int | None:
+def _buffer_size(value: Any) -> int:
+    """``buffer_size`` as tf.data takes it: ``None`` (256 KiB) or an integer >= 0; 0 is "no buffering" in
+    tf.data, here the smallest read buffer Python's ``io`` uses (``io.DEFAULT_BUFFER_SIZE``)."""
     if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"TFRecordDataset({name}={value!r}): must be None or an int >= 1")
-    return int(value)
+        return DEFAULT_BUFFER_BYTES
+    n = as_int(value, "TFRecordDataset(buffer_size)", minimum=0, fix="use None for the default (256 KiB) or 0 "
+               "for the smallest buffer")
+    return n or io.DEFAULT_BUFFER_SIZE
+
+
+def _parallel_reads(value: Any) -> int:
+    """``num_parallel_reads``: ``None`` (1), ``AUTOTUNE`` (the CPU count) or an integer >= 1."""
+    if value is None:
+        return 1
+    n = as_int(value, "TFRecordDataset(num_parallel_reads)")
+    if n == AUTOTUNE:
+        return cpu_count()
+    if n < 1:
+        raise ValueError(f"TFRecordDataset(num_parallel_reads={n}) must be None, headrace.AUTOTUNE or >= 1")
+    return n
 
 
 class TFRecordDataset(Dataset):
@@ -83,7 +101,7 @@ class TFRecordDataset(Dataset):
         filenames: a path (``str``, ``bytes``, ``os.PathLike``; local or an fsspec URL), a list of them,
             or a :class:`~headrace.Dataset` whose elements are paths (e.g. ``Dataset.list_files``).
         compression_type: ``None`` or ``""`` (uncompressed), ``"GZIP"`` or ``"ZLIB"``.
-        buffer_size: read buffer in bytes (default 256 KiB, as TensorFlow).
+        buffer_size: read buffer in bytes (``None``: 256 KiB, as TensorFlow; 0: the smallest buffer).
         num_parallel_reads: ``None`` / 1 reads the files one after another; ``n > 1`` reads ``n`` files
             at once in background threads, interleaving their records one by one, as tf.data does:
             ``names.interleave(TFRecordDataset, cycle_length=n, block_length=1, num_parallel_calls=n)``
@@ -123,8 +141,8 @@ class TFRecordNode(DatasetNode):
         super().__init__([self._names_node] if self._names_node is not None else [])
         self._names = None if self._names_node is not None else _name_list(filenames)
         self.compression_type = normalize_compression(compression_type)
-        self.buffer_size = _check_positive("buffer_size", buffer_size) or DEFAULT_BUFFER_BYTES
-        self.num_parallel_reads = _check_positive("num_parallel_reads", num_parallel_reads) or 1
+        self.buffer_size = _buffer_size(buffer_size)
+        self.num_parallel_reads = _parallel_reads(num_parallel_reads)
         if on_corrupt not in ON_CORRUPT:
             raise ValueError(f"TFRecordDataset(on_corrupt={on_corrupt!r}): use 'raise' (stop with "
                              "DataLossError) or 'skip' (skip corrupt records, warn and list them)")
@@ -178,6 +196,9 @@ class TFRecordNode(DatasetNode):
             return InterleaveNode(names, self._single, cycle_length=n, block_length=1, num_parallel_calls=n,
                                   deterministic=None, name="TFRecordDataset").make_iterator(ctx)
         return TFRecordIterator(ctx, self)
+
+    def compute_spec(self, spec_of: Any) -> Any:
+        return TensorSpec((), STRING)  # one serialized record: a bytes scalar (tf.string)
 
     def cardinality(self) -> int:
         return UNKNOWN_CARDINALITY
