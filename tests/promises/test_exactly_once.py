@@ -91,3 +91,69 @@ def test_shuffle_behind_a_shuffle_restores_without_hanging(seed, points):
     (which only the replay's own ``set_state`` needs) while the outer buffer held most of the budget."""
     verdict = check_restore(random_shape(seed), points, timeout_s=90)
     assert verdict.ok, (verdict.kind, verdict.detail)
+
+
+class _OrderChangesOnceRestored:
+    """An input that replays exactly while a restore runs and, once it is over, yields the rest of its
+    positions in another order (reversed): what a shuffle does when it caps its buffer to the budget after a
+    restore (``bench/promises.py`` seed 245: ``shuffle -> prefetch(AUTOTUNE) -> map(deterministic=False)``)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.pos, self.restoring, self.restored, self.reverse_from = n, 0, False, False, None
+
+    def __next__(self) -> int:
+        if self.pos >= self.n:
+            raise StopIteration
+        if self.restored and not self.restoring and self.reverse_from is None:
+            self.reverse_from = self.pos
+        p, self.pos = self.pos, self.pos + 1
+        return p if self.reverse_from is None else self.n - 1 - (p - self.reverse_from)
+
+    def get_state(self) -> dict:
+        return {"pos": self.pos}
+
+    def set_state(self, state: dict) -> None:
+        self.pos, self.restored = int(state["pos"]), True
+
+    def skip_ahead(self, n: int) -> None:
+        for _ in range(n):
+            next(self)
+
+    def replay_epoch(self) -> int:
+        return 0
+
+    def replays_deterministically(self) -> bool:
+        return True
+
+
+def test_out_of_order_positions_are_read_while_the_restore_runs():
+    from headrace._memory import MemoryBudget
+    from headrace._ops.parallel import ParallelApplier
+
+    def slow_zero(x):
+        if x == 0:
+            time.sleep(0.5)  # element 0 finishes last: 1, 2, 3 are delivered before it
+        return x
+
+    def pool(fn):
+        src = _OrderChangesOnceRestored(40)
+        acc = MemoryBudget(1 << 20).account("map", 4)
+        return src, ParallelApplier(src, fn, num_workers=2, window=4, deterministic=False, account=acc,
+                                    stage="map", thread_name="test-map")
+
+    _, first = pool(slow_zero)
+    got = [first.next() for _ in range(3)]
+    state = json.loads(json.dumps(first.state()))
+    first.stop()
+    assert sorted(got) == [1, 2, 3] and state["skip"] == [1, 2, 3], (got, state)
+    src, second = pool(lambda x: x)
+    src.restoring = True  # what Iterator.set_state's ctx.restoring says to a shuffle
+    second.restore(state)
+    src.restoring = False
+    while True:
+        try:
+            got.append(second.next())
+        except StopIteration:
+            break
+    second.stop()
+    assert sorted(got) == list(range(40)), sorted(got)

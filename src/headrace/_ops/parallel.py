@@ -21,7 +21,11 @@ State: the input's state is snapshotted every ``snapshot_every`` pulls (every pu
 replay deterministically). The state after delivering a prefix of *p* sequence numbers is "the snapshot at
 or before *p*, then ``forward`` more input elements", plus the offsets delivered beyond the prefix
 (out-of-order delivery), which the restored stage skips: exactly-once either way, at a fraction of the
-cost of asking the input for its state per element.
+cost of asking the input for its state per element. A restore with such offsets reads the input up to the
+last of them while ``set_state`` runs (the elements are held, charged, until workers take them): a stage
+below may change how it produces elements once the restore is over (a shuffle capping its buffer to the
+budget), and the skipped positions must name what the saved run delivered (found by ``bench/promises.py``:
+``shuffle -> prefetch(AUTOTUNE) -> map(deterministic=False)`` lost and repeated an element).
 
 Errors: an exception from the input or from ``fn`` is stored as that sequence number's result and
 re-raised by the consumer at its position, with a note naming the stage and element; the stage stays
@@ -201,6 +205,9 @@ class ParallelApplier:
         self._beyond: set[int] = set()   # delivered or skipped seq beyond the prefix
         self._skip = set(skip)        # seq to drop (restored out-of-order deliveries)
         self._snaps: dict[int, tuple[Any, int]] = {0: (base_state, forward)}  # position -> (state, forward)
+        self._drop_prepulled()
+        self._prepulled: dict[int, _Result] = {}  # seq -> input element read by restore() (see _prepull)
+        self._prepull_end = 0         # the input is this many elements ahead of seq 0 while any are left
         self._barrier: int | None = None  # out-of-order delivery stops at this seq until the prefix passes it
         self._events.clear()
         self._started = False
@@ -346,13 +353,14 @@ class ParallelApplier:
     def _pull(self, gen: int, stop: Flag, seq: int) -> tuple[Any, BaseException | None, bool]:
         """Input lock held: snapshot if due, pull element ``seq``; ``(x, error, ended)``."""
         source = self.source
-        if self.record_state and self._every > 1 and seq % self._every == 0 and seq:
+        prepulled = seq < self._prepull_end
+        if self.record_state and self._every > 1 and seq % self._every == 0 and seq and not prepulled:
             snap = source.get_state()
             with self._cv:
                 if gen == self._gen:
                     self._snaps[seq] = (snap, 0)
         try:
-            x = source.__next__()
+            x = self._next_input(seq)
         except StopIteration:
             with self._cv:
                 if gen == self._gen and not stop.is_set():
@@ -362,9 +370,58 @@ class ParallelApplier:
             return None, None, True
         except Exception as e:
             return None, e, False
-        if self.record_state:
+        if self.record_state and not prepulled:
             self._snapshot_after_replay_event(gen, seq)
         return x, None, False
+
+    def _next_input(self, seq: int) -> Any:
+        """Input lock held: element ``seq`` of the input (read ahead by a restore, or pulled now)."""
+        if seq >= self._prepull_end:
+            return self.source.__next__()
+        item = self._prepulled.pop(seq)
+        if item.nbytes:
+            self.account.adjust(-item.nbytes)
+        if item.error is not None:
+            error, item = item.error, None
+            try:
+                raise error
+            finally:
+                del error
+        return item.value
+
+    def _prepull(self, skip: list[int]) -> None:
+        """Input lock held, in ``restore``: read the input up to the last skipped offset now, while the
+        pipeline is restoring (see the module docstring: State). Held elements are charged (``adjust``: no
+        wait, they existed in the saved run too) unless another account holds them (``input_charged``)."""
+        if not skip:
+            return
+        for seq in range(max(skip) + 1):
+            try:
+                x = self.source.__next__()
+            except StopIteration as e:
+                self._prepulled[seq] = _Result(None, 0, e)
+                self._prepull_end = seq + 1
+                return
+            except Exception as e:
+                self._prepulled[seq] = _Result(None, 0, e)
+                continue
+            n = 0 if self.input_charged else nbytes(x)
+            if n:
+                self.account.adjust(n)
+            self._prepulled[seq] = _Result(x, n, None)
+            self._prepull_end = seq + 1
+
+    def _drop_prepulled(self) -> None:
+        prepulled = getattr(self, "_prepulled", None)
+        if not prepulled:
+            return
+        for item in prepulled.values():
+            if item.error is None:
+                if item.nbytes:
+                    self.account.adjust(-item.nbytes)
+                elif self.release_input is not None:
+                    self.release_input(item.value)
+        prepulled.clear()
 
     def _snapshot_after_replay_event(self, gen: int, seq: int) -> None:
         """Input lock held. Snapshot the input right after this element when the input does not replay
@@ -532,7 +589,7 @@ class ParallelApplier:
                 self._next_seq = seq + 1
                 self._inline_dirty = True
                 try:
-                    x = source.__next__()
+                    x = self._next_input(seq)
                 except StopIteration:
                     with self._cv:
                         self._end_seq = seq
@@ -540,7 +597,7 @@ class ParallelApplier:
                     raise
                 except Exception as e:
                     x, error = None, e
-                if error is None and self.record_state:
+                if error is None and self.record_state and seq >= self._prepull_end:
                     # a replay event below (see delivered_epoch): this element is delivered now, in order
                     epoch = source.replay_epoch()
                     if epoch != self._replay_epoch:
@@ -589,6 +646,8 @@ class ParallelApplier:
 
     def _resnapshot_after_inline(self, seq: int) -> None:
         """Input lock held, nothing in flight: the inline calls took no snapshots; take one at ``seq``."""
+        if seq < self._prepull_end:  # the input is ahead of seq: the restore's snapshot stays the base
+            return
         if self._inline_dirty and self.record_state:
             snap = self.source.get_state()
             with self._cv:
@@ -678,7 +737,8 @@ class ParallelApplier:
             return None
         try:
             with self._cv:
-                if self._next_seq != self._prefix or self._beyond or self._results:
+                if (self._next_seq != self._prefix or self._beyond or self._results
+                        or self._prefix < self._prepull_end):
                     return None
                 skip = sorted(s - self._prefix for s in self._skip)
                 index = self._index_base + self._prefix
@@ -698,11 +758,13 @@ class ParallelApplier:
             self.source.set_state(state["input"])
             forward = int(state.get("forward", 0))
             fast_forward(self.source, forward)
+            skip = [int(s) for s in state["skip"]]
+            self._reset_counters(int(state["index"]), state["input"], forward, skip)
+            self._prepull(skip)
             if self.record_state:
                 self._replay_epoch = self.source.replay_epoch()
         finally:
             self._input_lock.release()
-        self._reset_counters(int(state["index"]), state["input"], forward, [int(s) for s in state["skip"]])
 
     # ---- shutdown ----------------------------------------------------------------------------------
     def signal_stop(self) -> None:
