@@ -308,6 +308,7 @@ class StageAccount:
         self.warn_shrink = True      # AUTOTUNE-sized stages shrink silently
         self._warned = False
         self._probe_s = 0.0
+        self._stalled_short = False  # the stall breaker reserved less than the estimate (reserve(partial=True))
 
     # estimates ----------------------------------------------------------------------------------------
     def unit_bytes(self) -> int:
@@ -419,7 +420,8 @@ class StageAccount:
             return None
 
     def reserve(self, nbytes: int, stop: Any = None, *, urgent: Callable[[], bool] | None = None,
-                headroom: bool = False, unit: bool = True, ignore_cap: bool = False, top_up: bool = False) -> int:
+                headroom: bool = False, unit: bool = True, ignore_cap: bool = False, top_up: bool = False,
+                partial: bool = False) -> int:
         """Wait (in timed slices) until ``nbytes`` fit, reserve them and return the reservation.
 
         ``headroom``: keep one unit of this stage's cap free for an urgent reservation; ``urgent()`` true
@@ -429,7 +431,11 @@ class StageAccount:
         whole limits it (a shuffle buffer filling a byte capacity it fixed earlier, a restore rebuilding a
         buffer that existed). ``top_up``: it grows this stage's own outstanding reservation (a batch sized by
         an element it holds), so it is no second probe and does not wait for the first settle (the caller
-        then calls ``merge_reservation``). ``stop``: anything with ``is_set()``.
+        then calls ``merge_reservation``). ``partial``: ``nbytes`` is an estimate (the largest element seen) of
+        an element that ``settle`` sizes later; when the stall breaker fires, only what still fits in the
+        budget is reserved and ``settle`` charges any real excess, so the budget is exceeded by real bytes only,
+        not by an estimate the element may never reach (found by ``bench/promises.py``: 256 B / 12 MiB records
+        went 11 KB over for a 12 MiB estimate). ``stop``: anything with ``is_set()``.
         Raises ``MemoryBudgetError`` if they can never fit, ``Cancelled`` if ``stop`` is set meanwhile.
         """
         b = self.budget
@@ -443,6 +449,11 @@ class StageAccount:
                 if stop is not None and stop.is_set():
                     raise Cancelled()
                 if (self.seen or self.outstanding == 0) and self._stalled(is_urgent):
+                    fit = min(nbytes, max(0, b.limit_bytes - b.total_bytes))
+                    if partial and fit < nbytes:
+                        b.stalls += 1
+                        self._stalled_short = True  # settle warns if the element does go over
+                        return self._reserved(fit, unit)
                     self._overdraft(nbytes)
                     break
                 b.waiters += 1
@@ -519,13 +530,19 @@ class StageAccount:
             delta = actual - reserved
             if delta > 0:
                 b.miss_bytes += delta
+                over = max(0, b.total_bytes - b.limit_bytes)
                 self._take(delta)
+                went_over = max(0, b.total_bytes - b.limit_bytes) - over  # an element past the budget
+                b.overdraft_bytes += went_over
+                if went_over and self._stalled_short:
+                    self._warn_over(actual)
             elif delta < 0:
                 self.held_bytes += delta
                 b.total_bytes += delta
                 b.last_release_s = time.monotonic()
                 if b.waiters:
                     b._cv.notify_all()
+            self._stalled_short = False
             if grew:
                 b._recompute_caps()
                 if b.waiters:
@@ -582,6 +599,10 @@ class StageAccount:
         b = self.budget
         b.stalls += 1
         b.overdraft_bytes += max(0, b.total_bytes + nbytes - b.limit_bytes)
+        self._warn_over(nbytes)
+
+    def _warn_over(self, nbytes: int) -> None:
+        b = self.budget
         if not b._overdraft_warned:
             b._overdraft_warned = True
             holders = ", ".join(f"{a.stage}={format_bytes(a.held_bytes)}" for a in b._accounts if a.held_bytes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -105,3 +106,30 @@ def test_mandatory_stage_larger_than_the_budget_is_an_error():
     acc.settle(acc.reserve(0), 600)
     with pytest.raises(hr.MemoryBudgetError, match=r"batch\(4\) assembly: holding .* use a smaller batch_size"):
         acc.reserve(600)
+
+
+@pytest.mark.parametrize("actual, over", [(60, 0), (250, 100)])
+def test_the_stall_breaker_goes_over_by_real_bytes_not_by_an_estimate(monkeypatch, actual, over):
+    # A stuck pipeline's urgent element used to reserve its whole estimate (the largest element seen) past the
+    # budget; bench/promises.py found 256 B / 12 MiB records 11 KB over the budget for a 12 MiB estimate when
+    # the element was 256 B. Now only what fits is reserved and settle charges what the element really has.
+    import headrace._memory as memory
+
+    monkeypatch.setattr(memory, "STALL_S", 0.05)
+    budget = MemoryBudget(1000)
+    holder = budget.account("holder", None)
+    holder.settle(holder.reserve(0), 850)           # cannot drain until the urgent element exists
+    acc = budget.account("urgent", 4)
+    acc.settle(acc.reserve(0, ignore_cap=True), 0)
+    acc.max_element_bytes = 250                     # the estimate: the largest element seen
+    budget.consumer_waiting += 1
+    r = acc.reserve(acc.estimate(), Flag(), urgent=lambda: True, partial=True)
+    assert r == 150 and budget.total_bytes == 1000 and budget.stats()["overdraft_bytes"] == 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        acc.settle(r, actual)
+    said = [str(w.message) for w in caught if issubclass(w.category, hr.MemoryBudgetWarning)]
+    assert bool(said) == bool(over) and all("went over the budget" in m for m in said), said
+    stats = budget.stats()
+    assert stats["overdraft_bytes"] == over and stats["current_bytes"] == 850 + actual
+    assert stats["peak_bytes"] == max(1000, 850 + actual)

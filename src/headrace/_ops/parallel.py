@@ -330,7 +330,7 @@ class ParallelApplier:
                     self._resnapshot_after_inline(seq)
                 t2 = clock()
                 reserved = self.account.reserve(self._estimate(), stop, urgent=self._urgent(seq),
-                                                headroom=self.headroom)
+                                                headroom=self.headroom, partial=True)
                 t3 = clock()
                 x, error, ended = self._pull(gen, stop, seq)
                 if ended:
