@@ -83,13 +83,13 @@ def _choose(budget_mib: int) -> tuple[int, list[Trial]]:
 
 def test_auto_size_fits_the_rss_budget_and_the_next_size_does_not() -> None:
     small, trials = _choose(64)
-    large, _ = _choose(128)
+    large, _ = _choose(160)  # 2.5x: a size twice `small` needs about twice its bytes, which sat at 128 MiB
     by_size = {t.size: t for t in trials}
     assert by_size[small].fits and by_size[small].used_bytes <= 64 * MIB
     assert not by_size[2 * small].fits  # the next candidate (twice the size, half the accumulation steps)
     assert [t.size for t in trials] == [1, 2, 4, 8, 16, 32][:len(trials)]  # only power-of-two step counts
     assert 8 <= small <= 16  # ~4 MiB per sample -> about 12 in 64 MiB
-    assert large >= 2 * small  # twice the budget: at least the next candidate
+    assert large >= 2 * small  # 2.5x the budget (RSS noise of a loaded CI run): at least the next candidate
 
 
 def test_search_restores_batchnorm_statistics() -> None:
