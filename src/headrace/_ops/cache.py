@@ -239,7 +239,10 @@ class _CacheIterator(DatasetIterator):
     def __init__(self, ctx: IteratorContext, node: CacheNode, stage: str) -> None:
         super().__init__(ctx)
         self._node = node
-        self._account = ctx.account(stage, None, mandatory=True,
+        # In memory the cache may hold the whole pass (no bound); through a file it holds one element at a time,
+        # so it asks for one: an unbounded demand took every byte of the budget's shares, and an upstream
+        # shuffle(100) ran with a buffer of 1 element (and said so) under an 11 GiB budget.
+        self._account = ctx.account(stage, 1 if node.filename else None, mandatory=True,
                                     hint="use cache(filename) to cache in a file instead of memory")
         self._reader: _MemoryReader | _FileReader | None = None
         self._source: DatasetIterator | None = None
