@@ -230,7 +230,11 @@ class MemoryBudget:
             remaining -= a.cap_bytes
         for a in self._accounts:
             if a.mandatory and remaining > 0:
-                extra = min(max(0.0, a.demand_bytes() - a.cap_bytes), remaining)
+                # An unbounded mandatory stage (an in-memory cache) is given what it holds and one more unit,
+                # not everything: it is not limited by its cap anyway, and an infinite demand left every
+                # other stage its minimum (cache().shuffle(100) shuffled with a buffer of one element).
+                want = a.demand_bytes() if a.demand is not None else float(a.held_bytes + a.unit_bytes())
+                extra = min(max(0.0, want - a.cap_bytes), remaining)
                 a.cap_bytes += extra
                 remaining -= extra
         elastic = sorted((a for a in self._accounts if not a.mandatory),
@@ -543,6 +547,8 @@ class StageAccount:
                 if b.waiters:
                     b._cv.notify_all()
             self._stalled_short = False
+            if self.mandatory and self.demand is None and self.held_bytes > self.cap_bytes:
+                grew = True  # an unbounded mandatory stage outgrew its share: the others' shares shrink
             if grew:
                 b._recompute_caps()
                 if b.waiters:

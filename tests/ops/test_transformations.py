@@ -169,21 +169,27 @@ def test_cache_file_is_atomic_and_reused(tmp_path):
     assert py(list(D.range(5).map(f).cache(path))) == [0, 1, 2, 3, 4] and calls == []
 
 
-def test_a_file_cache_leaves_the_budget_to_the_stages_before_it(tmp_path):
-    # Its account asked for an unbounded share: shuffle(100) upstream was capped at 1 element (8 bytes) under
-    # an 11 GiB budget, silently making the shuffle barely shuffle (only a MemoryBudgetWarning said so).
+@pytest.mark.parametrize("where", ["file", "memory"])
+def test_a_cache_leaves_the_budget_to_the_other_stages(tmp_path, where):
+    # Its account asked for an unbounded share: shuffle(100) beside it was capped at 1 element (8 bytes) under
+    # an 11 GiB budget, so tf.data's everyday cache().shuffle(...) barely shuffled (a MemoryBudgetWarning
+    # said so). A memory cache now claims what it holds plus one element; the others' shares follow it.
     import warnings
 
-    ds = D.range(1000).shuffle(100, seed=0).prefetch(2).cache(str(tmp_path / "c"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", hr.MemoryBudgetWarning)
-        with iter(ds) as it:
-            first = py(list(it))
-            stages = it.memory_stats()["stages"]
-    assert sorted(first) == list(range(1000))
-    shuffle = next(v for k, v in stages.items() if k.startswith("shuffle"))
-    assert shuffle["cap_bytes"] >= 100 * 8, stages
-    assert py(list(ds)) == first  # the second pass reads the file
+    filename = str(tmp_path / "c") if where == "file" else ""
+    pipelines = [D.range(1000).shuffle(100, seed=0).prefetch(2).cache(filename),
+                 D.range(1000).cache(filename).shuffle(100, seed=0).batch(10).prefetch(2)]
+    for ds in pipelines:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", hr.MemoryBudgetWarning)
+            with iter(ds) as it:
+                first = py(list(it))
+                stages = it.memory_stats()["stages"]
+        assert sorted(np.ravel(first).tolist()) == list(range(1000))
+        shuffle = next(v for k, v in stages.items() if k.startswith("shuffle"))
+        assert shuffle["cap_bytes"] >= 100 * 8, stages
+        again = py(list(ds))  # the second pass reads the cache
+        assert sorted(np.ravel(again).tolist()) == list(range(1000))
 
 
 def test_interleave_autotune_and_deterministic_false_yield_everything():
