@@ -8,7 +8,9 @@ deterministic on and off):
   exceeds budget x 1.1 + 64 MiB, or the tracked peak exceeds the budget, or anything was overdrawn;
 - exactly-once: restored at 3 random points through ``json`` into freshly built pipelines; every 5th shape
   also SIGKILLed at a random element and recovered from its last checkpoint; ids lost / duplicated;
-- hangs: any child without a result in time; every 10th shape also gets repeated SIGINTs inside ``next()``.
+- hangs: any child without a result in time; every 10th shape also gets repeated SIGINTs inside ``next()``;
+- cache: every 4th shape is also checked for memory and restored with a ``cache(filename)`` inserted at a
+  random place.
 
 Then throughput under tight budgets (issue 10's target: with room for >= 2 elements per active slot, a
 pipeline keeps >= 60% of its throughput with an unlimited budget), best of 3, in this process.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+import tempfile
 import time
 import warnings
 from collections import Counter
@@ -56,6 +59,14 @@ def sweep(n_shapes: int, first_seed: int) -> Counter[str]:
             checks.append(("kill", check_kill(shape, after_elements=rng.randint(2, 40), every=rng.choice([1, 3, 7]))))
         if k % 10 == 0:
             checks.append(("interrupt", check_interrupts(shape, seconds=1.5, seed=seed)))
+        if k % 4 == 0:  # the same shape with a file cache inserted at a random place (memory and restore)
+            cached = {**shape, "stages": list(shape["stages"])}
+            cached["stages"].insert(rng.randint(0, len(cached["stages"])), {"op": "cache"})
+            with tempfile.TemporaryDirectory() as d:
+                checks.append(("cache memory", check_memory(cached, cache_dir=d)))
+            with tempfile.TemporaryDirectory() as d:
+                checks.append(("cache restore", check_restore(cached, sorted(rng.sample(range(1, 60), 3)),
+                                                              cache_dir=d)))
         for what, verdict in checks:
             totals[verdict.kind] += 1  # "lost" counts a check that lost ids (whether or not it also repeated some)
             if not verdict.ok:

@@ -192,6 +192,26 @@ def test_a_cache_leaves_the_budget_to_the_other_stages(tmp_path, where):
         assert sorted(np.ravel(again).tolist()) == list(range(1000))
 
 
+def test_restoring_a_shuffle_over_a_cache_being_filled(tmp_path):
+    # Below a deterministic=False map the shuffle restores by scanning a second copy of its input for the
+    # buffered elements; that copy's cache took the file's writer lock and raised FileExistsError (found by
+    # the promise sweep with a cache stage inserted).
+    import json
+
+    def ds():
+        return (D.range(300).cache(str(tmp_path / "c")).map(lambda x: x, num_parallel_calls=2, deterministic=False)
+                .shuffle(50, seed=0))
+
+    with iter(ds()) as it:
+        got = [int(next(it)) for _ in range(40)]
+        state = json.loads(json.dumps(it.get_state()))
+    assert state["pipeline"]["keys_by"] == "hash"
+    with iter(ds()) as it:
+        it.set_state(state)
+        got += [int(x) for x in it]
+    assert sorted(got) == list(range(300))
+
+
 def test_interleave_autotune_and_deterministic_false_yield_everything():
     ds = D.range(20).interleave(lambda x: D.range(x * 10, x * 10 + 3), cycle_length=hr.AUTOTUNE,
                                 num_parallel_calls=hr.AUTOTUNE, deterministic=False)

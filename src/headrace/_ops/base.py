@@ -86,6 +86,7 @@ class IteratorContext:
         self.restoring = Flag()
         self.iteration = iteration
         self.force_deterministic = False
+        self.replay_copy = False  # a second copy of a subtree that a restore scans (writes nothing, e.g. no cache)
         self._counts: dict[str, int] = {}
         self._names: dict[tuple[int, str], str] = {}
         self._lock = TimedLock("stage names")
@@ -134,6 +135,7 @@ class IteratorContext:
         """The same context for a replay that must be deterministic (every parallel stage in order)."""
         child = copy.copy(self)
         child.force_deterministic = True
+        child.replay_copy = True
         child.restoring = Flag()
         return child
 

@@ -256,11 +256,12 @@ class _CacheIterator(DatasetIterator):
                 self._account.settle(reserved, node._memory_bytes, count=max(len(node._memory), 1), unit=False)
             self._reader = _MemoryReader(node._memory)
         else:
-            try:
-                self._sink = _FileSink(node) if node.filename else _MemorySink(node, self._account)
-            except BaseException:  # another writer holds the file: this iterator never existed
-                self._account.close()
-                raise
+            if not ctx.replay_copy:  # a restore's scan copy reads the input only (it would take the file's lock)
+                try:
+                    self._sink = _FileSink(node) if node.filename else _MemorySink(node, self._account)
+                except BaseException:  # another writer holds the file: this iterator never existed
+                    self._account.close()
+                    raise
             self._source = node.inputs[0].make_iterator(ctx)
 
     def __next__(self) -> Any:
