@@ -98,8 +98,9 @@ class _OrderChangesOnceRestored:
     positions in another order (reversed): what a shuffle does when it caps its buffer to the budget after a
     restore (``bench/promises.py`` seed 245: ``shuffle -> prefetch(AUTOTUNE) -> map(deterministic=False)``)."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, raise_at: int | None = None) -> None:
         self.n, self.pos, self.restoring, self.restored, self.reverse_from = n, 0, False, False, None
+        self.raise_at = raise_at
 
     def __next__(self) -> int:
         if self.pos >= self.n:
@@ -107,6 +108,8 @@ class _OrderChangesOnceRestored:
         if self.restored and not self.restoring and self.reverse_from is None:
             self.reverse_from = self.pos
         p, self.pos = self.pos, self.pos + 1
+        if p == self.raise_at:
+            raise ValueError(f"bad record {p}")
         return p if self.reverse_from is None else self.n - 1 - (p - self.reverse_from)
 
     def get_state(self) -> dict:
@@ -126,7 +129,9 @@ class _OrderChangesOnceRestored:
         return True
 
 
-def test_out_of_order_positions_are_read_while_the_restore_runs():
+@pytest.mark.parametrize("raise_at", [None, 3])
+def test_out_of_order_positions_are_read_while_the_restore_runs(raise_at):
+    """``raise_at=3``: the last skipped position is an element that raised; the restore read past it too."""
     from headrace._memory import MemoryBudget
     from headrace._ops.parallel import ParallelApplier
 
@@ -136,24 +141,32 @@ def test_out_of_order_positions_are_read_while_the_restore_runs():
         return x
 
     def pool(fn):
-        src = _OrderChangesOnceRestored(40)
+        src = _OrderChangesOnceRestored(40, raise_at)
         acc = MemoryBudget(1 << 20).account("map", 4)
         return src, ParallelApplier(src, fn, num_workers=2, window=4, deterministic=False, account=acc,
                                     stage="map", thread_name="test-map")
 
+    def take(p, got, errors, k=None):
+        while k is None or len(got) + len(errors) < k:
+            try:
+                got.append(p.next())
+            except StopIteration:
+                return
+            except ValueError as e:
+                errors.append(str(e))
+
+    got: list[int] = []
+    errors: list[str] = []
     _, first = pool(slow_zero)
-    got = [first.next() for _ in range(3)]
+    take(first, got, errors, 3)
     state = json.loads(json.dumps(first.state()))
     first.stop()
-    assert sorted(got) == [1, 2, 3] and state["skip"] == [1, 2, 3], (got, state)
+    assert sorted(got + [3] * len(errors)) == [1, 2, 3] and state["skip"] == [1, 2, 3], (got, errors, state)
     src, second = pool(lambda x: x)
     src.restoring = True  # what Iterator.set_state's ctx.restoring says to a shuffle
     second.restore(state)
     src.restoring = False
-    while True:
-        try:
-            got.append(second.next())
-        except StopIteration:
-            break
+    take(second, got, errors)
     second.stop()
-    assert sorted(got) == list(range(40)), sorted(got)
+    want = [i for i in range(40) if i != raise_at]
+    assert sorted(got) == want and errors == ([] if raise_at is None else ["bad record 3"]), (sorted(got), errors)

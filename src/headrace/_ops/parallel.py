@@ -192,6 +192,7 @@ class ParallelApplier:
         self.delivered_bytes = 0
         self.started_s = time.monotonic()
         self._events: deque[tuple[int, int]] = deque()  # (seq, epoch increase) of replay events not delivered
+        self._prepulled: dict[int, _Result] = {}  # seq -> input element read by restore() (see _prepull)
         self._epoch_out = 0  # replay events among the delivered elements (what a downstream stage sees)
         self._reset_counters(index_base, base_state, 0, [])
 
@@ -206,7 +207,6 @@ class ParallelApplier:
         self._skip = set(skip)        # seq to drop (restored out-of-order deliveries)
         self._snaps: dict[int, tuple[Any, int]] = {0: (base_state, forward)}  # position -> (state, forward)
         self._drop_prepulled()
-        self._prepulled: dict[int, _Result] = {}  # seq -> input element read by restore() (see _prepull)
         self._prepull_end = 0         # the input is this many elements ahead of seq 0 while any are left
         self._barrier: int | None = None  # out-of-order delivery stops at this seq until the prefix passes it
         self._events.clear()
@@ -396,11 +396,11 @@ class ParallelApplier:
         if not skip:
             return
         for seq in range(max(skip) + 1):
+            self._prepull_end = seq + 1  # an element that raised was read too: the input is past it
             try:
                 x = self.source.__next__()
             except StopIteration as e:
                 self._prepulled[seq] = _Result(None, 0, e)
-                self._prepull_end = seq + 1
                 return
             except Exception as e:
                 self._prepulled[seq] = _Result(None, 0, e)
@@ -409,12 +409,9 @@ class ParallelApplier:
             if n:
                 self.account.adjust(n)
             self._prepulled[seq] = _Result(x, n, None)
-            self._prepull_end = seq + 1
 
     def _drop_prepulled(self) -> None:
-        prepulled = getattr(self, "_prepulled", None)
-        if not prepulled:
-            return
+        prepulled = self._prepulled
         for item in prepulled.values():
             if item.error is None:
                 if item.nbytes:
