@@ -65,6 +65,11 @@ class Lock:
     def locked(self) -> bool:
         return self._lock.locked()
 
+    @property
+    def raw(self) -> threading.Lock:
+        """The plain lock (for an untimed ``acquire(False)`` try on a hot path)."""
+        return self._lock
+
 
 class Condition(threading.Condition):
     """``threading.Condition`` over a plain lock whose ``with`` and post-``wait`` re-acquisitions are timed.

@@ -275,8 +275,15 @@ class DatasetIterator:
 
     def replay_epoch(self) -> int:
         """A counter of events below this stage that a replay could not repeat on its own (a shuffle
-        buffer capped by the budget); a parallel stage snapshots its input's state right after it changes."""
-        return sum(child.replay_epoch() for child in self._children() if child is not None)
+        buffer capped by the budget); a parallel stage snapshots its input's state right after it changes.
+        Asked for every element an inline parallel stage pulls, so the common cases are short."""
+        children = self._children()
+        if not children:
+            return 0
+        if len(children) == 1:
+            child = children[0]
+            return 0 if child is None else child.replay_epoch()
+        return sum(child.replay_epoch() for child in children if child is not None)
 
     def replays_deterministically(self) -> bool:
         """Whether re-reading after ``set_state`` yields the same elements in the same order."""

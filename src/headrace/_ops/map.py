@@ -87,8 +87,13 @@ class MapNode(DatasetNode):
         workers = parallelism(self.num_parallel_calls, ctx)
         fn = self.fn
 
-        def thread_fn(x: Any) -> Any:
-            return normalize(guarded_call(fn, x, stage), stage)
+        def thread_fn(x: Any) -> Any:  # guarded_call + normalize in one frame: AUTOTUNE's inline path calls it
+            try:
+                y = fn(*x) if type(x) is tuple else fn(x)
+            except StopIteration as e:
+                raise RuntimeError(f"{stage}: the function raised StopIteration; return a value or raise another "
+                                   "exception (StopIteration would silently end the dataset)") from e
+            return y if type(y) in SCALAR_TYPES else normalize(y, stage)
 
         finish: Callable[[Any], Any] | None = guard
         if sig is not None:

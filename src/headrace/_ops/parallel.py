@@ -76,6 +76,10 @@ RESTORE_WAIT_S = 60.0
 """How long ``set_state`` waits for a worker stuck in the input (a slow user function) to leave it."""
 
 
+LEAN_TIMING_EVERY = 8
+LEAN_TIMING_MASK = LEAN_TIMING_EVERY - 1
+
+
 class PoolStats:
     """Counters of one worker thread (written by that thread only; read as sums by :meth:`ParallelApplier.stats`)."""
 
@@ -146,6 +150,7 @@ class ParallelApplier:
         self.source = source
         self.fn = fn
         self.executor = executor
+        self._inline_direct = executor is None  # see _inline_call
         self.num_workers = num_workers
         self.active = num_workers      # workers taking elements now (0: inline in the consumer's thread)
         self._window = window
@@ -171,6 +176,7 @@ class ParallelApplier:
         self._consumer_waiting = False
         self._room_waiting = False
         self._input_lock = TimedLock(f"{stage} input")  # held around source.__next__ (timed acquisitions)
+        self._raw_input_lock = self._input_lock.raw  # the inline path's untimed try (see _next_lean)
         self._threads: list[threading.Thread] = []
         self._stale: list[threading.Thread] = []  # threads of stopped generations still inside user code
         self._stop = Flag()
@@ -212,6 +218,8 @@ class ParallelApplier:
         self._events.clear()
         self._started = False
         self._inline_dirty = False  # inline calls since the last snapshot (see _next_inline)
+        self._lean = False  # the inline path's steady state (see _next_lean)
+        self._epoch_stale = False  # replay events below not counted yet (see _next_lean)
 
     def _start(self) -> None:
         self._started = True
@@ -234,6 +242,8 @@ class ParallelApplier:
         n = max(0, int(n))
         with self._cv:
             self.active = n
+            if n:
+                self._lean = False
             if self._started:
                 self._ensure_threads(n)
             self._notify_all()
@@ -369,6 +379,9 @@ class ParallelApplier:
                 self._notify_all()
             return None, None, True
         except Exception as e:
+            # an element that raised is a position too: a replay event while pulling it counts from it
+            if self.record_state and not prepulled:
+                self._snapshot_after_replay_event(gen, seq)
             return None, e, False
         if self.record_state and not prepulled:
             self._snapshot_after_replay_event(gen, seq)
@@ -519,6 +532,13 @@ class ParallelApplier:
 
     # ---- consumer side -----------------------------------------------------------------------------
     def next(self) -> Any:
+        if self._lean:
+            raw = self._raw_input_lock
+            if raw.acquire(False):
+                if self.active == 0 and self._lean:
+                    return self._next_lean(raw)
+                raw.release()
+            self._lean = False
         if not self._started:
             self._start()
         if self.active == 0 and self._next_seq == self._prefix and not self._results and self._crash is None:
@@ -570,23 +590,29 @@ class ParallelApplier:
         stage does: no reservation, no snapshots (``state()`` asks the input for its position instead, which
         is exact since nothing is in flight; a worker taking over snapshots first), the same sequence
         numbers and skips. No worker claims or finishes an element meanwhile (they are parked; a number is
-        claimed under the input lock), so the prefix moves without the results lock."""
+        claimed under the input lock), so the prefix moves without the results lock.
+
+        This is the path AUTOTUNE picks for cheap calls, so it is kept lean: an untimed try of the input
+        lock first, the function called directly once the executor settled on threads."""
         stop = self._stop
         stats = self._inline_stats
         clock = time.perf_counter
         source = self.source
+        raw_lock = self._raw_input_lock
         while True:
-            if not self._acquire_input(stop):
+            if not raw_lock.acquire(False) and not self._acquire_input(stop):
                 raise Cancelled()
             error = None
             try:
+                if self._epoch_stale:
+                    self._sync_lean_epoch()
                 if self._end_seq is not None:
                     raise StopIteration
                 seq = self._next_seq
                 self._next_seq = seq + 1
                 self._inline_dirty = True
                 try:
-                    x = self._next_input(seq)
+                    x = source.__next__() if seq >= self._prepull_end else self._next_input(seq)
                 except StopIteration:
                     with self._cv:
                         self._end_seq = seq
@@ -594,7 +620,7 @@ class ParallelApplier:
                     raise
                 except Exception as e:
                     x, error = None, e
-                if error is None and self.record_state and seq >= self._prepull_end:
+                if self.record_state and seq >= self._prepull_end:
                     # a replay event below (see delivered_epoch): this element is delivered now, in order
                     epoch = source.replay_epoch()
                     if epoch != self._replay_epoch:
@@ -602,7 +628,7 @@ class ParallelApplier:
                             self._events.append((seq, max(0, epoch - self._replay_epoch)))
                         self._replay_epoch = epoch
             finally:
-                self._input_lock.release()
+                raw_lock.release()
             skipped = bool(self._skip) and seq in self._skip
             value = None
             if skipped:  # delivered before the state this run was restored from
@@ -613,8 +639,7 @@ class ParallelApplier:
                 t1 = clock()
                 try:
                     try:
-                        value = (self.executor.call(x, self._index_base + seq, stop) if self.executor is not None
-                                 else self.fn(x))
+                        value = self._inline_call(x, seq, stop)
                     finally:
                         if self.release_input is not None:
                             self.release_input(x)
@@ -639,10 +664,92 @@ class ParallelApplier:
                     raise error
                 finally:
                     del error
+            self._lean = (self.active == 0 and self._inline_direct and self.release_input is None
+                          and not self._skip and not self._beyond and not self._results and self._end_seq is None
+                          and self._next_seq == self._prefix and self._next_seq >= self._prepull_end
+                          and self._crash is None and not self._stop.is_set())
             return value
+
+    def _next_lean(self, raw: threading.Lock) -> Any:
+        """The inline path in its steady state (``_lean``, entered by ``_next_inline``; the input lock
+        ``raw`` is held on entry): no element in flight, held, skipped or read ahead, the function called
+        directly. What stays: the sequence numbers and the counters the tuner reads. Any other situation
+        (a worker woken, a restore, a stop, the end, an error) leaves it for the general path. A cheap
+        ``map`` that AUTOTUNE runs inline costs about what a sequential ``map`` does.
+
+        The replay events below are not looked for per element: every element pulled here is delivered
+        before the next pull, so an event among them counts as delivered at once. ``_epoch_stale`` says
+        they are due; whoever needs them next (``delivered_epoch``, the general inline path, a worker
+        taking over) counts them first (``_sync_lean_epoch``), with the input lock held."""
+        source = self.source
+        seq = self._next_seq
+        try:
+            x = source.__next__()
+        except StopIteration:
+            self._lean = False
+            raw.release()
+            with self._cv:
+                self._end_seq = seq
+            raise
+        except Exception:  # the input's element raised: delivered (as the error) in its place
+            self._lean = False
+            self._next_seq = self._prefix = seq + 1
+            self._inline_dirty = self._epoch_stale = True
+            raw.release()
+            self.delivered += 1
+            raise
+        except BaseException:  # KeyboardInterrupt, Cancelled: nothing was claimed
+            self._lean = False
+            raw.release()
+            raise
+        self._next_seq = self._prefix = seq + 1
+        self._inline_dirty = self._epoch_stale = True
+        raw.release()
+        self.delivered += 1
+        stats = self._inline_stats
+        calls = stats.calls = stats.calls + 1
+        try:
+            if calls & LEAN_TIMING_MASK:
+                return self.fn(x)
+            # one call in LEAN_TIMING_EVERY is timed and stands for them all (the tuner needs the time per
+            # call; a clock read per call would cost a tenth of a cheap map's time)
+            t1 = time.perf_counter()
+            try:
+                return self.fn(x)
+            finally:
+                stats.busy_s += (time.perf_counter() - t1) * LEAN_TIMING_EVERY
+        except Exception as e:
+            note_error(e, self.stage, self._index_base + seq)
+            raise
+
+    def _sync_lean_epoch(self) -> None:
+        """Input lock held: count the replay events that happened below while the lean path ran (see
+        ``_next_lean``), as delivered with the last element it delivered."""
+        self._epoch_stale = False
+        if not self.record_state:
+            return
+        epoch = self.source.replay_epoch()
+        if epoch != self._replay_epoch:
+            with self._cv:
+                self._events.append((self._prefix - 1, max(0, epoch - self._replay_epoch)))
+            self._replay_epoch = epoch
+
+    def _inline_call(self, x: Any, seq: int, stop: Flag) -> Any:
+        """``fn(x)`` for the inline path: directly once the executor runs calls on threads for good (an
+        ``"auto"`` executor that decided on threads: its call would only add layers to the same ``fn``),
+        else the executor's call."""
+        if self._inline_direct:
+            return self.fn(x)
+        executor = self.executor
+        if executor.kind == "thread":  # final: an "auto" executor never moves on from threads
+            self._inline_direct = True
+            return self.fn(x)
+        return executor.call(x, self._index_base + seq, stop)
 
     def _resnapshot_after_inline(self, seq: int) -> None:
         """Input lock held, nothing in flight: the inline calls took no snapshots; take one at ``seq``."""
+        if self._epoch_stale:
+            self._sync_lean_epoch()
         if seq < self._prepull_end:  # the input is ahead of seq: the restore's snapshot stays the base
             return
         if self._inline_dirty and self.record_state:
@@ -705,6 +812,12 @@ class ParallelApplier:
         snapshot taken earlier names an input snapshot from before the event, and a restore from it would
         replay across the event (found by ``bench/promises.py``: ``shuffle -> map -> prefetch`` under a
         tight budget lost and repeated elements)."""
+        if self._epoch_stale and self._acquire_input(self._stop):
+            try:
+                if self._epoch_stale:
+                    self._sync_lean_epoch()
+            finally:
+                self._input_lock.release()
         if self._events:
             with self._cv:
                 events = self._events
@@ -766,6 +879,7 @@ class ParallelApplier:
     # ---- shutdown ----------------------------------------------------------------------------------
     def signal_stop(self) -> None:
         """Stop this generation's workers (never blocks; they exit at their next check)."""
+        self._lean = False
         self._stop.set()
         if self._cv.lock.acquire(timeout=0.2):
             try:
@@ -821,6 +935,8 @@ class PoolIterator(DatasetIterator):
         self._deterministic = deterministic
         self._pool = ParallelApplier(source, fn, num_workers=workers, window=window, deterministic=deterministic,
                                      account=account, stage=stage, thread_name=stage, **pool_options)
+        # the stage downstream binds ``source.__next__`` once (UnaryIterator): give it the pool's directly
+        self.__next__ = self._pool.next  # type: ignore[method-assign]
         self._tuning: Any = None
         if autotune and ctx.options.autotune_enabled is not False:
             self._tune(ctx, workers, window)
