@@ -304,3 +304,37 @@ def test_output_signature_and_traced_spec_apply_to_process_results():
     with pytest.raises(ValueError, match="output_signature"):
         list(bad)
 
+
+
+def test_a_lowered_worker_target_keeps_the_idle_worker_for_a_while(monkeypatch):
+    """The tuner's trial of fewer workers is often undone: the idle worker stays (no 0.3-1 s restart), and
+    ends only once the target stayed lower for ``RETIRE_S``."""
+    from headrace._ops.parallel import PoolIterator
+
+    ds = D.range(10**6).map(times_three, num_parallel_calls=2, executor="process").prefetch(2)
+    with iter(ds) as it:
+        stack, pools = [it._root], []
+        while stack:
+            node = stack.pop()
+            pools += [node] if isinstance(node, PoolIterator) and node.kind == "map" else []
+            stack += [c for c in node._children() if c is not None]
+        workers = pools[0].pool.executor.workers
+        for i in range(50):
+            assert next(it) == 3 * i
+        pids = set(workers.pids())
+        assert len(pids) == 2 and workers.started == 2
+        workers.set_target(1)
+        for i in range(50, 100):
+            assert next(it) == 3 * i
+        workers.set_target(2)
+        for i in range(100, 150):
+            assert next(it) == 3 * i
+        assert set(workers.pids()) == pids and workers.started == 2  # nothing was restarted
+        monkeypatch.setattr(proc_pool, "RETIRE_S", 0.0)
+        workers.set_target(1)
+        for i in range(150, 200):
+            assert next(it) == 3 * i
+        left = set(workers.pids())
+    assert len(left) == 1 and left < pids, (left, pids)
+    gone = (pids - left).pop()
+    assert not _alive(gone)

@@ -187,3 +187,57 @@ def test_state_stays_exact_while_the_tuner_changes_settings():
             restored.set_state(state)
             got = [next(restored) for _ in range(5)]
         assert [g.tolist() for g in got] == [e.tolist() for e in expected]
+
+
+def _run_until_converged(it: hr.Iterator, work_s: float = 0.0, limit_s: float = 25.0) -> dict:
+    t0 = time.monotonic()
+    for _ in it:
+        if work_s:
+            time.sleep(work_s)  # the training step
+        rep = it._tuner.report()
+        if rep["converged_after_s"] is not None or time.monotonic() - t0 > limit_s:
+            return rep
+    raise AssertionError("the dataset ended")
+
+
+def test_a_cheap_map_goes_inline_and_an_idle_consumer_gets_no_prefetch_thread_tried():
+    """A cheap map costs less than a hand-off to a worker: AUTOTUNE runs it in the consumer's thread. The
+    consumer waits on the prefetch buffer all the time (it does nothing else), so no buffer (no thread) is
+    tried - also after the map went inline, though it was undone while the map was the bottleneck."""
+    ds = D.range(10**9).map(lambda x: x * 2 + 1, num_parallel_calls=hr.AUTOTUNE).batch(32).prefetch(hr.AUTOTUNE)
+    with iter(ds) as it:
+        rep = _run_until_converged(it)
+        knobs = {s: {k: v.value for k, v in t.knobs.items()} for s, t in it._ctx.tunings.items()}
+    assert rep["converged_after_s"] is not None, rep
+    map_stage = next(s for s in knobs if s.startswith("map("))
+    assert knobs[map_stage]["workers"] == 0, (knobs, rep["history"])
+    went_inline = next(h["at_s"] for h in rep["history"] if h["stage"] == map_stage and h["kept"])
+    no_buffer = [h for h in rep["history"] if h["change"].endswith("->0") and h["stage"].startswith("prefetch")]
+    assert any(h["at_s"] > went_inline for h in no_buffer), rep["history"]
+
+
+def test_a_consumer_that_works_keeps_its_prefetch_thread():
+    """A training step between elements: the buffer is full, the consumer never waits on it, so dropping
+    the prefetch thread is never tried (it would serialize the step and the pipeline)."""
+    ds = D.range(10**9).map(lambda x: x * 2 + 1, num_parallel_calls=hr.AUTOTUNE).batch(8).prefetch(hr.AUTOTUNE)
+    with iter(ds) as it:
+        rep = _run_until_converged(it, work_s=0.002, limit_s=10.0)
+        buffer = next(t.knobs["buffer"].value for s, t in it._ctx.tunings.items() if s.startswith("prefetch"))
+    assert buffer > 0 and not [h for h in rep["history"] if h["change"].endswith("buffer 4->0")], rep["history"]
+
+
+def test_the_tuner_leaves_a_map_alone_while_its_worker_processes_start():
+    """Rates measured while a map's executor measures the function or starts processes say nothing about a
+    setting: no trial touches that stage before its processes are up."""
+    from tests.ops.proc_fns import _spin
+
+    ds = D.range(10**6).map(_spin, num_parallel_calls=hr.AUTOTUNE).prefetch(2)
+    with iter(ds) as it:
+        rep = _run_until_converged(it, limit_s=20.0)
+        node = it.explain()["tree"]["inputs"][0]
+    ex = node["executor"]
+    if ex["executor"] != "process":
+        pytest.skip(f"the measurement chose threads on this machine: {ex['why']}")
+    up_s = ex["measured"]["decided_after_s"] + min(ex["start_s"])  # both clocks start with the iterator
+    trials = [h for h in rep["history"] if h["stage"] == node["stage"]]
+    assert all(h["at_s"] >= up_s - 0.05 for h in trials), (up_s, trials)

@@ -53,7 +53,9 @@ PAIR_CALLS = 8
 CPU_BOUND_SHARE = 0.25
 """A call below this CPU share waits (sleep, I/O: ~0.01-0.1); a CPU-bound call on a loaded machine still
 shows 0.3-0.6 (it is preempted), so the line sits well below 0.5."""
-MIN_OVERLAP = 1.5
+MIN_OVERLAP = 1.3
+"""Two calls of a function that holds the GIL run in 5 ms slices and start staggered: their overlap is
+1.45-2.0 with a fast input; an input slower than the function keeps it near 1.0-1.2."""
 GIL_SLOWDOWN = 1.4
 MIN_PROCESS_CALL_S = 200e-6
 GIL_PROBE_S = 0.001
@@ -291,6 +293,11 @@ class AutoExecutor:
         self.measured["decided_after_s"] = round(time.monotonic() - self._t0, 3)
 
     # ---- the rest of the executor interface -------------------------------------------------------------
+    @property
+    def settling(self) -> bool:
+        """Still measuring, or moved to processes that are still starting (the tuner waits meanwhile)."""
+        return self.kind == "measuring" or any(t.is_alive() for t in self._starters)
+
     def extra_bytes(self, out_bytes: int) -> int:
         return process_extra_bytes(out_bytes) if self.kind == "process" else 0
 

@@ -27,6 +27,9 @@ INPUT_BOTTLENECK = 0.3
 """A stage whose workers wait on their input at least this share of the time, and longer than they
 compute, points at its input as the bottleneck."""
 
+EXPLAIN_TRIALS = 6
+"""The tuner's last trials that the text of ``explain()`` lists (the dict has them all)."""
+
 
 def _name(it: Any) -> str:
     return getattr(it, "stage", None) or getattr(it, "_stage", None) or getattr(it, "kind", type(it).__name__)
@@ -194,6 +197,11 @@ def render(plan: dict[str, Any]) -> str:
     if t:
         lines.append(f"tuner: {t['state']}; {t['trials']} trials, {len(t['accepted'])} kept"
                      + (f", converged after {t['converged_after_s']} s" if t.get("converged_after_s") else ""))
+        recent = t.get("history", [])[-EXPLAIN_TRIALS:]
+        if recent:
+            lines.append("  last trials: " + "; ".join(
+                f"{h['at_s']} s {h['stage']} {h['change']} {'kept' if h['kept'] else 'undone'}"
+                + (f" ({h['gain']}x)" if h["gain"] is not None else "") for h in recent))
     lines.append(f"output: {plan['throughput_per_s']:.0f} elements/s; next() waited "
                  f"{plan['consumer_wait_share']:.0%} of the time")
     return "\n".join(lines)

@@ -75,6 +75,8 @@ START_TIMEOUT_S = 60.0
 MAX_BUDGET_SHARE = 0.5
 """Worker processes (RSS + segments) never take more than this share of the memory budget."""
 EXIT_GRACE_S = 0.2
+RETIRE_S = 5.0
+"""Idle workers beyond a lowered ``target`` end after this long (see ``ProcessWorkers.set_target``)."""
 REMEASURE_S = 0.5
 _names = itertools.count()
 
@@ -341,8 +343,10 @@ class _Proc:
 class ProcessWorkers:
     """The worker processes of one ``map`` stage: checked out by the pool's threads one call at a time.
 
-    ``target`` (adjustable: the autotuner sets it) is how many may exist; a call starts one when none is
-    idle and fewer exist, else waits (timed) for one to come back. Thread-safe.
+    ``target`` (adjustable: the autotuner sets it) is how many may compute at once; a call takes an idle
+    one while fewer are busy, starts one when none is idle and fewer exist, else waits (timed) for one to
+    come back. Lowering ``target`` keeps the idle workers beyond it for ``RETIRE_S`` (the tuner often puts
+    it back), then ends them. Thread-safe.
     """
 
     def __init__(self, fn: Callable[..., Any], stage: str, budget: MemoryBudget, owner: object,
@@ -359,6 +363,7 @@ class ProcessWorkers:
         self._all: list[_Proc] = []
         self._starting = 0
         self._closed = False
+        self._excess_since: float | None = None  # when target went below the workers that exist
         self.started = 0
         self.crashes = 0
         self.cpu_s = 0.0
@@ -428,7 +433,8 @@ class ProcessWorkers:
             while True:
                 if self._closed:
                     raise Cancelled()
-                if self._idle:
+                self._retire_excess()
+                if self._idle and len(self._all) - len(self._idle) < self.target:
                     return self._idle.pop()
                 if len(self._all) + self._starting < self.target and self._room_for_another():
                     self._starting += 1
@@ -475,12 +481,26 @@ class ProcessWorkers:
 
     def checkin(self, proc: _Proc) -> None:
         with self._cv:
-            if self._closed or len(self._all) > self.target:
+            if self._closed:
                 self._all.remove(proc)
                 self._drop(proc, graceful=True)
             else:
                 self._idle.append(proc)
+                self._retire_excess()
             self._cv.notify()
+
+    def _retire_excess(self) -> None:
+        """Lock held: end idle workers beyond ``target`` once it has been lower for ``RETIRE_S`` (the tuner's
+        trial of fewer workers is often undone: a worker kept idle meanwhile saves a 0.3-1 s restart)."""
+        since = self._excess_since
+        if since is None or time.monotonic() - since < RETIRE_S:
+            return
+        while self._idle and len(self._all) > self.target:
+            proc = self._idle.pop(0)
+            self._all.remove(proc)
+            self._drop(proc, graceful=True)
+        if len(self._all) <= self.target:
+            self._excess_since = None
 
     def discard(self, proc: _Proc) -> None:
         """A worker that died or was abandoned mid-call: kill, reap, give its bytes back."""
@@ -552,13 +572,16 @@ class ProcessWorkers:
         return sum(p.rss() for p in procs)
 
     def set_target(self, n: int) -> None:
+        """At most ``n`` workers compute from now on; idle ones beyond it end after ``RETIRE_S``."""
         with self._cv:
             self.target = max(1, int(n))
             self.account.demand = self.target
-            while self._idle and len(self._all) > self.target:
-                proc = self._idle.pop()
-                self._all.remove(proc)
-                self._drop(proc, graceful=True)
+            if len(self._all) > self.target:
+                if self._excess_since is None:
+                    self._excess_since = time.monotonic()
+            else:
+                self._excess_since = None
+            self._cv.notify_all()
 
     def close(self) -> None:
         """Stop and reap every worker (``exit``, then ``SIGKILL`` after ``EXIT_GRACE_S``); idempotent."""

@@ -20,11 +20,16 @@ Measurement: the iterator counts the elements it hands out; every stage counts t
 output rate: hill climbing, one knob at a time. A *trial* measures the rate for ``window_s`` (at least
 ``MIN_WINDOW_S`` and ``MIN_ELEMENTS`` elements), changes one knob, lets it settle, measures again, and
 keeps the change only if the rate rose by ``ACCEPT`` (a gain below ``CONFIRM`` is measured twice), else
-puts it back. Candidates, in order: more workers for the stage whose workers are busiest (the
-bottleneck; doubling for stages that mostly wait on I/O), fewer workers or inline for stages whose calls
-are cheap, larger then smaller buffers. Each setting is tried once per search; when every candidate was
-tried the tuner has *converged* and only watches: a rate that moves by more than ``DRIFT`` starts a new
-search.
+puts it back. A kept change makes the other stages' rejected changes candidates again (at most
+``MAX_REOPEN`` times per search): they were measured against the old bottleneck. Candidates, in order:
+more workers for the stage whose workers are busiest (the bottleneck; doubling for stages that mostly
+wait on I/O), fewer workers (not for the only compute stage while its workers are busy) or inline for
+stages whose calls are cheap, larger then smaller buffers, no prefetch thread where the consumer waits on
+an empty buffer anyway (its hand-off costs more than it overlaps). Each setting is tried once per search;
+when every candidate was tried the tuner has *converged* and only watches: a rate that moves by more
+than ``DRIFT`` starts a new search. A map whose executor still measures the function or starts worker
+processes is not tuned meanwhile, and the rate of the window that spans it is no base for a trial.
+The last ``HISTORY`` trials (stage, change, kept or undone, gain) are in ``report()`` and ``explain()``.
 
 Budgets, never exceeded, not even while trying:
 
@@ -65,6 +70,16 @@ MAX_WINDOW = 512
 MAX_BUFFER = 64
 CURRENT_KEYS = ("workers", "window", "threads")
 """Settings, not counters: not carried over from closed iterators."""
+CONSUMER_WAITS_SHARE = 0.5
+"""A prefetch buffer whose consumer waits this share of the time or more is empty: trying no buffer (no
+thread, the consumer's thread produces) is a candidate."""
+MAX_REOPEN = 4
+"""Kept changes per search after which the other stages' rejected changes are not tried again."""
+BUSY_SHARE = 0.9
+"""Workers computing this share of their time or more: fewer of them is no candidate for the only tuned
+compute stage."""
+HISTORY = 32
+"""Trials kept for ``report()["history"]`` (``Iterator.explain()``)."""
 CHEAP_CALL_S = 100e-6
 """A call shorter than this costs less than handing the element to a thread: inline is a candidate."""
 
@@ -147,9 +162,10 @@ class StageTuning:
         return total
 
     def busy(self) -> bool:
-        """Whether the stage may not be tuned now (its executor is still measuring the function)."""
+        """Whether the stage may not be tuned now (its executor is still measuring the function or starting
+        its worker processes: rates measured meanwhile say nothing about a setting)."""
         ex = self.executor
-        return ex is not None and getattr(ex, "kind", "") == "measuring"
+        return ex is not None and bool(getattr(ex, "settling", False))
 
 
 def stage_tuning(ctx: Any, stage: str, kind: str) -> StageTuning:
@@ -200,12 +216,14 @@ class Tuner:
         self.state = "warming up"
         self.trials = 0
         self.accepted: list[str] = []
+        self.history: list[dict[str, Any]] = []  # the last HISTORY trials: stage, change, kept, gain
         self.converged_after_s: float | None = None
         self.last_rate = 0.0
         self.cpu_granted = 0.0
         self._t0 = time.monotonic()
         self._cv = Condition("tuner")
         self._tried: set[tuple[str, str, int]] = set()
+        self._reopened = 0
         self._weights: dict[str, float] = {}
         self._prev: dict[str, dict[str, float]] = {}
         self._recent: dict[str, dict[str, float]] = {}
@@ -333,17 +351,22 @@ class Tuner:
             wait_in = st.get("input_s", 0.0) / span
             room = st.get("room_s", 0.0) / span
             io_bound = self._weights.get(t.stage, 1.0) < 0.5
+            consumer_waits = st.get("consumer_wait_s", 0.0) / max(1e-9, st.get("elapsed_s", 0.0))
             for k in t.knobs.values():
                 v = k.value
                 moves: list[tuple[float, int]] = []
                 if k.name == "workers":
                     up = v * 2 if io_bound and v >= 2 else v + 1
                     moves.append((2.0 + util, up))
-                    if v > 0:
+                    if v > 0 and (util < BUSY_SHARE or self._compute_stages() > 1):
+                        # fewer workers help another stage get the CPU, or a stage that waits; never the only
+                        # compute stage while its workers are busy (a trial that costs a window at half rate)
                         moves.append((0.5 + (1 - util), v - 1))
                     if v > 1 and per_call < CHEAP_CALL_S:
                         moves.append((1.5, 0))
                 elif k.name in ("window", "read_ahead"):
+                    if k.name == "window" and t.value("workers", 1) == 0:
+                        continue  # inline: nothing is in flight, the window has no effect
                     moves.append((1.0 + room, v * 2))
                     if v > 1:
                         moves.append((0.3, max(1, v // 2)))
@@ -351,6 +374,10 @@ class Tuner:
                     moves.append((1.0 + wait_in, max(1, v * 2)))
                     if v > 0:
                         moves.append((0.8, v // 2))
+                    if v > 1 and consumer_waits >= CONSUMER_WAITS_SHARE:
+                        # the consumer waits on the buffer anyway (it is empty): its thread only adds a
+                        # hand-off per element; without it the consumer's thread produces (kept only if faster)
+                        moves.append((1.6, 0))
                 elif k.name == "parallel_slots":
                     moves.append((1.2, v + 1))
                     if v > 0:
@@ -364,6 +391,10 @@ class Tuner:
                     out.append((score, t, k, new))
         out.sort(key=lambda c: -c[0])
         return [(t, k, new) for _s, t, k, new in out]
+
+    def _compute_stages(self) -> int:
+        return sum(1 for t in list(self.ctx.tunings.values())
+                   if "workers" in t.knobs and t.knobs["workers"].compute and t.members())
 
     def _enforce_cpu(self) -> None:
         """Take workers away while measured use exceeds the CPU budget (a stage's calls turned more CPU-bound):
@@ -392,8 +423,23 @@ class Tuner:
 
     def _loop(self) -> None:
         base = self._measure()
+        settling = False
         while base is not None:
             candidates = self._candidates()
+            if any(t.busy() for t in list(self.ctx.tunings.values())):
+                # a map's executor is measuring the function or starting processes: its stage is not tuned
+                # meanwhile, and the rate of the window that spans the change is no base for the others
+                settling = True
+                if not candidates:
+                    self.state = "waiting for a map's executor to settle (measuring the function, starting processes)"
+                    if not self._sleep(MIN_WINDOW_S):
+                        return
+                    base = self._measure()
+                    continue
+            elif settling:
+                settling = False
+                base = self._measure()
+                continue
             if not candidates:
                 if self.converged_after_s is None:
                     self.converged_after_s = round(time.monotonic() - self._t0, 2)
@@ -405,6 +451,7 @@ class Tuner:
                     return
                 if base > 0 and abs(rate - base) / base > DRIFT:
                     self._tried.clear()  # the conditions changed: search again
+                    self._reopened = 0
                     self.converged_after_s = None
                 base = rate
                 continue
@@ -424,7 +471,12 @@ class Tuner:
                 if again is None:
                     return
                 rate = (rate + again) / 2
-            if base > 0 and rate >= base * ACCEPT:
+            kept = base > 0 and rate >= base * ACCEPT
+            self.history.append({"at_s": round(time.monotonic() - self._t0, 2), "stage": t.stage,
+                                 "change": trial.describe(), "kept": kept,
+                                 "gain": round(rate / base, 2) if base > 0 else None})
+            del self.history[:-HISTORY]
+            if kept:
                 trial.apply(f"tuned: {trial.describe()} raised the rate {rate / max(base, 1e-9):.2f}x "
                             f"({base:.0f} -> {rate:.0f} elements/s)")
                 self.accepted.append(f"{t.stage}: {trial.describe()}")
@@ -432,6 +484,11 @@ class Tuner:
                 # starts a new one): the number of trials is bounded and the tuner converges even where
                 # noise makes some changes look good. Going straight back is not tried.
                 self._tried.add((t.stage, k.name, trial.old))
+                if self._reopened < MAX_REOPEN:
+                    # the other stages' rejected changes were measured against the old bottleneck (a prefetch
+                    # buffer cannot help while the map below it is slow): try them again, a bounded number of times
+                    self._reopened += 1
+                    self._tried = {e for e in self._tried if e[0] == t.stage}
                 base = rate
             else:
                 trial.undo()
@@ -445,4 +502,5 @@ class Tuner:
     def report(self) -> dict[str, Any]:
         return {"state": self.state, "trials": self.trials, "accepted": list(self.accepted),
                 "converged_after_s": self.converged_after_s, "rate_per_s": round(self.last_rate, 1),
-                "cpu_budget": self.cpu_budget, "cpu_granted": round(self.cpu_granted, 2)}
+                "cpu_budget": self.cpu_budget, "cpu_granted": round(self.cpu_granted, 2),
+                "history": [dict(h) for h in self.history]}
