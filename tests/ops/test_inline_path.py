@@ -171,3 +171,29 @@ def test_a_cheap_map_run_inline_costs_about_what_a_sequential_map_does():
 
     seq, inline = min(cost(False) for _ in range(5)), min(cost(True) for _ in range(5))
     assert inline < 1.8 * seq, (seq, inline)
+
+
+def _sort(x):
+    import numpy as np
+
+    a = np.random.default_rng(int(x)).random(100_000)
+    a.sort()
+    return float(a[0])
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_inline_calls_report_their_cpu_time(lean):
+    """The tuner charges a stage's workers to ``cpu_budget`` by the CPU share of its calls; inline calls that
+    reported none made a CPU-bound map run inline look like waiting, so the tuner gave it 2 workers under
+    ``cpu_budget=1`` (``test_cpu_and_memory_budgets_hold_at_every_sample_while_tuning`` failed once)."""
+    from headrace._ops.executor import CPU_BOUND_SHARE
+
+    p = _pool(_Source(10**6, set(), set() if lean else set(range(0, 10**6, 2))), _sort, 0)
+    for _ in range(24):
+        p.next()
+        if not lean:
+            p._lean = False  # the general inline path, every time
+    st = p.stats()
+    p.stop()
+    assert st["calls"] == 24 and st["busy_s"] > 0
+    assert st["cpu_s"] / st["busy_s"] >= CPU_BOUND_SHARE, st

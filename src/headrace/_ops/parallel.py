@@ -636,7 +636,7 @@ class ParallelApplier:
                     self.release_input(x)
                 self._skip.discard(seq)
             elif error is None:
-                t1 = clock()
+                t1, c1 = clock(), time.thread_time()
                 try:
                     try:
                         value = self._inline_call(x, seq, stop)
@@ -650,6 +650,7 @@ class ParallelApplier:
                 x = None
                 stats.calls += 1
                 stats.busy_s += clock() - t1
+                stats.cpu_s += time.thread_time() - c1  # the tuner's CPU weight of the stage (cpu_budget)
             if not self._beyond and seq == self._prefix:
                 self._prefix = seq + 1
             else:
@@ -712,12 +713,13 @@ class ParallelApplier:
             if calls & LEAN_TIMING_MASK:
                 return self.fn(x)
             # one call in LEAN_TIMING_EVERY is timed and stands for them all (the tuner needs the time per
-            # call; a clock read per call would cost a tenth of a cheap map's time)
-            t1 = time.perf_counter()
+            # call and its CPU share; clock reads per call would cost a tenth of a cheap map's time)
+            t1, c1 = time.perf_counter(), time.thread_time()
             try:
                 return self.fn(x)
             finally:
                 stats.busy_s += (time.perf_counter() - t1) * LEAN_TIMING_EVERY
+                stats.cpu_s += (time.thread_time() - c1) * LEAN_TIMING_EVERY
         except Exception as e:
             note_error(e, self.stage, self._index_base + seq)
             raise

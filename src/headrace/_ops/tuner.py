@@ -38,7 +38,8 @@ Budgets, never exceeded, not even while trying:
   a window or buffer whose extra elements cannot fit the stage's share is not tried.
 - CPU (``Options(cpu_budget)``, default the CPU count): the workers of tuned ``map`` / ``batch`` stages
   are charged by what they compute: a worker process 1 core, a thread whose calls are CPU work (at least
-  ``CPU_BOUND_SHARE`` of their time on the CPU) 1 core, a thread whose calls mostly wait that share
+  ``CPU_BOUND_SHARE`` of their time on the CPU; the largest share measured so far counts, inline calls
+  included) 1 core, a thread whose calls mostly wait that share
   (measured; 1 before the first calls). A candidate that would take the sum past the
   budget is not tried; if measurements push it past (a stage turned CPU-bound), workers are taken away
   from the stage that gains least. ``Iterator.explain()`` reports the sum.
@@ -225,6 +226,7 @@ class Tuner:
         self._tried: set[tuple[str, str, int]] = set()
         self._reopened = 0
         self._weights: dict[str, float] = {}
+        self._shares: dict[str, float] = {}  # per stage the largest CPU share of its calls measured so far
         self._prev: dict[str, dict[str, float]] = {}
         self._recent: dict[str, dict[str, float]] = {}
         self._thread: threading.Thread | None = None
@@ -317,10 +319,15 @@ class Tuner:
             busy, cpu = recent.get("busy_s", 0.0), recent.get("cpu_s", 0.0)
             if getattr(t.executor, "kind", "") == "process":
                 w = 1.0
-            elif busy > 0.01:
+            elif busy > 0.01 and not t.busy():
                 share = cpu / busy
                 # CPU work counts a whole core: on a loaded machine a CPU-bound call is preempted and its share
-                # looks small, but it would use the core if it could
+                # looks small, but it would use the core if it could. The largest share measured so far counts
+                # (a window in which other processes took the cores must not make CPU work look cheap: the
+                # CPU budget holds at every moment); while its executor measures the function, calls wait for
+                # their turn inside it, so those windows are not measured at all.
+                share = max(share, self._shares.get(t.stage, 0.0))
+                self._shares[t.stage] = share
                 w = 1.0 if share >= CPU_BOUND_SHARE else max(0.02, share)
             else:
                 w = self._weights.get(t.stage, 1.0)
