@@ -38,8 +38,8 @@ Budgets, never exceeded, not even while trying:
   a window or buffer whose extra elements cannot fit the stage's share is not tried.
 - CPU (``Options(cpu_budget)``, default the CPU count): the workers of tuned ``map`` / ``batch`` stages
   are charged by what they compute: a worker process 1 core, a thread whose calls are CPU work (at least
-  ``CPU_BOUND_SHARE`` of their time on the CPU; the largest share measured so far counts, inline calls
-  included) 1 core, a thread whose calls mostly wait that share
+  ``CPU_BOUND_SHARE`` of their time on the CPU; the largest recent share counts, decaying by
+  ``SHARE_DECAY`` per window, inline calls included) 1 core, a thread whose calls mostly wait that share
   (measured; 1 before the first calls). A candidate that would take the sum past the
   budget is not tried; if measurements push it past (a stage turned CPU-bound), workers are taken away
   from the stage that gains least. ``Iterator.explain()`` reports the sum.
@@ -79,6 +79,8 @@ MAX_REOPEN = 4
 BUSY_SHARE = 0.9
 """Workers computing this share of their time or more: fewer of them is no candidate for the only tuned
 compute stage."""
+SHARE_DECAY = 0.8
+"""Per measured window, how much of a stage's largest CPU share so far still counts (see ``_update_weights``)."""
 HISTORY = 32
 """Trials kept for ``report()["history"]`` (``Iterator.explain()``)."""
 CHEAP_CALL_S = 100e-6
@@ -226,7 +228,7 @@ class Tuner:
         self._tried: set[tuple[str, str, int]] = set()
         self._reopened = 0
         self._weights: dict[str, float] = {}
-        self._shares: dict[str, float] = {}  # per stage the largest CPU share of its calls measured so far
+        self._shares: dict[str, float] = {}  # per stage the largest recent CPU share of its calls (decaying)
         self._prev: dict[str, dict[str, float]] = {}
         self._recent: dict[str, dict[str, float]] = {}
         self._thread: threading.Thread | None = None
@@ -322,11 +324,11 @@ class Tuner:
             elif busy > 0.01 and not t.busy():
                 share = cpu / busy
                 # CPU work counts a whole core: on a loaded machine a CPU-bound call is preempted and its share
-                # looks small, but it would use the core if it could. The largest share measured so far counts
-                # (a window in which other processes took the cores must not make CPU work look cheap: the
-                # CPU budget holds at every moment); while its executor measures the function, calls wait for
-                # their turn inside it, so those windows are not measured at all.
-                share = max(share, self._shares.get(t.stage, 0.0))
+                # looks small, but it would use the core if it could. The largest share of the recent windows
+                # counts (SHARE_DECAY per window: a window in which other processes took the cores must not make
+                # CPU work look cheap, while a one-off burst such as a first call's imports fades); while its
+                # executor measures the function, calls wait for their turn inside it: not measured at all.
+                share = max(share, self._shares.get(t.stage, 0.0) * SHARE_DECAY)
                 self._shares[t.stage] = share
                 w = 1.0 if share >= CPU_BOUND_SHARE else max(0.02, share)
             else:
