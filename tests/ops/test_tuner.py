@@ -210,10 +210,15 @@ def test_a_cheap_map_goes_inline_and_an_idle_consumer_gets_no_prefetch_thread_tr
         knobs = {s: {k: v.value for k, v in t.knobs.items()} for s, t in it._ctx.tunings.items()}
     assert rep["converged_after_s"] is not None, rep
     map_stage = next(s for s in knobs if s.startswith("map("))
-    assert knobs[map_stage]["workers"] == 0, (knobs, rep["history"])
-    went_inline = next(h["at_s"] for h in rep["history"] if h["stage"] == map_stage and h["kept"])
-    no_buffer = [h for h in rep["history"] if h["change"].endswith("->0") and h["stage"].startswith("prefetch")]
-    assert any(h["at_s"] > went_inline for h in no_buffer), rep["history"]
+    prefetch_stage = next(s for s in knobs if s.startswith("prefetch("))
+    history = rep["history"]
+    assert knobs[map_stage]["workers"] == 0, (knobs, history)
+    no_buffer = [h for h in history if h["stage"] == prefetch_stage and h["change"].endswith("->0")]
+    assert no_buffer, history  # tried, because the consumer waited on the buffer
+    if knobs[prefetch_stage]["buffer"] != 0:
+        # undone while the map was the bottleneck: tried again once the map went inline
+        went_inline = max((h["at_s"] for h in history if h["stage"] == map_stage and h["kept"]), default=0.0)
+        assert any(h["at_s"] > went_inline for h in no_buffer), history
 
 
 def test_a_consumer_that_works_keeps_its_prefetch_thread():
@@ -221,9 +226,10 @@ def test_a_consumer_that_works_keeps_its_prefetch_thread():
     the prefetch thread is never tried (it would serialize the step and the pipeline)."""
     ds = D.range(10**9).map(lambda x: x * 2 + 1, num_parallel_calls=hr.AUTOTUNE).batch(8).prefetch(hr.AUTOTUNE)
     with iter(ds) as it:
-        rep = _run_until_converged(it, work_s=0.002, limit_s=10.0)
+        rep = _run_until_converged(it, work_s=0.005, limit_s=10.0)  # 8 cheap elements take ~0.1 ms
         buffer = next(t.knobs["buffer"].value for s, t in it._ctx.tunings.items() if s.startswith("prefetch"))
-    assert buffer > 0 and not [h for h in rep["history"] if h["change"].endswith("buffer 4->0")], rep["history"]
+    assert buffer > 0 and not [h for h in rep["history"] if h["stage"].startswith("prefetch")
+                               and h["change"].endswith("->0")], rep["history"]
 
 
 def test_the_tuner_leaves_a_map_alone_while_its_worker_processes_start():
