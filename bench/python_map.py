@@ -163,6 +163,10 @@ def transfer_queue(n: int) -> float:
     return n * np.prod(BATCH_SHAPE) * 4 / dt / 1e9
 
 
+def runs(rates: list[float]) -> str:
+    return " (runs: " + ", ".join(f"{r:.1f}" for r in rates) + ")"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--elements", type=int, default=1000)
@@ -194,7 +198,6 @@ def main() -> None:
     print(f"cores: {cpu_count()}, load average {load0:.2f} at start, {load1:.2f} at the end")
     print(f"GIL-bound map (pure-Python loop over a 64x64 RGB image), {n} elements, median of {args.repeats} "
           "interleaved runs:")
-    runs = lambda rates: " (runs: " + ", ".join(f"{r:.1f}" for r in rates) + ")"  # noqa: E731
     print(f"  1 thread:                          {one:7.1f} images/s" + runs(ones))
     print(f"  2 threads:                         {threads2:7.1f} images/s")
     print(f"  AUTOTUNE, map_executor='auto':     {auto:7.1f} images/s (chose: {chosen})" + runs(autos))

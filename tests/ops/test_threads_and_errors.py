@@ -115,12 +115,13 @@ def test_ignore_errors_drops_only_failing_elements(caplog):
     assert "bad value 5" in caplog.text and "at element 5" in caplog.text
 
 
-def test_stop_iteration_inside_map_is_an_error_not_the_end():
+@pytest.mark.parametrize("parallel", [None, 2, hr.AUTOTUNE])
+def test_stop_iteration_inside_map_is_an_error_not_the_end(parallel):
     def stop(x):
         raise StopIteration
 
     with pytest.raises(RuntimeError, match="raised StopIteration"):
-        list(D.range(3).map(stop))
+        list(D.range(3).map(stop, num_parallel_calls=parallel))
 
 
 def test_parallel_map_runs_calls_concurrently():

@@ -42,12 +42,17 @@ def call_with_element(fn: Callable[..., Any], x: Any) -> Any:
     return fn(*x) if type(x) is tuple else fn(x)
 
 
+def stop_iteration_error(stage: str) -> RuntimeError:
+    """What a user function's ``StopIteration`` becomes (it would otherwise end the dataset silently)."""
+    return RuntimeError(f"{stage}: the function raised StopIteration; return a value or raise another "
+                        "exception (StopIteration would silently end the dataset)")
+
+
 def guarded_call(fn: Callable[..., Any], x: Any, stage: str) -> Any:
     try:
         return call_with_element(fn, x)
     except StopIteration as e:
-        raise RuntimeError(f"{stage}: the function raised StopIteration; return a value or raise another "
-                           "exception (StopIteration would silently end the dataset)") from e
+        raise stop_iteration_error(stage) from e
 
 
 class MapNode(DatasetNode):
@@ -91,8 +96,7 @@ class MapNode(DatasetNode):
             try:
                 y = fn(*x) if type(x) is tuple else fn(x)
             except StopIteration as e:
-                raise RuntimeError(f"{stage}: the function raised StopIteration; return a value or raise another "
-                                   "exception (StopIteration would silently end the dataset)") from e
+                raise stop_iteration_error(stage) from e
             return y if type(y) in SCALAR_TYPES else normalize(y, stage)
 
         finish: Callable[[Any], Any] | None = guard
@@ -179,9 +183,7 @@ class _MapIterator(UnaryIterator):
         try:
             y = self._fn(*x) if type(x) is tuple else self._fn(x)
         except StopIteration as e:
-            raise note_error(RuntimeError(
-                f"{self._stage}: the function raised StopIteration; return a value or raise another "
-                "exception (StopIteration would silently end the dataset)"), self._stage, i) from e
+            raise note_error(stop_iteration_error(self._stage), self._stage, i) from e
         except Exception as e:
             note_error(e, self._stage, i)
             raise

@@ -612,7 +612,7 @@ class ParallelApplier:
                 self._next_seq = seq + 1
                 self._inline_dirty = True
                 try:
-                    x = source.__next__() if seq >= self._prepull_end else self._next_input(seq)
+                    x = self._next_input(seq)
                 except StopIteration:
                     with self._cv:
                         self._end_seq = seq
@@ -665,11 +665,16 @@ class ParallelApplier:
                     raise error
                 finally:
                     del error
-            self._lean = (self.active == 0 and self._inline_direct and self.release_input is None
-                          and not self._skip and not self._beyond and not self._results and self._end_seq is None
-                          and self._next_seq == self._prefix and self._next_seq >= self._prepull_end
-                          and self._crash is None and not self._stop.is_set())
+            self._lean = self._may_go_lean()
             return value
+
+    def _may_go_lean(self) -> bool:
+        """After an inline element: whether the next ones may take ``_next_lean`` (nothing in flight, held,
+        skipped, read ahead or ended; the function called directly; no input to release; not stopping)."""
+        return (self.active == 0 and self._inline_direct and self.release_input is None and not self._skip
+                and not self._beyond and not self._results and self._end_seq is None
+                and self._next_seq == self._prefix and self._next_seq >= self._prepull_end
+                and self._crash is None and not self._stop.is_set())
 
     def _next_lean(self, raw: threading.Lock) -> Any:
         """The inline path in its steady state (``_lean``, entered by ``_next_inline``; the input lock

@@ -50,6 +50,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections import deque
 from typing import Any
 
 from .._memory import WAIT_SLICE_S
@@ -219,7 +220,7 @@ class Tuner:
         self.state = "warming up"
         self.trials = 0
         self.accepted: list[str] = []
-        self.history: list[dict[str, Any]] = []  # the last HISTORY trials: stage, change, kept, gain
+        self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY)  # the last trials: stage, change, kept, gain
         self.converged_after_s: float | None = None
         self.last_rate = 0.0
         self.cpu_granted = 0.0
@@ -484,7 +485,6 @@ class Tuner:
             self.history.append({"at_s": round(time.monotonic() - self._t0, 2), "stage": t.stage,
                                  "change": trial.describe(), "kept": kept,
                                  "gain": round(rate / base, 2) if base > 0 else None})
-            del self.history[:-HISTORY]
             if kept:
                 trial.apply(f"tuned: {trial.describe()} raised the rate {rate / max(base, 1e-9):.2f}x "
                             f"({base:.0f} -> {rate:.0f} elements/s)")
