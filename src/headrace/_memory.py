@@ -23,8 +23,11 @@ Invariant (under one lock): ``sum(account.held_bytes) <= limit_bytes``, with one
 and reported: an element *larger than every element its stage saw before* is only known once it exists; its
 excess over the reservation is charged at once (``memory_stats()["estimate_miss_bytes"]``) and the stage's
 estimate grows, so it happens at most once per new largest size. While a stage has seen no element at all
-it works on one element at a time (a probe, for at most ``PROBE_WAIT_S``), so a first estimate is learnt
-from one element, not from many in parallel.
+it works on one element at a time (a probe), so a first estimate is learnt from one element, not from many
+in parallel. After ``PROBE_WAIT_S`` more reservations go ahead only where they fit the stage's share; a
+share computed before any size is known is 0, so a stage that keeps headroom (a parallel ``map`` with
+several workers) works on its first element alone until that one's size is known: a slow first element
+cannot let many more of unknown size in.
 
 Fair shares without deadlock
 ----------------------------
@@ -80,7 +83,8 @@ from ._sync import Lock as TimedLock
 WAIT_SLICE_S = 0.05
 STALL_S = 1.0
 PROBE_WAIT_S = 0.2
-"""How long more reservations of a stage wait for its first element's size (its probe) before they go ahead."""
+"""How long more reservations of a stage wait for its first element's size (its probe) before they may go
+ahead where they fit the stage's share (see the module docstring)."""
 
 _UNITS = {
     "": 1, "b": 1,
