@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO.parent / "shared" / "fixtures"
+FIXTURES = REPO / "tests" / "data"
+"""Files written by TensorFlow, kept in the repository (provenance: ``tests/data/README.md``)."""
 
 
 def py(x: Any) -> Any:

@@ -10,13 +10,13 @@ import headrace as hr
 from headrace.io import TFRecordWriter
 
 REPO = Path(__file__).resolve().parents[2]
-TF_FIXTURES = REPO.parent / "shared" / "fixtures" / "tfrecord"
+TF_FIXTURES = REPO / "tests" / "data" / "tfrecord"
 
 
 def fixture(name: str) -> str:
     path = TF_FIXTURES / name
     if not path.exists():
-        raise FileNotFoundError(f"missing test fixture {path}; the tests expect ../shared/fixtures next to the repo")
+        raise FileNotFoundError(f"missing test fixture {path} (tests/data/ is part of the repository: see tests/data/README.md)")
     return str(path)
 
 
