@@ -16,7 +16,8 @@ TF_FIXTURES = REPO / "tests" / "data" / "tfrecord"
 def fixture(name: str) -> str:
     path = TF_FIXTURES / name
     if not path.exists():
-        raise FileNotFoundError(f"missing test fixture {path} (tests/data/ is part of the repository: see tests/data/README.md)")
+        raise FileNotFoundError(f"missing test fixture {path} (tests/data/ is part of the repository: "
+                                "see tests/data/README.md)")
     return str(path)
 
 

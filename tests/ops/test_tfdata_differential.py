@@ -3,8 +3,8 @@ element by element (structure, dtype, shape, values), with the element_spec, the
 raised (when built / while iterating).
 
 TensorFlow runs in a separate virtual environment, in one subprocess for all cases (``tfdata_runner.py``):
-``$HEADRACE_TF_PYTHON``, else ``<repo>/.venv-tf/bin/python`` (``.ci/run`` creates it with a pinned
-``tensorflow-cpu``). Without it the module is skipped.
+``$HEADRACE_TF_PYTHON``, else ``<repo>/.venv-tf/bin/python``, which ``tests/tf_env.py`` creates on first use
+with the ``tensorflow-cpu`` pinned in ``tests/tf-requirements.txt`` (``HEADRACE_SKIP_TF=1`` skips instead).
 """
 
 from __future__ import annotations
@@ -21,22 +21,13 @@ import pytest
 
 import headrace as hr
 from tests.ops import tfdata_cases
+from tests.tf_env import tf_python
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
 
-def _tf_python() -> str | None:
-    env = os.environ.get("HEADRACE_TF_PYTHON")
-    if env:
-        return env if Path(env).exists() else None
-    venv = REPO / ".venv-tf" / "bin" / "python"
-    return str(venv) if venv.exists() else None
-
-
-TF_PYTHON = _tf_python()
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(TF_PYTHON is None, reason=(
-    "TensorFlow's virtual environment is absent (set HEADRACE_TF_PYTHON or create .venv-tf as .ci/run does)"))]
+pytestmark = [pytest.mark.slow]
 
 
 class NumpyOps:
@@ -86,7 +77,7 @@ OPTIONS = {name: opts for name, _, opts in tfdata_cases.CASES}
 def tf_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("tfdata") / "results.json"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    proc = subprocess.run([TF_PYTHON, str(HERE / "tfdata_runner.py"), str(out)], env=env, capture_output=True,
+    proc = subprocess.run([tf_python(), str(HERE / "tfdata_runner.py"), str(out)], env=env, capture_output=True,
                           text=True, timeout=600)
     if proc.returncode != 0:
         pytest.fail(f"the TensorFlow runner failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
