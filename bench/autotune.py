@@ -44,6 +44,7 @@ import numpy as np
 import psutil
 
 import headrace as hr
+from headrace._machine import machine_line
 from headrace._ops.autotune import cpu_count
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -180,6 +181,7 @@ def main() -> None:
     p.add_argument("--images", type=int, default=400)
     p.add_argument("--explain", action="store_true", help="print AUTOTUNE's plan for each shape")
     args = p.parse_args()
+    print(machine_line(), flush=True)
     warnings.simplefilter("ignore", hr.MemoryBudgetWarning)  # the image shape's shuffle buffer is shrunk
     seconds = args.seconds or (1.5 if args.quick else 3.0)
     args.rounds = args.rounds or (2 if args.quick else 3)

@@ -41,6 +41,8 @@ from typing import Any
 
 import torch
 
+from headrace._machine import machine_line
+
 RESULTS = Path(__file__).with_name("results")
 
 
@@ -115,6 +117,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--work-dir", default=None, help="where the bench writes the shards and the teacher's model.pt "
                                                     "(default: a temporary directory); reuse with --demo-output")
     args = p.parse_args(argv)
+    print(machine_line(), flush=True)
 
     from headrace.compress import distill, evaluate, prune, quantize
     from headrace.compress._data import first_inputs

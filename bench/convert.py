@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from headrace._machine import machine_line
+
 TARGET_FRACTION_OF_BARE = 0.5
 
 
@@ -74,6 +76,7 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--keep", help="Keep the source folder here (reused when it exists).")
     args = ap.parse_args()
+    print(machine_line(), flush=True)
 
     from headrace.image.photos import make_photo_jpegs
 

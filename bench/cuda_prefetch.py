@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from headrace._machine import machine_line
 from headrace.torch import device_prefetch
 
 
@@ -35,6 +36,7 @@ def _timed(fn) -> float:
 
 
 def main(argv: list[str]) -> int:
+    print(machine_line(), flush=True)
     if not torch.cuda.is_available():
         print("cuda_prefetch: no CUDA device here; not run")
         return 0

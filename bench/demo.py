@@ -20,8 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+from headrace._machine import machine_line
+
 
 def main(argv: list[str]) -> int:
+    print(machine_line(), flush=True)
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "headrace.cli", "demo", *argv], capture_output=True,
                           text=True, timeout=1800)

@@ -52,6 +52,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from headrace._machine import machine_info, machine_line
+
 TARGET_IMG_S = 2000.0
 TARGET_RATIO = 0.90
 TARGET_RSS_MB = 500.0
@@ -378,6 +380,7 @@ def main() -> None:
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--info", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    print(machine_line(), flush=True)
     if args.child:
         print(json.dumps(RUNS[args.child](json.loads(args.info))))
         return
@@ -387,8 +390,7 @@ def main() -> None:
     load = os.getloadavg()
     print(f"data: {args.n} JPEGs 500x375 q90, mean {info['mean_jpeg_bytes'] / 1e3:.1f} KB, {SHARDS} TFRecord "
           f"shards + folder tree in {workdir}")
-    print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} CPUs, Python "
-          f"{platform.python_version()}, load average before: {load[0]:.2f}")
+    print(f"load average before: {load[0]:.2f}")
     names = []
     for name in args.only.split(",") if args.only else list(RUNS):
         if name in OPTIONAL and not _installed(OPTIONAL[name]):
@@ -419,7 +421,7 @@ def main() -> None:
         print(line)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"n": args.n, "machine": {"arch": platform.machine(), "cpus": os.cpu_count(),
+    out.write_text(json.dumps({"n": args.n, "machine": {**machine_info(), "cpus": os.cpu_count(),
                                                         "python": platform.python_version(),
                                                         "load_before": load[0]},
                                "results": results, "targets": summary["targets"]}, indent=2, default=str))

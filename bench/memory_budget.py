@@ -17,6 +17,7 @@ import numpy as np
 import psutil
 
 import headrace as hr
+from headrace._machine import machine_line
 
 MiB = 1024**2
 
@@ -26,6 +27,7 @@ def main() -> None:
     p.add_argument("--total-gib", type=float, default=4.0)
     p.add_argument("--budget", default="256MiB")
     args = p.parse_args()
+    print(machine_line(), flush=True)
     budget = hr.parse_bytes(args.budget)
     n = int(args.total_gib * 1024)
 

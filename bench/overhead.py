@@ -15,12 +15,12 @@ which issue 15 measured at 71 vs 40 us/element).
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 
 import numpy as np
 
 import headrace as hr
+from headrace._machine import machine_line
 
 TARGET_NS = 1_000
 
@@ -82,10 +82,9 @@ def main() -> None:
     p.add_argument("--elements", type=int, default=1_000_000)
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args()
+    print(machine_line(), flush=True)
     ours = min(run_headrace(args.elements) for _ in range(args.repeats))
     plain = min(run_plain(args.elements) for _ in range(args.repeats))
-    print(f"machine: {platform.machine()} {platform.system()}, Python {platform.python_version()}, "
-          f"numpy {np.__version__}")
     print(f"headrace range -> map(x*2) -> batch(32): {ours:,.0f} ns/element (best of {args.repeats})")
     print(f"plain Python generator + list batching:  {plain:,.0f} ns/element")
     print(f"target: <= {TARGET_NS:,} ns/element -> {'MET' if ours <= TARGET_NS else 'NOT MET'}")

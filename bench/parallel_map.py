@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 import headrace as hr
+from headrace._machine import machine_line
 from headrace._ops.autotune import cpu_count
 
 TARGET = 1.7
@@ -26,6 +27,7 @@ def main() -> None:
     p.add_argument("--size", type=int, default=1_000_000)
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
+    print(machine_line(), flush=True)
     data = np.random.default_rng(0).random(args.size)
 
     def work(_):

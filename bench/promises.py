@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import headrace as hr  # noqa: E402
+from headrace._machine import machine_line  # noqa: E402
 from tests.promises.harness import (  # noqa: E402
     Verdict,
     check_interrupts,
@@ -115,6 +116,7 @@ def main() -> None:
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--skip-throughput", action="store_true")
     args = p.parse_args()
+    print(machine_line(), flush=True)
     t0 = time.monotonic()
     totals = sweep(args.shapes, args.first_seed)
     over, lost, dup = totals["over_cap"], totals["lost"], totals["duplicated"]

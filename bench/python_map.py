@@ -38,6 +38,7 @@ import time
 import numpy as np
 
 import headrace as hr
+from headrace._machine import machine_line
 from headrace._ops.autotune import cpu_count
 
 SPEEDUP_TARGET = 1.8
@@ -174,6 +175,7 @@ def main() -> None:
     p.add_argument("--transfers", type=int, default=24)
     p.add_argument("--dataloader-only", nargs=2, type=int, metavar=("ELEMENTS", "WORKERS"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    print(machine_line(), flush=True)
     if args.dataloader_only:
         print(rate_dataloader(*args.dataloader_only))
         return

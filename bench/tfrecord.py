@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from headrace._machine import machine_info, machine_line
 from headrace.io import TFRecordDataset, TFRecordWriter
 from headrace.io import example as ex
 from headrace.io._proto import messages as pb
@@ -191,6 +191,7 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=200, help="MB of records per read/write run")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "tfrecord.json"))
     args = ap.parse_args()
+    print(machine_line(), flush=True)
     with tempfile.TemporaryDirectory() as d:
         io_results = [bench_io(Path(d), 100_000, args.mb), bench_io(Path(d), 100, max(1, args.mb // 10))]
     parse_results = [bench_parse("image (2 features)", *image_records(2048)),
@@ -208,8 +209,7 @@ def main() -> None:
             print(f"  {k:36s} {v:8.2f} us/record")
         print(f"  batched parse is {r['batch_speedup']:.1f}x faster per record than single")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"machine": f"{platform.machine()} {platform.system()}, "
-                                          f"{os.cpu_count()} CPUs, Python {platform.python_version()}",
+    Path(args.out).write_text(json.dumps({"machine": machine_info(),
                                           "io": io_results, "parse": parse_results}, indent=1))
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -25,16 +24,13 @@ from .model import atomic_write
 
 
 def machine() -> dict[str, Any]:
-    """Where the figures were measured: CPU model, cores, Python, library versions."""
+    """Where the figures were measured: :func:`headrace._machine.machine_info` plus the versions of torch and
+    the compression libraries."""
+    from importlib.metadata import PackageNotFoundError, version
+
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    from importlib.metadata import PackageNotFoundError, version
+    from .._machine import machine_info
 
     versions = {"torch": torch.__version__}
     for name in ("onnxruntime", "torch-pruning", "torchao"):
@@ -42,8 +38,7 @@ def machine() -> dict[str, Any]:
             versions[name] = version(name)
         except PackageNotFoundError:  # not installed: not reported
             pass
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "python": platform.python_version(), **versions,
-            "load_average": [round(v, 2) for v in os.getloadavg()]}
+    return {**machine_info(), **versions}
 
 
 def add_ratios(variants: list[dict[str, Any]]) -> None:
