@@ -70,28 +70,22 @@ for line, code in blocks:
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """What the examples read: the demo's photos and shards (72 images), a Parquet table converted from the
-    photos (as the README's command line shows), an HDF5 file of decoded images, and a ResNet-18
+    photos (as the README's command line shows), and a ResNet-18
     ``model.pt`` where ``headrace demo --compress`` writes the trained one."""
     pytest.importorskip("apache_beam", reason="the demo's data is made by headrace convert (Beam)")
-    import h5py
-    import numpy as np
 
-    from headrace import convert, image
+    from headrace import convert
     from headrace.demo import DemoConfig, write_dataset
 
     ws = tmp_path_factory.mktemp("readme")
     write_dataset(DemoConfig(images=72, output=str(ws / "demo_output")), ws / "demo_output")
     convert.convert(ws / "demo_output" / "photos" / "train", ws / "table", to="parquet", num_shards=2)
-    photos = sorted((ws / "demo_output" / "photos" / "train").glob("*/*.jpg"))[:16]
     import torch
 
     from headrace.train import build_model
 
     torch.manual_seed(0)  # `headrace demo --compress` writes the trained model's state_dict here
     torch.save(build_model("resnet18", num_classes=12).state_dict(), ws / "demo_output" / "model.pt")
-    with h5py.File(ws / "train.h5", "w") as f:
-        f["images"] = np.stack([image.decode_and_resize(p.read_bytes(), (32, 32)) for p in photos])
-        f["labels"] = np.arange(len(photos), dtype=np.int64) % 12
     return ws
 
 
