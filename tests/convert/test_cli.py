@@ -82,3 +82,14 @@ def test_convert_image_size_takes_one_number_or_wxh(app, tmp_path):
     assert manifest["statistics"]["image/width"]["max"] == manifest["statistics"]["image/height"]["min"] == 20
     res = CliRunner().invoke(app, ["convert", str(tmp_path / "photos"), str(tmp_path / "o2"), "--image-size", "0x5"])
     assert res.exit_code == 2 and "'--image-size'" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_an_argument_error_names_no_empty_beam_log(app, tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    res = CliRunner().invoke(app, ["convert", str(tmp_path / "missing"), str(tmp_path / "out"), *_beam_flags()])
+    assert res.exit_code == 1
+    assert "does not exist" in res.stderr and "Apache Beam's log" not in res.stderr, res.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []  # the empty log is not left behind either

@@ -26,7 +26,8 @@ from ._flags import image_size as image_size_flag
 def beam_output(verbose: bool) -> Iterator[None]:
     """Apache Beam's log lines and its worker processes' output go to a temporary file instead of the
     terminal (unless ``verbose``): deleted after a successful run; after a failed one the error's note
-    names it (the one-line error already carries the reason)."""
+    names it (the one-line error already carries the reason), unless it is empty (an argument error found
+    before Beam started), when it is deleted too."""
     if verbose:
         yield
         return
@@ -40,12 +41,11 @@ def beam_output(verbose: bool) -> Iterator[None]:
     sys.stderr.flush()
     saved = os.dup(2)
     os.dup2(fd, 2)  # worker processes write to the descriptor they inherit
-    failed = False
+    failed: Exception | None = None
     try:
         yield
     except Exception as exc:
-        failed = True
-        exc.add_note(f"Apache Beam's log: {path}")
+        failed = exc
         raise
     finally:
         os.dup2(saved, 2)
@@ -54,7 +54,9 @@ def beam_output(verbose: bool) -> Iterator[None]:
         beam.removeHandler(handler)
         handler.close()
         beam.propagate = propagate
-        if not failed:
+        if failed is not None and os.path.getsize(path):
+            failed.add_note(f"Apache Beam's log: {path}")
+        else:  # a success, or a failure before Beam wrote anything (an argument error): nothing to point at
             os.unlink(path)
 
 
