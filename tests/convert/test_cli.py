@@ -93,3 +93,18 @@ def test_an_argument_error_names_no_empty_beam_log(app, tmp_path, monkeypatch):
     assert res.exit_code == 1
     assert "does not exist" in res.stderr and "Apache Beam's log" not in res.stderr, res.stderr
     assert list((tmp_path / "tmp").iterdir()) == []  # the empty log is not left behind either
+
+
+def test_the_python_api_keeps_beam_worker_output_off_the_terminal(tmp_path, capfd):
+    """Beam's worker processes print start-up warnings (``apitools not found``...) on the descriptor they
+    inherit; ``convert()`` sends them to its log file as the CLI does (``verbose=True`` would show them)."""
+    from headrace import convert
+
+    from .convert_helpers import image_folder
+
+    good = image_folder(tmp_path / "photos", n=6, broken=False)
+    m = convert.convert(tmp_path / "photos", tmp_path / "out", num_shards=2,
+                        beam_options=["direct_running_mode=multi_processing", "direct_num_workers=2"])
+    assert m["records"] == len(good)
+    out, err = capfd.readouterr()
+    assert err == "" and out == "", (out, err)

@@ -6,12 +6,6 @@ manifest's summary); a user error prints ``headrace: error: ...`` on stderr and 
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
-import sys
-import tempfile
-from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 import typer
@@ -20,44 +14,6 @@ from .._memory import format_bytes
 from ._app import run
 from ._flags import IMAGE_SIZE_HELP, byte_size
 from ._flags import image_size as image_size_flag
-
-
-@contextlib.contextmanager
-def beam_output(verbose: bool) -> Iterator[None]:
-    """Apache Beam's log lines and its worker processes' output go to a temporary file instead of the
-    terminal (unless ``verbose``): deleted after a successful run; after a failed one the error's note
-    names it (the one-line error already carries the reason), unless it is empty (an argument error found
-    before Beam started), when it is deleted too."""
-    if verbose:
-        yield
-        return
-    fd, path = tempfile.mkstemp(prefix="headrace-convert-", suffix=".log")
-    beam = logging.getLogger("apache_beam")
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
-    propagate = beam.propagate
-    beam.addHandler(handler)
-    beam.propagate = False
-    sys.stderr.flush()
-    saved = os.dup(2)
-    os.dup2(fd, 2)  # worker processes write to the descriptor they inherit
-    failed: Exception | None = None
-    try:
-        yield
-    except Exception as exc:
-        failed = exc
-        raise
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(fd)
-        beam.removeHandler(handler)
-        handler.close()
-        beam.propagate = propagate
-        if failed is not None and os.path.getsize(path):
-            failed.add_note(f"Apache Beam's log: {path}")
-        else:  # a success, or a failure before Beam wrote anything (an argument error): nothing to point at
-            os.unlink(path)
 
 
 def command(
@@ -97,11 +53,10 @@ def command(
     def work() -> dict[str, Any]:
         from ..convert.pipeline import convert
 
-        with beam_output(verbose):
-            m = convert(src, dst, to=to, num_shards=num_shards, shard_size=shard_size, source_format=source_format,
-                        image_size=image_size, max_rejected=max_rejected, overwrite=overwrite,
-                        compression=compression, prefix=prefix, seed=seed, label=label, runner=runner,
-                        beam_options=beam_option or None)
+        m = convert(src, dst, to=to, num_shards=num_shards, shard_size=shard_size, source_format=source_format,
+                    image_size=image_size, max_rejected=max_rejected, overwrite=overwrite, compression=compression,
+                    prefix=prefix, seed=seed, label=label, runner=runner, beam_options=beam_option or None,
+                    verbose=verbose)
         return summary(m, dst)
 
     run(ctx, work, _show, extra_flags={"beam_options": "--beam-option"})

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..io.files import remove
-from ._beam import import_beam
+from ._beam import beam_output, import_beam
 from .config import ConvertConfig
 from .manifest import load_manifest
 from .output import ConvertError, check_destination, staging_dir
@@ -134,10 +134,15 @@ _WORKER_ERROR = re.compile(r"(?:ConvertError|SchemaConflictError|ManifestError):
                            r" \[while running|$)", re.S)
 
 
-def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], **kwargs: Any) -> dict[str, Any]:
+def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, verbose: bool = False,
+            **kwargs: Any) -> dict[str, Any]:
     """Build the pipeline (same arguments as :func:`build_pipeline`), run it to the end and return the
     manifest (``dst/dataset.json``), with ``seconds`` (wall time) in its ``converter`` entry. Whatever
     happens, the staging folder (run files, unpublished shards) is removed.
+
+    Apache Beam's log lines and its worker processes' output (start-up warnings about Google Cloud clients
+    that are not used, harness chatter) go to a temporary file while it runs, which a failure's note names
+    (:func:`headrace.convert._beam.beam_output`); ``verbose=True`` leaves them on the terminal.
 
     Raises:
         ConvertError: too many rejected rows, an empty source, or a feature with strings and numbers (the
@@ -145,7 +150,11 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], **kwargs: 
             raises them. Plus :func:`build_pipeline`'s errors.
     """
     t0 = time.perf_counter()
-    p = build_pipeline(src, dst, **kwargs)
+    with beam_output(verbose):
+        return _run(build_pipeline(src, dst, **kwargs), dst, t0)
+
+
+def _run(p: Any, dst: str | os.PathLike[str], t0: float) -> dict[str, Any]:
     try:
         try:
             p.run().wait_until_finish()
