@@ -1,9 +1,13 @@
 """The worker process of the process executor, and the wire format both sides share.
 
-This file is run as a script in a fresh interpreter (``python proc_child.py FD``: the *spawn* start method,
-an ``exec`` of a new Python, never a ``fork`` of the threaded parent) and imported by the parent for
-:func:`encode` / :func:`decode`. It imports nothing from headrace, so a worker starts in the time Python
-and numpy take to import (plus whatever the user's function imports when it is unpickled).
+A worker is a fresh interpreter (the *spawn* start method, an ``exec`` of a new Python, never a ``fork``
+of the threaded parent) that loads this file by its location and calls :func:`main` (see
+``proc_pool.child_command``: ``python -P -c <bootstrap> proc_child.py FD``; never ``python proc_child.py``,
+which would put ``_ops`` first on ``sys.path``). The parent imports it for :func:`encode` and
+:func:`receive_frames`. It imports nothing from headrace, so a worker starts in the time Python and
+numpy take to import (plus whatever the user's function imports when it is unpickled). Its standard
+library imports (and ``cloudpickle``'s) happen before it adopts the parent's ``sys.path``, so a directory
+there holding a module named like a standard library one does not replace the worker's own.
 
 Wire format
 -----------
@@ -168,6 +172,10 @@ class _Worker:
                 return
 
     def init(self, sys_path: list[str], fn_bytes: bytes, stage: str) -> None:
+        try:  # with its standard library imports, from this interpreter's own sys.path
+            import cloudpickle  # noqa: F401
+        except ImportError:
+            pass
         sys.path[:] = list(dict.fromkeys([*sys_path, *sys.path]))
         self.stage = stage
         try:
@@ -219,9 +227,10 @@ class _Worker:
         self.conn.send_bytes(pickle.dumps(("error", payload, type(e).__name__, str(e), text, cpu_s)))
 
 
-def main() -> None:
+def main(fd: int) -> None:
+    """Serve the parent on the socket ``fd`` until it closes it, sends ``exit`` or dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker = _Worker(int(sys.argv[1]))
+    worker = _Worker(fd)
     try:
         worker.serve()
     except (EOFError, ConnectionError, OSError):
@@ -230,6 +239,3 @@ def main() -> None:
         for seg in worker.segments.values():
             seg.release()
 
-
-if __name__ == "__main__":
-    main()
