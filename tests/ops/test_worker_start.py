@@ -22,10 +22,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import psutil
 import pytest
 
 import headrace
-from headrace._ops import proc_pool
+from headrace._ops import proc_child
 from tests.conftest import REPO
 
 PACKAGE = Path(headrace.__file__).resolve().parent
@@ -106,6 +107,19 @@ def test_a_process_map_works_wherever_the_parent_runs(tmp_path, case):
     assert json.loads(out.strip().splitlines()[-1]) == [3 * i + 1 for i in range(6)]
 
 
+def test_workers_run_with_the_parents_interpreter_flags_and_exit_cleanly(tmp_path):
+    """``-O -X dev`` reach the workers (as ``multiprocessing``'s spawn passes them); in development mode a
+    worker that ended without closing its socket would print a ``ResourceWarning``."""
+    _user, _shadow, empty = _dirs(tmp_path)
+    code = ("import sys, headrace as hr\n"
+            "ds = hr.Dataset.range(2).map(lambda x: (sys.flags.optimize, int(sys.flags.dev_mode)), "
+            "num_parallel_calls=2, executor='process')\n"
+            "print([tuple(map(int, v)) for v in ds.as_numpy_iterator()])\n")
+    proc = _run([sys.executable, "-O", "-X", "dev", "-c", code], empty, _env())
+    assert proc.stdout.strip().splitlines()[-1] == "[(1, 1), (1, 1)]"
+    assert "Warning" not in proc.stderr, proc.stderr[-3000:]
+
+
 @pytest.mark.parametrize("method", multiprocessing.get_all_start_methods())
 def test_a_process_map_works_inside_a_multiprocessing_child(tmp_path, method):
     """A process map run by a ``multiprocessing`` child started with ``fork``, ``spawn`` or ``forkserver``
@@ -129,9 +143,15 @@ def test_a_process_map_works_inside_a_multiprocessing_child(tmp_path, method):
 
 
 def test_the_worker_command_puts_no_script_directory_or_cwd_on_sys_path(tmp_path):
-    """The command ``proc_pool`` starts a worker with, pointed at a probe file instead of
-    ``proc_child.py``: the probe's directory (there: headrace's ``_ops``), the working directory and
-    ``''`` are not on the worker's ``sys.path`` when it starts, and the probe's ``main`` gets the fd."""
+    """The command a worker is started with (``proc_child.child_command``: the workers of a process map run
+    it), pointed at a probe file instead of ``proc_child.py``: the probe's directory (there: headrace's
+    ``_ops``), the working directory and ``''`` are not on the worker's ``sys.path`` when it starts, and
+    the probe's ``main`` gets the fd."""
+    with iter(headrace.Dataset.range(2).map(abs, executor="process")) as it:
+        next(it)
+        lines = [p.cmdline() for p in psutil.Process().children()]
+    workers = [line[:-1] for line in lines if proc_child.CHILD_SCRIPT in line]
+    assert workers and all(w == proc_child.child_command(0)[:-1] for w in workers), lines
     _user, shadow, _empty = _dirs(tmp_path)
     probe_dir = tmp_path / "probe"
     probe_dir.mkdir()
@@ -140,7 +160,7 @@ def test_the_worker_command_puts_no_script_directory_or_cwd_on_sys_path(tmp_path
         "import json, sys, tempfile\n"
         "def main(fd):\n"
         "    print(json.dumps({'fd': fd, 'path': sys.path, 'random': sys.modules['random'].__file__}))\n")
-    cmd = proc_pool.child_command(7, str(probe_dir / "probe.py"))
+    cmd = proc_child.child_command(7, str(probe_dir / "probe.py"))
     out = json.loads(_run(cmd, shadow, _env()).stdout)
     assert out["fd"] == 7
     assert "" not in out["path"] and "." not in out["path"]
@@ -148,9 +168,9 @@ def test_the_worker_command_puts_no_script_directory_or_cwd_on_sys_path(tmp_path
     for bad in (probe_dir, shadow, PACKAGE):
         assert not [p for p in starts if p == bad or bad in p.parents], (bad, out["path"])
     assert Path(out["random"]).parent not in (probe_dir, shadow)
-    real = proc_pool.child_command(7)
-    assert real[real.index("-c") + 2:] == [proc_pool.CHILD_SCRIPT, "7"]
-    assert Path(proc_pool.CHILD_SCRIPT).resolve().parent == PACKAGE / "_ops"
+    real = proc_child.child_command(7)
+    assert real[real.index("-c") + 2:] == [proc_child.CHILD_SCRIPT, "7"]
+    assert Path(proc_child.CHILD_SCRIPT).resolve().parent == PACKAGE / "_ops"
 
 
 def test_no_module_in_a_runnable_directory_is_named_like_a_stdlib_module():

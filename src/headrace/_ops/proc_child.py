@@ -51,6 +51,8 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
+CHILD_SCRIPT = os.path.abspath(__file__)
+"""This file: what a worker loads (by location, never as ``sys.path[0]``)."""
 SHM_MIN_BYTES = 64 * 1024
 """Out-of-band buffers at least this large go through shared memory; smaller ones as socket frames."""
 ALIGN = 64
@@ -227,6 +229,25 @@ class _Worker:
         self.conn.send_bytes(pickle.dumps(("error", payload, type(e).__name__, str(e), text, cpu_s)))
 
 
+_BOOTSTRAP = ("import sys, importlib.util as u; "
+              "s = u.spec_from_file_location('_headrace_proc_child', sys.argv[1]); m = u.module_from_spec(s); "
+              "sys.modules[s.name] = m; s.loader.exec_module(m); m.main(int(sys.argv[2]))")
+
+
+def child_command(fd: int, script: str = CHILD_SCRIPT) -> list[str]:
+    """The command line of a worker: ``script``'s ``main(fd)`` in a new interpreter.
+
+    ``sys.executable`` with the parent's interpreter flags (``-O``, ``-E``, ``-I``, ``-X dev``, ``-W``...,
+    as ``multiprocessing``'s spawn passes them), ``-u``, ``-P`` (no working directory on ``sys.path``)
+    and ``-c`` a bootstrap loading ``script`` by its location (``importlib``), never running it as a
+    script, which would put its directory first on ``sys.path``. ``fd``: the worker's socket.
+    """
+    import subprocess  # the parent's side only: workers need not import it
+
+    flags = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
+    return [sys.executable, *flags, "-u", "-P", "-c", _BOOTSTRAP, script, str(fd)]
+
+
 def main(fd: int) -> None:
     """Serve the parent on the socket ``fd`` until it closes it, sends ``exit`` or dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -238,4 +259,6 @@ def main(fd: int) -> None:
     finally:
         for seg in worker.segments.values():
             seg.release()
+        worker.conn.close()
+        worker.sock.close()
 

@@ -7,12 +7,10 @@ state, stop flags): each of its worker threads hands its element to a worker pro
 Processes
 ---------
 A worker is a fresh interpreter running ``proc_child.py`` (``subprocess`` ``exec``: the *spawn* start
-method; the threaded parent is never forked into Python code), started by :func:`child_command`: this
-interpreter (``sys.executable``) with the parent's interpreter flags, ``-P`` and a ``-c`` bootstrap that
-loads ``proc_child.py`` by its location. So neither a directory of headrace (``_ops``) nor the working
-directory is on its ``sys.path`` while it imports the standard library: a user's ``random.py`` in the
-working directory, or the package's own modules, cannot shadow ``random``. It runs in any working
-directory, venv or installed wheel, and gets the parent's environment unchanged. It receives the pickled function
+method; the threaded parent is never forked into Python code), started by ``proc_child.child_command`` with
+no headrace directory and no working directory on its ``sys.path`` (a user's ``random.py`` in the working
+directory cannot shadow ``random``): it runs in any working directory, venv or installed wheel, and gets
+the parent's environment unchanged. It receives the pickled function
 (``cloudpickle``: lambdas and closures work) and the parent's ``sys.path`` **once**, in its ``init``
 message; elements then cross as described in :mod:`headrace._ops.proc_child` (numpy data through its
 shared-memory segments, the rest pickled with protocol 5). Workers belong to the iterator, not to the
@@ -59,7 +57,6 @@ import sys
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -68,12 +65,8 @@ import psutil
 from .._errors import RemoteTraceback, SharedMemoryError, WorkerError
 from .._memory import WAIT_SLICE_S, Cancelled, MemoryBudget, StageAccount, format_bytes
 from .._sync import Condition
-from .proc_child import encode, receive_frames, send_value
+from .proc_child import child_command, encode, receive_frames, send_value
 
-CHILD_SCRIPT = str(Path(__file__).with_name("proc_child.py"))
-_BOOTSTRAP = ("import sys, importlib.util as u; "
-              "s = u.spec_from_file_location('_headrace_proc_child', sys.argv[1]); m = u.module_from_spec(s); "
-              "sys.modules[s.name] = m; s.loader.exec_module(m); m.main(int(sys.argv[2]))")
 SHM_DIR_ENV = "HEADRACE_SHM_DIR"
 WORKER_ESTIMATE_BYTES = 48 * 1024**2
 """Reserved for the first worker of a stage before it starts (then: the largest measured footprint)."""
@@ -185,18 +178,6 @@ def rebuild_exception(payload: bytes, type_name: str, message: str, text: str) -
         exc = RuntimeError(f"{type_name}: {message}")
     exc.__cause__ = RemoteTraceback(text)
     return exc
-
-
-def child_command(fd: int, script: str = CHILD_SCRIPT) -> list[str]:
-    """The command line of a worker: ``script``'s ``main(fd)`` in a new interpreter.
-
-    ``sys.executable`` with the parent's interpreter flags (``-O``, ``-E``, ``-I``, ``-X dev``, ``-W``...,
-    as ``multiprocessing``'s spawn passes them), ``-u``, ``-P`` (no working directory on ``sys.path``)
-    and ``-c`` a bootstrap loading ``script`` by its location (``importlib``), never running it as a
-    script, which would put its directory first on ``sys.path``. ``fd``: the worker's socket.
-    """
-    flags = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
-    return [sys.executable, *flags, "-u", "-P", "-c", _BOOTSTRAP, script, str(fd)]
 
 
 # ---- one worker --------------------------------------------------------------------------------------
