@@ -388,7 +388,7 @@ def test_errors_are_one_line_without_traceback(args: list[str], says: str, statu
 
 def test_an_internal_bug_keeps_its_traceback(shards: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only headrace's errors, OSError and ValueError are user errors; a KeyError from our code is a bug."""
-    import headrace.cli.inspect as inspect_command
+    import headrace.cli.inspect_cmd as inspect_command
 
     def broken(*args, **kwargs):
         return {}["records"]
@@ -396,7 +396,7 @@ def test_an_internal_bug_keeps_its_traceback(shards: Path, monkeypatch: pytest.M
     monkeypatch.setattr(inspect_command, "inspect_path", broken)
     result = runner.invoke(app, ["inspect", str(shards)])
     assert result.exit_code == 1 and isinstance(result.exception, KeyError)
-    done = subprocess.run([sys.executable, "-c", "import sys, headrace.cli.inspect as m; "
+    done = subprocess.run([sys.executable, "-c", "import sys, headrace.cli.inspect_cmd as m; "
                            "m.inspect_path = lambda *a, **k: 1 / 0; from headrace.cli import main; main(sys.argv[1:])",
                            "inspect", str(shards)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "Traceback" in done.stderr and "ZeroDivisionError" in done.stderr

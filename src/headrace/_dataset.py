@@ -34,8 +34,8 @@ from ._ops.options import OptionsNode
 from ._ops.padded_batch import PaddedBatchNode
 from ._ops.prefetch import PrefetchNode
 from ._ops.ragged_batch import RaggedBatchNode
-from ._ops.random import RandomNode
 from ._ops.random_access import RandomAccessNode
+from ._ops.random_source import RandomNode
 from ._ops.reduce import reduce_dataset, single_element
 from ._ops.rejection_resample import RejectionResampleNode
 from ._ops.repeat import RepeatNode

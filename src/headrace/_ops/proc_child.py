@@ -1,9 +1,13 @@
 """The worker process of the process executor, and the wire format both sides share.
 
-This file is run as a script in a fresh interpreter (``python proc_child.py FD``: the *spawn* start method,
-an ``exec`` of a new Python, never a ``fork`` of the threaded parent) and imported by the parent for
-:func:`encode` / :func:`decode`. It imports nothing from headrace, so a worker starts in the time Python
-and numpy take to import (plus whatever the user's function imports when it is unpickled).
+A worker is a fresh interpreter (the *spawn* start method, an ``exec`` of a new Python, never a ``fork``
+of the threaded parent) that loads this file by its location and calls :func:`main` (see
+``proc_pool.child_command``: ``python -P -c <bootstrap> proc_child.py FD``; never ``python proc_child.py``,
+which would put ``_ops`` first on ``sys.path``). The parent imports it for :func:`encode` and
+:func:`receive_frames`. It imports nothing from headrace, so a worker starts in the time Python and
+numpy take to import (plus whatever the user's function imports when it is unpickled). Its standard
+library imports (and ``cloudpickle``'s) happen before it adopts the parent's ``sys.path``, so a directory
+there holding a module named like a standard library one does not replace the worker's own.
 
 Wire format
 -----------
@@ -47,6 +51,8 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
+CHILD_SCRIPT = os.path.abspath(__file__)
+"""This file: what a worker loads (by location, never as ``sys.path[0]``)."""
 SHM_MIN_BYTES = 64 * 1024
 """Out-of-band buffers at least this large go through shared memory; smaller ones as socket frames."""
 ALIGN = 64
@@ -168,6 +174,10 @@ class _Worker:
                 return
 
     def init(self, sys_path: list[str], fn_bytes: bytes, stage: str) -> None:
+        try:  # with its standard library imports, from this interpreter's own sys.path
+            import cloudpickle  # noqa: F401
+        except ImportError:
+            pass
         sys.path[:] = list(dict.fromkeys([*sys_path, *sys.path]))
         self.stage = stage
         try:
@@ -219,9 +229,29 @@ class _Worker:
         self.conn.send_bytes(pickle.dumps(("error", payload, type(e).__name__, str(e), text, cpu_s)))
 
 
-def main() -> None:
+_BOOTSTRAP = ("import sys, importlib.util as u; "
+              "s = u.spec_from_file_location('_headrace_proc_child', sys.argv[1]); m = u.module_from_spec(s); "
+              "sys.modules[s.name] = m; s.loader.exec_module(m); m.main(int(sys.argv[2]))")
+
+
+def child_command(fd: int, script: str = CHILD_SCRIPT) -> list[str]:
+    """The command line of a worker: ``script``'s ``main(fd)`` in a new interpreter.
+
+    ``sys.executable`` with the parent's interpreter flags (``-O``, ``-E``, ``-I``, ``-X dev``, ``-W``...,
+    as ``multiprocessing``'s spawn passes them), ``-u``, ``-P`` (no working directory on ``sys.path``)
+    and ``-c`` a bootstrap loading ``script`` by its location (``importlib``), never running it as a
+    script, which would put its directory first on ``sys.path``. ``fd``: the worker's socket.
+    """
+    import subprocess  # the parent's side only: workers need not import it
+
+    flags = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
+    return [sys.executable, *flags, "-u", "-P", "-c", _BOOTSTRAP, script, str(fd)]
+
+
+def main(fd: int) -> None:
+    """Serve the parent on the socket ``fd`` until it closes it, sends ``exit`` or dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker = _Worker(int(sys.argv[1]))
+    worker = _Worker(fd)
     try:
         worker.serve()
     except (EOFError, ConnectionError, OSError):
@@ -229,7 +259,6 @@ def main() -> None:
     finally:
         for seg in worker.segments.values():
             seg.release()
+        worker.conn.close()
+        worker.sock.close()
 
-
-if __name__ == "__main__":
-    main()

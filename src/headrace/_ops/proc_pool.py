@@ -7,7 +7,10 @@ state, stop flags): each of its worker threads hands its element to a worker pro
 Processes
 ---------
 A worker is a fresh interpreter running ``proc_child.py`` (``subprocess`` ``exec``: the *spawn* start
-method; the threaded parent is never forked into Python code). It receives the pickled function
+method; the threaded parent is never forked into Python code), started by ``proc_child.child_command`` with
+no headrace directory and no working directory on its ``sys.path`` (a user's ``random.py`` in the working
+directory cannot shadow ``random``): it runs in any working directory, venv or installed wheel, and gets
+the parent's environment unchanged. It receives the pickled function
 (``cloudpickle``: lambdas and closures work) and the parent's ``sys.path`` **once**, in its ``init``
 message; elements then cross as described in :mod:`headrace._ops.proc_child` (numpy data through its
 shared-memory segments, the rest pickled with protocol 5). Workers belong to the iterator, not to the
@@ -54,7 +57,6 @@ import sys
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -63,9 +65,8 @@ import psutil
 from .._errors import RemoteTraceback, SharedMemoryError, WorkerError
 from .._memory import WAIT_SLICE_S, Cancelled, MemoryBudget, StageAccount, format_bytes
 from .._sync import Condition
-from .proc_child import encode, receive_frames, send_value
+from .proc_child import child_command, encode, receive_frames, send_value
 
-CHILD_SCRIPT = str(Path(__file__).with_name("proc_child.py"))
 SHM_DIR_ENV = "HEADRACE_SHM_DIR"
 WORKER_ESTIMATE_BYTES = 48 * 1024**2
 """Reserved for the first worker of a stage before it starts (then: the largest measured footprint)."""
@@ -194,9 +195,8 @@ class _Proc:
             env.setdefault("MALLOC_TRIM_THRESHOLD_", str(4 << 20))
             env.setdefault("MALLOC_ARENA_MAX", "4")
         try:
-            self.popen = subprocess.Popen([sys.executable, "-u", CHILD_SCRIPT, str(child.fileno())],
-                                          pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, env=env,
-                                          close_fds=True)
+            self.popen = subprocess.Popen(child_command(child.fileno()), pass_fds=[child.fileno()],
+                                          stdin=subprocess.DEVNULL, env=env, close_fds=True)
         finally:
             child.close()
         self.pid = self.popen.pid
