@@ -82,11 +82,13 @@ class TorchIterableDataset(IterableDataset):
     epoch tensor is shared, not copied.
     """
 
-    def __init__(self, dataset: Dataset, *, shard_by_worker: bool = True) -> None:
+    def __init__(self, dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int | None = None) -> None:
         super().__init__()
         self.dataset = dataset
         self.shard_by_worker = shard_by_worker
+        self.num_workers = num_workers
         self._epochs = torch.zeros(1 + MAX_WORKERS, dtype=torch.int64).share_memory_()
+        self._len: int | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """The next ``iter()`` (in the main process and in every worker, persistent or not) runs epoch
@@ -102,6 +104,9 @@ class TorchIterableDataset(IterableDataset):
         self._epochs.fill_(int(epoch))
 
     def _worker_dataset(self, info: Any) -> Dataset:
+        if info is not None and self.num_workers is not None and info.num_workers != self.num_workers:
+            raise ValueError(f"to_torch(num_workers={self.num_workers}) runs in a DataLoader with num_workers="
+                             f"{info.num_workers}; pass the DataLoader's num_workers to to_torch (len() uses it)")
         if info is None or info.num_workers == 1:
             return self.dataset
         from . import _memory
@@ -148,13 +153,29 @@ class TorchIterableDataset(IterableDataset):
 
         state = {k: v for k, v in vars(self.dataset).items() if k != "_iterations"}
         recipe = cloudpickle.dumps((type(self.dataset), state))
-        return (_rebuild, (recipe, self.shard_by_worker, self._epochs))
+        return (_rebuild, (recipe, self.shard_by_worker, self.num_workers, self._epochs))
 
     def __len__(self) -> int:
-        return len(self.dataset)
+        """The number of elements one epoch yields (``DataLoader(batch_size=None)``), counted once and kept.
+
+        Exact wherever the count is knowable without running the pipeline: ``cardinality()``, and beyond it
+        what indexes and record headers tell (``TFRecordDataset``, ``interleave`` of them; see
+        ``headrace._ops.counting``). With ``to_torch(..., num_workers=k)`` it is what the ``k`` workers yield
+        together: each batches its own share, so with ``batch`` after the shard point the count can exceed
+        the dataset's (``range(10).batch(4)``: 3 batches, 4 with 2 workers); ``shard_by_worker=False``: ``k``
+        times the dataset's.
+
+        Raises:
+            TypeError: infinite (``repeat()`` without a count), or unknown: the message names the op that
+                makes the count unknown (e.g. ``filter``) and what to do.
+        """
+        if self._len is None:
+            self._len = _count_epoch(self.dataset, self.num_workers or 1, self.shard_by_worker)
+        return self._len
 
 
-def _rebuild(recipe: bytes, shard_by_worker: bool, epochs: torch.Tensor) -> TorchIterableDataset:
+def _rebuild(recipe: bytes, shard_by_worker: bool, num_workers: int | None,
+             epochs: torch.Tensor) -> TorchIterableDataset:
     """Unpickles a :class:`TorchIterableDataset` (see its ``__reduce__``)."""
     import cloudpickle
 
@@ -163,11 +184,45 @@ def _rebuild(recipe: bytes, shard_by_worker: bool, epochs: torch.Tensor) -> Torc
     dataset.__dict__.update(state)
     out = TorchIterableDataset.__new__(TorchIterableDataset)
     IterableDataset.__init__(out)
-    out.dataset, out.shard_by_worker, out._epochs = dataset, shard_by_worker, epochs
+    out.dataset, out.shard_by_worker, out.num_workers, out._epochs = dataset, shard_by_worker, num_workers, epochs
+    out._len = None
     return out
 
 
-def to_torch(dataset: Dataset, *, shard_by_worker: bool = True) -> TorchIterableDataset:
+_UNKNOWN_WHY = {
+    "filter": "it keeps a number of elements known only by running its predicate",
+    "TFRecordDataset": "with on_corrupt='skip' the good records are known only by reading them",
+    "from_generator": "a generator's length is known only by running it",
+    "from_source": "declare it with from_source(..., cardinality=n)",
+    "unbatch": "the batch sizes are known only from the data",
+    "ignore_errors": "the elements that fail are known only by running the pipeline",
+}
+
+
+def _count_epoch(dataset: Dataset, workers: int, shard_by_worker: bool) -> int:
+    """The elements one epoch yields over ``workers`` DataLoader workers (see ``TorchIterableDataset.__len__``)."""
+    from ._ops.counting import counting, unknown_cause
+    from ._ops.shard import shard_at_source
+    from ._options import INFINITE_CARDINALITY
+
+    node = dataset._node
+    parts = [shard_at_source(node, workers, i) if shard_by_worker else node for i in range(workers)]
+    with counting():
+        counts = [p.cardinality() for p in parts]
+        if INFINITE_CARDINALITY in counts:
+            raise TypeError("len(to_torch(ds)): the dataset is infinite (repeat() without a count); it has no "
+                            "len(): pass repeat(n) a count, or iterate without len()")
+        if min(counts) < 0:
+            cause = next(c for c in map(unknown_cause, parts) if c is not None)
+            why = _UNKNOWN_WHY.get(cause.label.split("(")[0], "how many elements it gives depends on the data")
+            raise TypeError(f"len(to_torch(ds)): the number of elements is unknown without running the "
+                            f"pipeline: {cause.label} makes it unknown ({why}). Count one epoch "
+                            "(n = sum(1 for _ in ds)) and use n, or iterate without len()")
+    return sum(counts)
+
+
+def to_torch(dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int | None = None
+             ) -> TorchIterableDataset:
     """``dataset`` as a ``torch.utils.data.IterableDataset`` yielding tensors.
 
     Args:
@@ -176,6 +231,10 @@ def to_torch(dataset: Dataset, *, shard_by_worker: bool = True) -> TorchIterable
         shard_by_worker: inside ``DataLoader(num_workers=k)`` worker ``i`` reads share ``i`` of ``k``,
             sharded at the source (disjoint, together complete; see the module docstring). ``False``: every
             worker reads everything.
+        num_workers: the ``num_workers`` of the ``DataLoader`` it goes into, for ``len()`` only (the count of
+            what the workers yield together, see :meth:`TorchIterableDataset.__len__`); ``None`` (default):
+            ``len()`` counts one iteration without workers. A worker of a DataLoader with another
+            ``num_workers`` raises ``ValueError``.
 
     Returns:
         An ``IterableDataset``; ``len()`` works when ``dataset`` has a known cardinality. It pickles (the
@@ -186,7 +245,11 @@ def to_torch(dataset: Dataset, *, shard_by_worker: bool = True) -> TorchIterable
 
     if not isinstance(dataset, Dataset):
         raise TypeError(f"to_torch(dataset): expected a headrace.Dataset, got {type(dataset).__name__}")
-    return TorchIterableDataset(dataset, shard_by_worker=shard_by_worker)
+    if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int)
+                                    or not 0 <= num_workers <= MAX_WORKERS):
+        raise ValueError(f"to_torch(num_workers={num_workers!r}): expected None or the DataLoader's num_workers, "
+                         f"an int in [0, {MAX_WORKERS}]")
+    return TorchIterableDataset(dataset, shard_by_worker=shard_by_worker, num_workers=num_workers)
 
 
 def _to_device(element: Any, device: torch.device, pin: bool) -> Any:

@@ -37,6 +37,7 @@ from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from . import by_value
 from .autotune import cpu_count
 from .base import DatasetIterator, IteratorContext, check_state, fn_name, note_error
+from .counting import counting_enabled, elements, memoized
 from .map import call_with_element, guarded_call
 from .node import DatasetNode, SpecOf, node_of, trace
 from .parallel import PoolIterator
@@ -77,10 +78,24 @@ class InterleaveNode(DatasetNode):
         return self.with_inputs([shard_at_source(self.inputs[0], num_shards, index)])
 
     def cardinality(self) -> int:
-        """tf.data's: infinite for a parallel interleave of an infinite input, else unknown."""
-        if self.num_parallel_calls is not None and self.inputs[0].cardinality() == INFINITE_CARDINALITY:
+        """tf.data's: infinite for a parallel interleave of an infinite input, else unknown; inside
+        ``counting()`` the sum of the counts of the datasets ``map_func`` makes (``headrace._ops.counting``)."""
+        n = self.inputs[0].cardinality()
+        if self.num_parallel_calls is not None and n == INFINITE_CARDINALITY:
             return INFINITE_CARDINALITY
-        return UNKNOWN_CARDINALITY
+        if n < 0 or not counting_enabled():
+            return UNKNOWN_CARDINALITY
+        return memoized(self, self._count)
+
+    def _count(self) -> int:
+        total = 0
+        for x in elements(self.inputs[0]):
+            child = node_of(call_with_element(self.fn, x))
+            n = UNKNOWN_CARDINALITY if child is None else child.cardinality()
+            if n < 0:
+                return n  # infinite or unknown
+            total += n
+        return total
 
     def compute_spec(self, spec_of: SpecOf) -> Any:
         def dataset_spec(ds: Any) -> Any:
