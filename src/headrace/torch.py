@@ -196,6 +196,8 @@ _UNKNOWN_WHY = {
     "from_source": "declare it with from_source(..., cardinality=n)",
     "unbatch": "the batch sizes are known only from the data",
     "ignore_errors": "the elements that fail are known only by running the pipeline",
+    "interleave": "the count of a dataset its map_func makes is unknown",
+    "flat_map": "the count of a dataset its map_func makes is unknown",
 }
 
 

@@ -56,6 +56,10 @@ def test_len_of_the_quick_start_pipeline_is_what_an_epoch_yields(tmp_path, shard
     assert len(to_torch(ds)) == 7 == sum(1 for _ in to_torch(ds))
 
 
+def test_len_of_flat_map_sums_the_datasets_it_makes() -> None:
+    assert len(to_torch(hr.Dataset.range(5).flat_map(lambda x: hr.Dataset.range(x).batch(2)))) == 6
+
+
 def test_len_of_the_train_command_pipeline(shards: list[str]) -> None:
     from headrace.train.data import image_classification_dataset
 
@@ -94,7 +98,9 @@ def test_to_torch_rejects_bad_num_workers(bad: object) -> None:
     (lambda: hr.io.TFRecordDataset([], on_corrupt="skip").prefetch(2), r"TFRecordDataset .*on_corrupt='skip'"),
     (lambda: hr.Dataset.from_generator(lambda: iter(range(3)), output_signature=hr.TensorSpec((), "int64")),
      r"from_generator"),
-], ids=["filter", "tfrecord-skip", "generator"])
+    (lambda: hr.Dataset.range(3).interleave(lambda x: hr.Dataset.range(5).filter(lambda y: y > x)),
+     r"interleave\(<lambda>\) makes it unknown \(the count of a dataset its map_func makes"),
+], ids=["filter", "tfrecord-skip", "generator", "interleave-of-filtered"])
 def test_unknown_len_names_the_op_and_the_fix(make, names: str) -> None:
     with pytest.raises(TypeError, match=rf"unknown without running the pipeline: {names}.*Count one epoch"):
         len(to_torch(make()))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -78,7 +78,7 @@ def unknown_cause(node: Any) -> Any | None:
         return node
 
 
-def elements(node: Any) -> Iterator[Any]:
+def elements(node: Any) -> Generator[Any, None, None]:
     """The elements of one iteration of ``node`` (iteration path ``(0,)``); the iterator is closed after."""
     options = node.options()
     ctx = IteratorContext(options, budget_for(options.memory_budget_bytes() if options.memory_budget is not None

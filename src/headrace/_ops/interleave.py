@@ -29,6 +29,7 @@ and restores each slot where it was; when the input does not replay deterministi
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -89,12 +90,13 @@ class InterleaveNode(DatasetNode):
 
     def _count(self) -> int:
         total = 0
-        for x in elements(self.inputs[0]):
-            child = node_of(call_with_element(self.fn, x))
-            n = UNKNOWN_CARDINALITY if child is None else child.cardinality()
-            if n < 0:
-                return n  # infinite or unknown
-            total += n
+        with contextlib.closing(elements(self.inputs[0])) as inputs:
+            for x in inputs:
+                child = node_of(call_with_element(self.fn, x))
+                n = UNKNOWN_CARDINALITY if child is None else child.cardinality()
+                if n < 0:
+                    return n  # infinite or unknown
+                total += n
         return total
 
     def compute_spec(self, spec_of: SpecOf) -> Any:
