@@ -77,6 +77,7 @@ def _tfrecord_pipeline() -> hr.Dataset:
             .shuffle(8, seed=1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])
 def test_tfrecord_pipeline_crosses_to_spawned_workers(context: str) -> None:
     # Issue #21 item 4: "cannot pickle '_thread.lock'" (the reader's lock) and lambdas in the recipe.
