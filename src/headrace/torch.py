@@ -104,9 +104,10 @@ class TorchIterableDataset(IterableDataset):
         self._epochs.fill_(int(epoch))
 
     def _worker_dataset(self, info: Any) -> Dataset:
-        if info is not None and self.num_workers is not None and info.num_workers != self.num_workers:
+        actual = 0 if info is None else info.num_workers
+        if self.num_workers is not None and max(actual, 1) != max(self.num_workers, 1):  # 0 and 1: one reader
             raise ValueError(f"to_torch(num_workers={self.num_workers}) runs in a DataLoader with num_workers="
-                             f"{info.num_workers}; pass the DataLoader's num_workers to to_torch (len() uses it)")
+                             f"{actual}; pass the DataLoader's num_workers to to_torch (len() uses it)")
         if info is None or info.num_workers == 1:
             return self.dataset
         from . import _memory
@@ -235,8 +236,8 @@ def to_torch(dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int
             worker reads everything.
         num_workers: the ``num_workers`` of the ``DataLoader`` it goes into, for ``len()`` only (the count of
             what the workers yield together, see :meth:`TorchIterableDataset.__len__`); ``None`` (default):
-            ``len()`` counts one iteration without workers. A worker of a DataLoader with another
-            ``num_workers`` raises ``ValueError``.
+            ``len()`` counts one iteration without workers. Iterating it with another number of workers
+            (``0`` and ``1`` count as the same) raises ``ValueError``.
 
     Returns:
         An ``IterableDataset``; ``len()`` works when ``dataset`` has a known cardinality. It pickles (the

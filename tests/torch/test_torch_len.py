@@ -85,6 +85,9 @@ def test_worker_count_mismatch_is_an_error(shards: list[str]) -> None:
                         multiprocessing_context="fork")
     with pytest.raises(ValueError, match=r"to_torch\(num_workers=3\) runs in a DataLoader with num_workers=2"):
         list(loader)
+    with pytest.raises(ValueError, match=r"to_torch\(num_workers=2\) runs in a DataLoader with num_workers=0"):
+        list(DataLoader(to_torch(hr.io.TFRecordDataset(shards), num_workers=2), batch_size=None))
+    assert len(list(DataLoader(to_torch(hr.io.TFRecordDataset(shards), num_workers=1), batch_size=None))) == 22
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, 10**6])
