@@ -48,6 +48,10 @@ class Lock:
         self._lock = threading.Lock()
         self.what = what
 
+    def __reduce__(self) -> tuple[type[Lock], tuple[str]]:
+        # Pickled (a recipe node sent to a spawned worker): a new, unlocked lock guarding that process's copy.
+        return (Lock, (self.what,))
+
     def __enter__(self) -> bool:
         acquire(self._lock, self.what)
         return True

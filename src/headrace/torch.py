@@ -7,7 +7,11 @@ object arrays stay as they are. Inside a ``DataLoader(num_workers=k)`` worker ``
 ``k``, taken at the source (``headrace._ops.shard.shard_at_source``: whole files when there are at least
 ``k``, else records; every map, batch, shuffle above it runs on that share only), so the workers read and
 decode disjoint shares that together are the whole dataset (order across workers is the DataLoader's
-round-robin, not ``ds``'s); and each worker's iterators get ``1/k`` of the memory budget.
+round-robin, not ``ds``'s); and each worker's iterators get ``1/k`` of the memory budget. Every epoch
+reshuffles (``shuffle`` draws a new order per ``iter()``, as tf.data's ``reshuffle_each_iteration``), with or
+without workers, persistent or not, for every start method (fork, spawn, forkserver): epoch ``e`` runs the
+iteration path ``(e,)`` in every worker, so a seed gives the same sequence of epoch orders run to run (see
+:class:`TorchIterableDataset` and ``set_epoch``).
 
 ``device_prefetch(batches, device)`` copies batches to ``device`` ahead of use: on CUDA from pinned memory
 with ``non_blocking=True`` on a side stream, ``buffer_size`` batches in flight; on CPU it passes batches
@@ -59,16 +63,51 @@ def element_to_torch(element: Any) -> Any:
     return map_structure(_leaf_to_tensor, element)
 
 
-class TorchIterableDataset(IterableDataset):
-    """A headrace ``Dataset`` seen as a ``torch.utils.data.IterableDataset`` (see :func:`to_torch`)."""
+MAX_WORKERS = 1024
+"""Most ``DataLoader`` workers one ``to_torch`` dataset counts epochs for (one int64 slot each)."""
 
-    def __init__(self, dataset: Dataset, *, shard_by_worker: bool = True) -> None:
+
+class TorchIterableDataset(IterableDataset):
+    """A headrace ``Dataset`` seen as a ``torch.utils.data.IterableDataset`` (see :func:`to_torch`).
+
+    Epochs: every ``iter()`` (one per epoch of a ``DataLoader``) runs the next iteration of the dataset, so
+    ``shuffle`` and the other per-iteration random stages draw a new, reproducible order each epoch, as
+    iterating ``ds`` itself (or tf.data) does: epoch ``e`` uses the iteration path ``(e,)``
+    (``headrace._ops.seeds``) in the main process (``num_workers=0``) and in every worker alike. The
+    count lives in a shared-memory int64 tensor, one slot for the main process and one per worker id, so
+    it survives non-persistent workers (a fresh copy of this object each epoch), fork, spawn and
+    forkserver. :meth:`set_epoch` sets it explicitly.
+
+    Pickling (spawn/forkserver workers): the recipe goes with ``cloudpickle`` (lambdas included); the
+    epoch tensor is shared, not copied.
+    """
+
+    def __init__(self, dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int | None = None) -> None:
         super().__init__()
         self.dataset = dataset
         self.shard_by_worker = shard_by_worker
+        self.num_workers = num_workers
+        self._epochs = torch.zeros(1 + MAX_WORKERS, dtype=torch.int64).share_memory_()
+        self._len: int | None = None
 
-    def _worker_dataset(self) -> Dataset:
-        info = get_worker_info()
+    def set_epoch(self, epoch: int) -> None:
+        """The next ``iter()`` (in the main process and in every worker, persistent or not) runs epoch
+        ``epoch``; the ones after it ``epoch + 1``, ... Calling it before every epoch with the epoch number
+        (the HF datasets / Accelerate convention) gives the same orders as not calling it at all; call it
+        to resume at an epoch or to keep workers of DataLoaders with different ``num_workers`` in step.
+
+        Raises:
+            ValueError: ``epoch`` is not an int >= 0.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 0:
+            raise ValueError(f"set_epoch({epoch!r}): the epoch must be an int >= 0 (0 is the first epoch)")
+        self._epochs.fill_(int(epoch))
+
+    def _worker_dataset(self, info: Any) -> Dataset:
+        actual = 0 if info is None else info.num_workers
+        if self.num_workers is not None and max(actual, 1) != max(self.num_workers, 1):  # 0 and 1: one reader
+            raise ValueError(f"to_torch(num_workers={self.num_workers}) runs in a DataLoader with num_workers="
+                             f"{actual}; pass the DataLoader's num_workers to to_torch (len() uses it)")
         if info is None or info.num_workers == 1:
             return self.dataset
         from . import _memory
@@ -80,19 +119,113 @@ class TorchIterableDataset(IterableDataset):
             return self.dataset
         return Dataset(shard_at_source(self.dataset._node, info.num_workers, info.id))
 
+    def _next_epoch(self, info: Any) -> int:
+        """This process's epoch number, counted on (each worker id has its own slot: no races)."""
+        slot = 0 if info is None else 1 + info.id
+        if slot >= len(self._epochs):
+            raise ValueError(f"to_torch: DataLoader worker {info.id} of {info.num_workers}: at most "
+                             f"{MAX_WORKERS} workers are supported; use num_workers <= {MAX_WORKERS}")
+        epoch = int(self._epochs[slot])
+        self._epochs[slot] = epoch + 1
+        return epoch
+
     def __iter__(self) -> Iterator[Any]:
-        it = iter(self._worker_dataset())
+        # Counted here, not inside the generator: a worker whose iterator is never advanced (its epoch was
+        # cut short) still counts the epoch, so all workers stay on the same iteration path.
+        info = get_worker_info()
+        epoch = self._next_epoch(info)
+        return self._elements(self._worker_dataset(info), epoch)
+
+    @staticmethod
+    def _elements(dataset: Dataset, epoch: int) -> Iterator[Any]:
+        from ._iterator import Iterator as HeadraceIterator
+
+        it = HeadraceIterator(dataset, iteration=epoch)
         try:
             for element in it:
                 yield element_to_torch(element)
         finally:
             it.close()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The recipe (lambdas included) goes by value with cloudpickle, without the Dataset's own iteration
+        # counter; the epoch tensor goes through the caller's pickler (torch.multiprocessing: shared memory).
+        import cloudpickle
+
+        state = {k: v for k, v in vars(self.dataset).items() if k != "_iterations"}
+        recipe = cloudpickle.dumps((type(self.dataset), state))
+        return (_rebuild, (recipe, self.shard_by_worker, self.num_workers, self._epochs))
+
     def __len__(self) -> int:
-        return len(self.dataset)
+        """The number of elements one epoch yields (``DataLoader(batch_size=None)``), counted once and kept.
+
+        Exact wherever the count is knowable without running the pipeline: ``cardinality()``, and beyond it
+        what indexes and record headers tell (``TFRecordDataset``, ``interleave`` of them; see
+        ``headrace._ops.counting``). With ``to_torch(..., num_workers=k)`` it is what the ``k`` workers yield
+        together: each batches its own share, so with ``batch`` after the shard point the count can exceed
+        the dataset's (``range(10).batch(4)``: 3 batches, 4 with 2 workers); ``shard_by_worker=False``: ``k``
+        times the dataset's.
+
+        Raises:
+            TypeError: infinite (``repeat()`` without a count), or unknown: the message names the op that
+                makes the count unknown (e.g. ``filter``) and what to do.
+        """
+        if self._len is None:
+            self._len = _count_epoch(self.dataset, self.num_workers or 1, self.shard_by_worker)
+        return self._len
 
 
-def to_torch(dataset: Dataset, *, shard_by_worker: bool = True) -> TorchIterableDataset:
+def _rebuild(recipe: bytes, shard_by_worker: bool, num_workers: int | None,
+             epochs: torch.Tensor) -> TorchIterableDataset:
+    """Unpickles a :class:`TorchIterableDataset` (see its ``__reduce__``)."""
+    import cloudpickle
+
+    cls, state = cloudpickle.loads(recipe)
+    dataset = cls.__new__(cls)
+    dataset.__dict__.update(state)
+    out = TorchIterableDataset.__new__(TorchIterableDataset)
+    IterableDataset.__init__(out)
+    out.dataset, out.shard_by_worker, out.num_workers, out._epochs = dataset, shard_by_worker, num_workers, epochs
+    out._len = None
+    return out
+
+
+_UNKNOWN_WHY = {
+    "filter": "it keeps a number of elements known only by running its predicate",
+    "TFRecordDataset": "with on_corrupt='skip' the good records are known only by reading them",
+    "from_generator": "a generator's length is known only by running it",
+    "from_source": "declare it with from_source(..., cardinality=n)",
+    "unbatch": "the batch sizes are known only from the data",
+    "ignore_errors": "the elements that fail are known only by running the pipeline",
+    "interleave": "the count of a dataset its map_func makes is unknown",
+    "flat_map": "the count of a dataset its map_func makes is unknown",
+}
+
+
+def _count_epoch(dataset: Dataset, workers: int, shard_by_worker: bool) -> int:
+    """The elements one epoch yields over ``workers`` DataLoader workers (see ``TorchIterableDataset.__len__``)."""
+    from ._ops.counting import counting, unknown_cause
+    from ._ops.shard import shard_at_source
+    from ._options import INFINITE_CARDINALITY
+
+    node = dataset._node
+    parts = [shard_at_source(node, workers, i) if shard_by_worker else node for i in range(workers)]
+    with counting():
+        counts = [p.cardinality() for p in parts]
+        if INFINITE_CARDINALITY in counts:
+            raise TypeError("len(to_torch(ds)): the dataset is infinite (repeat() without a count); it has no "
+                            "len(): pass repeat(n) a count, or iterate without len()")
+        if min(counts) < 0:
+            cause = next(c for c in map(unknown_cause, parts) if c is not None)
+            why = _UNKNOWN_WHY.get(cause.label.split("(")[0], "how many elements it gives depends on the data")
+            raise TypeError(f"len(to_torch(ds)): the number of elements is unknown without running the "
+                            f"pipeline: {cause.label} makes it unknown ({why}). Count one epoch "
+                            "(n = sum(1 for _ in ds)) and use n, or iterate without len()")
+    return sum(counts)
+
+
+def to_torch(dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int | None = None
+             ) -> TorchIterableDataset:
     """``dataset`` as a ``torch.utils.data.IterableDataset`` yielding tensors.
 
     Args:
@@ -101,15 +234,25 @@ def to_torch(dataset: Dataset, *, shard_by_worker: bool = True) -> TorchIterable
         shard_by_worker: inside ``DataLoader(num_workers=k)`` worker ``i`` reads share ``i`` of ``k``,
             sharded at the source (disjoint, together complete; see the module docstring). ``False``: every
             worker reads everything.
+        num_workers: the ``num_workers`` of the ``DataLoader`` it goes into, for ``len()`` only (the count of
+            what the workers yield together, see :meth:`TorchIterableDataset.__len__`); ``None`` (default):
+            ``len()`` counts one iteration without workers. Iterating it with another number of workers
+            (``0`` and ``1`` count as the same) raises ``ValueError``.
 
     Returns:
-        An ``IterableDataset``; ``len()`` works when ``dataset`` has a known cardinality.
+        An ``IterableDataset``; ``len()`` works when ``dataset`` has a known cardinality. It pickles (the
+        recipe with cloudpickle, lambdas included), so ``DataLoader(multiprocessing_context="spawn")`` and
+        ``"forkserver"`` work; ``set_epoch(e)`` picks the epoch the next ``iter()`` runs.
     """
     from ._dataset import Dataset
 
     if not isinstance(dataset, Dataset):
         raise TypeError(f"to_torch(dataset): expected a headrace.Dataset, got {type(dataset).__name__}")
-    return TorchIterableDataset(dataset, shard_by_worker=shard_by_worker)
+    if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int)
+                                    or not 0 <= num_workers <= MAX_WORKERS):
+        raise ValueError(f"to_torch(num_workers={num_workers!r}): expected None or the DataLoader's num_workers, "
+                         f"an int in [0, {MAX_WORKERS}]")
+    return TorchIterableDataset(dataset, shard_by_worker=shard_by_worker, num_workers=num_workers)
 
 
 def _to_device(element: Any, device: torch.device, pin: bool) -> Any:

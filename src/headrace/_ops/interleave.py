@@ -29,6 +29,7 @@ and restores each slot where it was; when the input does not replay deterministi
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,7 @@ from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from . import by_value
 from .autotune import cpu_count
 from .base import DatasetIterator, IteratorContext, check_state, fn_name, note_error
+from .counting import counting_enabled, elements, memoized
 from .map import call_with_element, guarded_call
 from .node import DatasetNode, SpecOf, node_of, trace
 from .parallel import PoolIterator
@@ -77,10 +79,25 @@ class InterleaveNode(DatasetNode):
         return self.with_inputs([shard_at_source(self.inputs[0], num_shards, index)])
 
     def cardinality(self) -> int:
-        """tf.data's: infinite for a parallel interleave of an infinite input, else unknown."""
-        if self.num_parallel_calls is not None and self.inputs[0].cardinality() == INFINITE_CARDINALITY:
+        """tf.data's: infinite for a parallel interleave of an infinite input, else unknown; inside
+        ``counting()`` the sum of the counts of the datasets ``map_func`` makes (``headrace._ops.counting``)."""
+        n = self.inputs[0].cardinality()
+        if self.num_parallel_calls is not None and n == INFINITE_CARDINALITY:
             return INFINITE_CARDINALITY
-        return UNKNOWN_CARDINALITY
+        if n < 0 or not counting_enabled():
+            return UNKNOWN_CARDINALITY
+        return memoized(self, self._count)
+
+    def _count(self) -> int:
+        total = 0
+        with contextlib.closing(elements(self.inputs[0])) as inputs:
+            for x in inputs:
+                child = node_of(call_with_element(self.fn, x))
+                n = UNKNOWN_CARDINALITY if child is None else child.cardinality()
+                if n < 0:
+                    return n  # infinite or unknown
+                total += n
+        return total
 
     def compute_spec(self, spec_of: SpecOf) -> Any:
         def dataset_spec(ds: Any) -> Any:

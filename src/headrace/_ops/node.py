@@ -34,7 +34,19 @@ from .._options import UNKNOWN_CARDINALITY, Options
 from .._spec import NotTraceable, example, relax, spec_of
 from .base import JOIN_TIMEOUT_S, DatasetIterator, IteratorContext
 
-_UNSET = object()
+
+class _Unset:
+    """The "not computed yet" marker of the spec memos; one object, also after pickling (a node sent to a
+    spawned DataLoader worker compares its memos with ``is _UNSET``)."""
+
+    def __reduce__(self) -> str:
+        return "_UNSET"
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset()
 SpecOf = Callable[["DatasetNode"], Any]
 
 

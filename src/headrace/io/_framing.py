@@ -238,5 +238,33 @@ class RecordReader:
         self.index += 1
         return data
 
+    def skip_record(self) -> bool:
+        """Step over the next record without reading its data where the stream can seek (uncompressed
+        files); the length CRC is checked, the data CRC not. ``False`` at the end of the file.
+
+        Raises :class:`~headrace.DataLossError` for a truncated file or a corrupt length field.
+        """
+        if self._compression or not self._f.seekable():
+            return self.next_record() is not None
+        header = self._read(HEADER_BYTES)
+        if not header:
+            return False
+        if len(header) < HEADER_BYTES:
+            raise self._fail(TRUNCATED, f"truncated record (only {len(header)} of {HEADER_BYTES} header bytes)",
+                             dead=True)
+        length, length_crc = HEADER.unpack(header)
+        if masked_crc32c(header[:8]) != length_crc:
+            raise self._fail(LENGTH_CRC, "corrupted record: the length field fails its CRC32C", dead=True)
+        end = self.offset + OVERHEAD_BYTES + length
+        if self._size is None:
+            self._size = self._f.seek(0, io.SEEK_END)
+        if end > self._size:
+            raise self._fail(TRUNCATED, f"truncated record (length {length} runs past the end of the "
+                             f"{self._size}-byte file)", dead=True)
+        self._f.seek(end)
+        self.offset = end
+        self.index += 1
+        return True
+
     def close(self) -> None:
         self._f.close()

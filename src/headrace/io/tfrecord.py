@@ -36,6 +36,7 @@ from .._dataset import Dataset
 from .._errors import DataLossError, StateError
 from .._ops.autotune import cpu_count
 from .._ops.base import DatasetIterator, IteratorContext, check_state, note_error
+from .._ops.counting import counting_enabled, elements, memoized
 from .._ops.interleave import InterleaveNode
 from .._ops.node import DatasetNode, node_of
 from .._ops.sources import TensorSlicesNode
@@ -201,7 +202,47 @@ class TFRecordNode(DatasetNode):
         return TensorSpec((), STRING)  # one serialized record: a bytes scalar (tf.string)
 
     def cardinality(self) -> int:
-        return UNKNOWN_CARDINALITY
+        """Unknown, as tf.data; inside ``counting()`` (``headrace._ops.counting``) with ``on_corrupt="raise"``
+        the number of records of the files (:func:`count_records`; a names dataset is iterated)."""
+        if not counting_enabled() or self.on_corrupt != "raise":
+            return UNKNOWN_CARDINALITY
+        return memoized(self, self._count)
+
+    def _count(self) -> int:
+        names = self._names
+        if names is None:
+            if self._names_node.cardinality() < 0:
+                return UNKNOWN_CARDINALITY
+            names = [files.to_str_path(v) for v in elements(self._names_node)]
+        return sum(count_records(f, self.compression_type, self.buffer_size) for f in names)
+
+
+def count_records(path: str, compression: str = "", buffer_size: int = DEFAULT_BUFFER_BYTES) -> int:
+    """The number of records of one TFRecord file: from its ``.idx`` index (:func:`headrace.io.build_index`)
+    when that covers exactly the file's bytes, else by stepping over the record headers (12 bytes read and
+    a seek per record; a compressed file is decompressed).
+
+    Raises:
+        FileNotFoundError: no such file.
+        DataLossError: a truncated file or a corrupt length field (names the file and offset).
+    """
+    if not compression:
+        from .tfrecord_index import index_path, read_index
+
+        try:
+            rows, size = read_index(index_path(path)), files.file_size(path)
+        except (OSError, ValueError):  # no index (or not an index): count the headers
+            rows, size = None, -1
+        if rows is not None and (int(rows[-1].sum()) if len(rows) else 0) == size:
+            return len(rows)
+    reader = RecordReader(path, compression, buffer_size, check_crc=False)
+    try:
+        n = 0
+        while reader.skip_record():
+            n += 1
+        return n
+    finally:
+        reader.close()
 
 
 class _NameSource:
