@@ -7,6 +7,7 @@ bugs keeping their traceback."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -117,6 +118,9 @@ def test_bench_reports_throughput_and_memory(shards: Path) -> None:
     batches = _last_json(_invoke("bench", str(shards), "--image-size", "32", "--batch-size", "8",
                                  "--max-batches", "5", "--memory-budget", "32MiB").output)
     assert batches["batches"] == 5 and batches["elements"] == 40
+    first = result.output.splitlines()[0]  # images and batches are told apart, neither is "elements"
+    assert " images in " in first and " batches of up to 8 " in first and " images/s, " in first, first
+    assert " batches/s " in first and "elements" not in first and info["unit"] == "images"
 
 
 def test_bench_explain_prints_the_plan_and_its_bottleneck(shards: Path) -> None:
@@ -133,6 +137,7 @@ def test_bench_explain_prints_the_plan_and_its_bottleneck(shards: Path) -> None:
     assert plan["bottleneck"]["stage"] in [*stages, "consumer"] and plan["bottleneck"]["why"]
     assert f"bottleneck: {plan['bottleneck']['stage']}" in result.output  # the printed tree
     assert "executor:" in result.output
+    assert re.search(r"^output: \d+ batches/s; ", result.output, re.M), result.output  # it hands out batches
 
 
 def test_train_then_resume(shards: Path, tmp_path: Path) -> None:

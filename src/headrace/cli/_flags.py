@@ -103,6 +103,17 @@ def micro_batch(text: str) -> int | str:
     return n
 
 
+def fraction(text: str) -> float:
+    """A fraction in ``[0, 1)``: 0 (none) or a number strictly between 0 and 1."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not 0.0 <= x < 1.0:
+        raise typer.BadParameter(f"{text!r}: use a fraction in (0, 1), e.g. 0.5, or 0 for none")
+    return x
+
+
 def positive(text: str) -> float:
     """A number > 0."""
     try:

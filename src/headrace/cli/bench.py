@@ -4,8 +4,8 @@ For TFRecord shards of image Examples (``image/encoded`` + ``image/class/label``
 writes) it times the training input pipeline of :mod:`headrace.train.data` (interleaved reads, shuffle,
 parallel decode + resize to ``image_size``, batches of ``batch_size``); for any other TFRecord it times
 reading the raw records. The data is repeated until ``--seconds`` have passed (or ``--max-batches``). It
-reports elements/s, the pipeline's peak buffered bytes (its byte accounting) and the process's peak RSS
-above the RSS before it started.
+reports images/s (records/s for raw records) and batches/s, the pipeline's peak buffered bytes (its byte
+accounting) and the process's peak RSS above the RSS before it started.
 """
 
 from __future__ import annotations
@@ -84,13 +84,16 @@ def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budg
                     break
             stats = it.memory_stats()
             plan = it.explain() if explain else None
+            if plan is not None:
+                plan["output_unit"] = "batches"  # what the pipeline's last stage hands out
         finally:
             it.close()
     elapsed = time.perf_counter() - t0
     if n_elements == 0:
         raise ValueError(f"{path}: the dataset is empty ({len(found)} file(s), 0 records)")
     return {"path": path, "pipeline": "decode+resize images" if images else "raw records",
-            "elements": n_elements, "batches": n_batches, "seconds": round(elapsed, 3),
+            "unit": "images" if images else "records", "elements": n_elements, "batches": n_batches,
+            "seconds": round(elapsed, 3),
             "elements_per_s": round(n_elements / elapsed, 2), "first_batch_s": round(first_s or 0.0, 3),
             "pipeline_peak_bytes": stats["peak_bytes"], "memory_budget_bytes": memory_budget,
             "peak_rss_above_base_bytes": peak.peak_bytes - base, "base_rss_bytes": base,
@@ -99,8 +102,11 @@ def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budg
 
 
 def _show(r: dict[str, Any]) -> None:
-    typer.echo(f"{r['pipeline']}: {r['elements']:,} elements in {r['seconds']:.2f} s = "
-               f"{r['elements_per_s']:,.1f} elements/s (first batch after {r['first_batch_s']:.2f} s)")
+    unit = r["unit"]
+    batches_per_s = r["batches"] / max(r["seconds"], 1e-9)
+    typer.echo(f"{r['pipeline']}: {r['elements']:,} {unit} in {r['batches']:,} batches of up to {r['batch_size']} "
+               f"in {r['seconds']:.2f} s = {r['elements_per_s']:,.1f} {unit}/s, {batches_per_s:,.1f} batches/s "
+               f"(first batch after {r['first_batch_s']:.2f} s)")
     typer.echo(f"pipeline peak {format_bytes(r['pipeline_peak_bytes'])} of the "
                f"{format_bytes(r['memory_budget_bytes'])} budget; process RSS peak base + "
                f"{format_bytes(r['peak_rss_above_base_bytes'])}")
@@ -113,7 +119,7 @@ def command(ctx: typer.Context,
                                                                  "pattern; headrace convert output."),
             image_size: str = typer.Option("96", parser=square_image_size, metavar="SIZE",
                                            help=f"Decode and resize images to this square: {IMAGE_SIZE_HELP}."),
-            batch_size: int = typer.Option(64, min=1, metavar="N", help="Elements per batch."),
+            batch_size: int = typer.Option(64, min=1, metavar="N", help="Images (or records) per batch."),
             memory_budget: str = typer.Option("256MiB", parser=memory_size, metavar="SIZE",
                                               help="The pipeline's memory budget, e.g. 256MiB."),
             seconds: float = typer.Option(10.0, parser=positive, metavar="S",

@@ -35,10 +35,12 @@ def build_named_model(name: str, num_classes: int) -> Any:
     return factory(num_classes)
 
 
-def load_state_dict(path: str) -> dict[str, Any]:
-    """The model weights in CHECKPOINT (module docstring). Raises ``FileNotFoundError`` / ``ValueError``."""
-    import torch
+def checkpoint_file(path: str) -> str:
+    """The file CHECKPOINT names: ``path`` itself, or a directory's newest ``ckpt-*.pt``.
 
+    Raises:
+        FileNotFoundError: no such file or directory, or a directory without a checkpoint.
+    """
     from ..train.checkpoint import latest_checkpoint
 
     if os.path.isdir(path):
@@ -48,6 +50,14 @@ def load_state_dict(path: str) -> dict[str, Any]:
         path = found
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such checkpoint file or directory")
+    return path
+
+
+def load_state_dict(path: str) -> dict[str, Any]:
+    """The model weights in CHECKPOINT (module docstring). Raises ``FileNotFoundError`` / ``ValueError``."""
+    import torch
+
+    path = checkpoint_file(path)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -96,6 +106,7 @@ def run_compress(checkpoint: str, eval_data: str, *, model: str = "resnet18", nu
     from ._data import first_inputs
     from .run import CompressOptions, compress_model
 
+    checkpoint_file(checkpoint)  # a missing checkpoint is the first thing to say
     opts = CompressOptions(**options)
     opts.validate(train_data is not None)
     torch.manual_seed(opts.seed)
@@ -111,4 +122,4 @@ def run_compress(checkpoint: str, eval_data: str, *, model: str = "resnet18", nu
     return {"output": output, "variants": report["variants"]}
 
 
-__all__ = ["build_named_model", "load_model", "run_compress"]
+__all__ = ["build_named_model", "checkpoint_file", "load_model", "run_compress"]
