@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ._deps import require
 from ._errors import ConvertError, MissingDependencyError
 from ._memory import format_bytes, parse_bytes
 
@@ -200,10 +201,9 @@ class _Recorder:
 
 def plot(path: Path, recorder: _Recorder, budget: int, base: int) -> None:
     """Loss per step and RSS over time (with the budget line) as a PNG."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "headrace demo")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = require("matplotlib.pyplot", "headrace demo")
 
     t = [r[0] for r in recorder.rows]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -254,7 +254,7 @@ def _prepare_in_subprocess(cfg: DemoConfig, output: Path) -> dict[str, Any]:
 
 def _import_pipeline_modules() -> None:
     """Import what the pipeline uses (OpenCV, simplejpeg, protobuf...) so the base RSS includes them."""
-    import simplejpeg
+    simplejpeg = require("simplejpeg", "headrace demo")
 
     from . import image
     from .io import example, tfrecord
@@ -267,7 +267,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Run the demo (module docstring); returns the final JSON record (also printed as the last line)."""
     cfg.validate()
     budget = parse_bytes(cfg.memory_budget)
-    import torch
+    torch = require("torch", "headrace demo")
 
     from .train import fit
     from .train.data import image_classification_dataset

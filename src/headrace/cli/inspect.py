@@ -16,6 +16,7 @@ from typing import Any
 
 import typer
 
+from .._deps import require
 from .._memory import format_bytes
 from ..image.formats import IMAGE_EXTENSIONS
 from ..io import files
@@ -67,7 +68,7 @@ def _inspect_tfrecord(found: list[str], sample: int) -> dict[str, Any]:
 
 
 def _inspect_parquet(found: list[str]) -> dict[str, Any]:
-    import pyarrow.parquet as pq
+    pq = require("pyarrow.parquet", "headrace inspect (Parquet)")
 
     shards, schema = [], None
     for f in found:
@@ -91,7 +92,7 @@ def _hdf5_dataset_names(h: Any, h5py: Any) -> list[str]:
 
 
 def _inspect_hdf5(found: list[str]) -> dict[str, Any]:
-    import h5py
+    h5py = require("h5py", "headrace inspect (HDF5)")
 
     shards, features = [], {}
     for f in found:

@@ -59,7 +59,9 @@ def run_train(path: str, *, model: str, image_size: int, global_batch_size: int,
     check_batch_budget(budget, DATA_MEMORY_FRACTION, global_batch_size // process_info().world_size, image_size,
                        "the data pipeline's quarter of it")
 
-    import torch
+    from .._deps import require
+
+    torch = require("torch", "headrace train")
 
     from ..train import fit
     from ..train.data import count_classes, find_tfrecords, image_classification_dataset

@@ -17,6 +17,8 @@ import importlib
 import os
 from typing import Any
 
+from ._deps import require
+
 
 def build_named_model(name: str, num_classes: int) -> Any:
     """``resnet18`` / ``small-cnn`` (:func:`headrace.train.build_model`) or ``module:function``."""
@@ -55,7 +57,7 @@ def checkpoint_file(path: str) -> str:
 
 def load_state_dict(path: str) -> dict[str, Any]:
     """The model weights in CHECKPOINT (module docstring). Raises ``FileNotFoundError`` / ``ValueError``."""
-    import torch
+    torch = require("torch", "headrace compress")
 
     path = checkpoint_file(path)
     try:
@@ -101,7 +103,7 @@ def run_compress(checkpoint: str, eval_data: str, *, model: str = "resnet18", nu
                  image_size: int = 96, train_data: str | None = None, calibration_data: str | None = None,
                  output: str = "compress_output", progress: bool | None = None, **options: Any) -> dict[str, Any]:
     """The command's work (``options``: :class:`headrace.compress.run.CompressOptions` fields)."""
-    import torch
+    torch = require("torch", "headrace compress")
 
     from ._data import first_inputs
     from .run import CompressOptions, compress_model

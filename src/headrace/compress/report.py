@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from .._memory import format_bytes
+from ._deps import require
 from .model import atomic_write
 
 
 def machine() -> dict[str, Any]:
     """Where the figures were measured: CPU model, cores, Python, library versions."""
-    import torch
+    torch = require("torch", "headrace compress")
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -86,10 +87,9 @@ def print_table(variants: list[dict[str, Any]], threads: int, say: Any = print) 
 
 def plot(path: str | os.PathLike[str], variants: list[dict[str, Any]], threads: int) -> None:
     """Two panels: accuracy against size on disk, and against latency at batch 32 (written atomically)."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "the compress report's plot")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = require("matplotlib.pyplot", "the compress report's plot")
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, key, label in ((axes[0], "size_bytes", "size on disk (MB)"),

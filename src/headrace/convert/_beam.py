@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .._errors import MissingDependencyError
+from .._deps import install_hint, require
 
-INSTALL_HINT = "pip install 'headrace[beam]'"
+INSTALL_HINT = install_hint("apache_beam")
 
 
 def _not_gcp_noise(record: logging.LogRecord) -> bool:
@@ -21,10 +21,6 @@ def import_beam() -> Any:
     root = logging.getLogger()
     root.addFilter(_not_gcp_noise)
     try:
-        import apache_beam
-    except ImportError as e:
-        raise MissingDependencyError(f"headrace.convert runs on Apache Beam, which is not installed ({e}); "
-                                     f"install it with: {INSTALL_HINT}") from e
+        return require("apache_beam", "headrace.convert (it runs on Apache Beam)")
     finally:
         root.removeFilter(_not_gcp_noise)
-    return apache_beam
