@@ -78,9 +78,49 @@ def test_inspect_tfrecord_shards(shards: Path) -> None:
     info = _last_json(result.output)
     assert info["format"] == "tfrecord" and info["records"] == 24 and len(info["shards"]) == 3
     assert info["features"]["image/encoded"]["dtype"] == "string"
-    assert info["features"]["image/class/label"] == {"dtype": "int64", "shape": [1], "in_records": "24/24"}
+    # the tf.train.Example spec, as headrace convert's manifest says it: one value in every record is a scalar
+    assert info["features"]["image/class/label"] == {"type": "FixedLenFeature", "dtype": "int64", "shape": [],
+                                                     "in_records": "24/24"}
+    assert "  image/class/label: FixedLenFeature int64 []\n" in result.output
     assert info["bytes"] == sum(p.stat().st_size for p in shards.glob("*.tfrecord"))
     assert "24 records" in result.output
+
+
+def test_inspect_infers_fixed_and_variable_length_features(tmp_path: Path) -> None:
+    from headrace.io.example import encode
+    from headrace.io.tfrecord_writer import TFRecordWriter
+
+    with TFRecordWriter(str(tmp_path / "rows.tfrecord")) as w:
+        for i in range(6):
+            w.write(encode({"xy": [float(i), 2.0], "tokens": list(range(i % 3 + 1)), "id": i,
+                            **({"note": b"odd"} if i % 2 else {})}))
+    result = _invoke("inspect", str(tmp_path / "rows.tfrecord"))
+    assert result.exit_code == 0, result.output
+    features = _last_json(result.output)["features"]
+    assert features["xy"] == {"type": "FixedLenFeature", "dtype": "float32", "shape": [2], "in_records": "6/6"}
+    assert features["id"]["shape"] == [] and features["id"]["type"] == "FixedLenFeature"
+    assert features["tokens"] == {"type": "VarLenFeature", "dtype": "int64", "lengths": "1..3", "in_records": "6/6"}
+    assert features["note"] == {"type": "VarLenFeature", "dtype": "string", "lengths": "1..1", "in_records": "3/6"}
+    assert "  tokens: VarLenFeature int64 (1..3 values per record)\n" in result.output
+    assert "  note: VarLenFeature string (1..1 values per record) (in 3/6 records)\n" in result.output
+
+
+def test_inspect_takes_the_files_an_unquoted_glob_expands_to(shards: Path, tmp_path: Path) -> None:
+    """``headrace inspect data/*.tfrecord`` without quotes: the shell passes every file; they are one dataset."""
+    names = sorted(str(p) for p in shards.glob("*.tfrecord"))
+    result = _invoke("inspect", *names)
+    assert result.exit_code == 0, result.output
+    info = _last_json(result.output)
+    assert info["records"] == 24 and [s["path"] for s in info["shards"]] == names
+    assert info["path"] == f"{names[0]} ... {names[-1]} (3 paths)"
+    (tmp_path / "t.parquet").write_bytes(b"PAR1")
+    mixed = runner.invoke(app, ["inspect", names[0], str(tmp_path / "t.parquet")])
+    assert mixed.exit_code == 1 and f"{names[0]} holds tfrecord and {tmp_path / 't.parquet'} holds parquet" \
+        in mixed.stderr, mixed.stderr
+    # commands that take one path say to quote the pattern
+    extra = runner.invoke(app, ["bench", *names])
+    assert extra.exit_code == 2 and "unexpected extra argument" in extra.stderr, extra.stderr
+    assert "a glob pattern must be quoted, e.g. 'data/*.tfrecord'" in extra.stderr
 
 
 def test_inspect_parquet_hdf5_and_image_folder(tmp_path: Path) -> None:
