@@ -302,7 +302,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
              f"{format_bytes(info['decoded_bytes'])}")
         result = fit(model, train_ds, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=optimizer,
                      global_batch_size=cfg.global_batch_size, micro_batch_size="auto", epochs=cfg.epochs,
-                     memory_budget=budget, eval_dataset=eval_ds, callbacks=[recorder],
+                     memory_budget=cfg.memory_budget, eval_dataset=eval_ds, callbacks=[recorder],
                      metrics_path=out / "metrics.jsonl", progress=cfg.progress, log_every=5,
                      base_rss_bytes=base, lr_scheduler=scheduler, dataset_size=info["train_records"])
     plot_path = out / "demo.png"

@@ -132,16 +132,16 @@ def translate(message: str, flags: Mapping[str, str]) -> str:
 
 @contextlib.contextmanager
 def _one_line_warnings(flags: Mapping[str, str]) -> Iterator[None]:
-    """Warnings as one line each, flags named; each warning (category and place in the code) once per
-    command, however many stages or epochs issue it."""
-    seen: set[tuple[type[Warning], str, int]] = set()
+    """Warnings as one line each, flags named; each warning once per command (a pipeline says each of its
+    warnings once however many epochs it runs, :mod:`headrace._warn`; the same text is not repeated)."""
+    seen: set[tuple[type[Warning], str]] = set()
 
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
              line: str | None = None) -> None:
-        if (category, filename, lineno) in seen:
-            return
-        seen.add((category, filename, lineno))
         text = str(message).removeprefix("headrace: ")
+        if (category, text) in seen:
+            return
+        seen.add((category, text))
         typer.echo(f"headrace: warning: {_one_line(translate(text, flags))}", err=True)
 
     with warnings.catch_warnings():

@@ -33,15 +33,16 @@ def byte_size(text: str) -> int:
                                  "GiB), e.g. 256MiB") from exc
 
 
-def memory_size(text: str) -> int:
-    """:func:`byte_size` of a memory budget: at most this machine's physical memory."""
+def memory_size(text: str) -> str:
+    """A memory budget, checked as :func:`byte_size` and at most this machine's physical memory, returned as
+    the user wrote it (``"384MiB"``): the library parses it, and its warnings name it as given."""
     import psutil
 
     n = byte_size(text)
     total = psutil.virtual_memory().total
     if n > total:
         raise typer.BadParameter(f"{text} is more than this machine's memory ({format_bytes(total)})")
-    return n
+    return text.strip()
 
 
 def check_batch_budget(budget: int | None, share: float, batch: int, image_size: int, share_text: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from .._memory import format_bytes
+from .._memory import format_bytes, parse_bytes
 from ._app import run
 from ._datasets import training_shards
 from ._flags import IMAGE_SIZE_HELP, check_batch_budget, memory_size, positive, square_image_size
@@ -40,7 +40,7 @@ def _has_images(first_file: str) -> bool:
         return False
 
 
-def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budget: int = 256 * 2**20,
+def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budget: int | str = 256 * 2**20,
               seconds: float = 10.0, max_batches: int | None = None, explain: bool = False) -> dict[str, Any]:
     """Time the pipeline for ``seconds`` (repeating the data as often as needed), or until ``max_batches``
     batches; returns the figures (with ``explain``: also ``plan``, the pipeline's ``Iterator.explain()``
@@ -50,10 +50,11 @@ def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budg
         FileNotFoundError: no TFRecord files at ``path``. ValueError: not TFRecord shards, or no records.
     """
     found = training_shards(path, "bench")
+    budget = parse_bytes(memory_budget, "memory_budget")
     if "://" not in found[0]:
         images = _has_images(found[0])
         if images:
-            check_batch_budget(memory_budget, 1.0, batch_size, image_size, "the pipeline")
+            check_batch_budget(budget, 1.0, batch_size, image_size, "the pipeline")
     from .._options import Options
     from ..io.tfrecord import TFRecordDataset
     from ..train.data import find_tfrecords, image_classification_dataset
@@ -95,7 +96,7 @@ def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budg
             "unit": "images" if images else "records", "elements": n_elements, "batches": n_batches,
             "seconds": round(elapsed, 3),
             "elements_per_s": round(n_elements / elapsed, 2), "first_batch_s": round(first_s or 0.0, 3),
-            "pipeline_peak_bytes": stats["peak_bytes"], "memory_budget_bytes": memory_budget,
+            "pipeline_peak_bytes": stats["peak_bytes"], "memory_budget_bytes": budget,
             "peak_rss_above_base_bytes": peak.peak_bytes - base, "base_rss_bytes": base,
             "image_size": image_size if images else None, "batch_size": batch_size,
             **({"plan": plan} if plan is not None else {})}

@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from .._memory import parse_bytes
 from ._app import run
 from ._flags import IMAGE_SIZE_HELP, Model, check_batch_budget, memory_size, square_image_size
 
@@ -34,7 +35,7 @@ def command(ctx: typer.Context,
                      global_batch_size=global_batch_size, compress=compress)
 
     def work() -> dict[str, Any]:
-        check_batch_budget(memory_budget, 0.25, global_batch_size, image_size,  # type: ignore[arg-type]
+        check_batch_budget(parse_bytes(memory_budget), 0.25, global_batch_size, image_size,  # type: ignore[arg-type]
                            "the data pipeline's quarter of it")
         return run_demo(cfg)  # prints its own JSON line last
 

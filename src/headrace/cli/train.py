@@ -92,7 +92,7 @@ def run_train(path: str, *, model: str, image_size: int, global_batch_size: int,
     eval_ds = image_classification_dataset(eval_files, image_size, training=False) if eval_files else None
     result = fit(net, train_ds, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=optimizer,
                  global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, epochs=epochs,
-                 precision=precision, memory_budget=budget, checkpoint_dir=checkpoint_dir,
+                 precision=precision, memory_budget=memory_budget, checkpoint_dir=checkpoint_dir,
                  checkpoint_every=checkpoint_every, resume=resume, eval_dataset=eval_ds, lr_scheduler=schedule,
                  progress=progress, dataset_size=records, data_memory_fraction=DATA_MEMORY_FRACTION)
     return {"steps": result.steps, "epochs": result.epochs, "num_classes": classes, "records": records,
