@@ -180,6 +180,26 @@ def test_bench_explain_prints_the_plan_and_its_bottleneck(shards: Path) -> None:
     assert re.search(r"^output: \d+ batches/s; ", result.output, re.M), result.output  # it hands out batches
 
 
+def test_image_size_wxh_trains_and_benches_on_that_shape(shards: Path, tmp_path: Path) -> None:
+    """--image-size WxH (width x height), as its help says, in every command that has the flag."""
+    from headrace.train.data import image_classification_dataset
+
+    image, _ = next(iter(image_classification_dataset(sorted(str(p) for p in shards.glob("*.tfrecord")),
+                                                       (24, 40), training=False)))
+    assert image.shape == (24, 40, 3)  # (height, width)
+    bench = _invoke("bench", str(shards), "--image-size", "40x24", "--batch-size", "8", "--max-batches", "2",
+                    "--memory-budget", "32MiB")
+    assert bench.exit_code == 0, bench.output
+    assert _last_json(bench.output)["image_size"] == "40x24"
+    train = _invoke("train", str(shards), "--model", "small-cnn", "--image-size", "40x24", "--global-batch-size",
+                    "8", "--epochs", "1", "--memory-budget", "128MiB")
+    assert train.exit_code == 0, train.output
+    assert _last_json(train.output)["steps"] == 3
+    small = runner.invoke(app, ["train", str(shards), "--image-size", "40x24", "--global-batch-size", "64",
+                                "--memory-budget", "1MiB"])  # the budget check counts 40 x 24 pixels
+    assert small.exit_code == 1 and "2 batches of 64 images of 40x24" in small.stderr, small.stderr
+
+
 def test_train_then_resume(shards: Path, tmp_path: Path) -> None:
     args = ["train", str(shards), "--model", "small-cnn", "--image-size", "32", "--global-batch-size", "8",
             "--epochs", "2", "--memory-budget", "128MiB", "--checkpoint-dir", str(tmp_path / "ck")]
@@ -409,7 +429,11 @@ USAGE_ERRORS = [
     (["train", "{shards}", "--memory-budget", "100TB"], "100TB is more than this machine's memory"),
     (["demo", "--memory-budget", "100TB"], "100TB is more than this machine's memory"),
     (["bench", "{shards}", "--seconds", "-1"], "'--seconds': '-1': use a number > 0"),
-    (["train", "{shards}", "--image-size", "96x64"], "'--image-size': 96x64: images are resized to squares"),
+    (["train", "{shards}", "--image-size", "96x"],
+     "'--image-size': '96x': use N (N x N pixels) or WxH (width x height)"),
+    (["bench", "{shards}", "--image-size", "wide"], "'--image-size': 'wide': use N (N x N pixels) or WxH"),
+    (["demo", "--image-size", "0x64"], "'--image-size': '0x64': use N"),
+    (["compress", "{shards}", "{shards}", "--image-size", "4x96"], "'--image-size': '4x96': at least 8 pixels a side"),
     (["train", "{shards}", "--resume"], "--resume: needs --checkpoint-dir"),
     (["train", "{shards}", "--micro-batch-size", "0"], "'--micro-batch-size'"),
     (["train", "{shards}", "--nope"], "No such option: --nope"),

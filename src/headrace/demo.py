@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ._args import image_hw
 from ._deps import require
 from ._errors import ConvertError, MissingDependencyError
 from ._memory import format_bytes, parse_bytes
@@ -52,7 +53,7 @@ class DemoConfig:
 
     images: int = 5000
     epochs: int = 3
-    image_size: int = 96
+    image_size: int | tuple[int, int] = 96  # S (S x S) or (height, width), at least 16 pixels a side
     memory_budget: int | str = "384MiB"
     output: str = "demo_output"
     global_batch_size: int = 64
@@ -65,12 +66,11 @@ class DemoConfig:
     compress: bool = False  # then int8 / pruned / distilled variants in output/compress (headrace.compress)
 
     def validate(self) -> None:
-        for name in ("images", "epochs", "image_size", "global_batch_size", "num_shards"):
+        for name in ("images", "epochs", "global_batch_size", "num_shards"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}={v!r} must be an int >= 1")
-        if self.image_size < 16:
-            raise ValueError(f"image_size={self.image_size} must be at least 16 pixels")
+        image_hw(self.image_size, minimum=16)
         n_eval = int(self.images * self.eval_fraction)
         if self.images - n_eval < self.global_batch_size or n_eval < 1:
             raise ValueError(f"images={self.images} is too few: the demo needs at least one global batch "
@@ -296,7 +296,8 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
                                                         total_steps=max(1, steps_per_epoch * cfg.epochs),
                                                         pct_start=0.25)
         recorder = _Recorder(budget, base)
-        _say(f"training {cfg.model} on {info['train_records']} images at {cfg.image_size}x{cfg.image_size}, "
+        height, width = image_hw(cfg.image_size, minimum=16)
+        _say(f"training {cfg.model} on {info['train_records']} images at {width}x{height}, "
              f"{cfg.epochs} epoch(s), global batch {cfg.global_batch_size}; memory budget "
              f"{format_bytes(budget)} above the base RSS {format_bytes(base)}; the decoded dataset would take "
              f"{format_bytes(info['decoded_bytes'])}")
@@ -314,7 +315,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
               "accuracy_per_epoch": [round(r["eval_accuracy"], 4) for r in result.history],
               "micro_batch_size": result.micro_batch_size, "accumulation_steps": result.accumulation_steps,
               "decoded_dataset_bytes": info["decoded_bytes"], "images": cfg.images, "epochs": cfg.epochs,
-              "image_size": cfg.image_size, "plot": str(plot_path)}
+              "image_size": height if height == width else f"{width}x{height}", "plot": str(plot_path)}
     _say(f"accuracy {100 * accuracy:.1f}% after {cfg.epochs} epoch(s) (chance 8.3%); "
          f"{result.samples_per_s:.1f} images/s; peak RSS {format_bytes(peak.peak_bytes)} = base "
          f"{format_bytes(base)} + {format_bytes(peak.peak_bytes - base)} of the {format_bytes(budget)} budget; "

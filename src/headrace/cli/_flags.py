@@ -17,7 +17,7 @@ from .._memory import format_bytes, parse_bytes
 
 _IMAGE_SIZE_RE = re.compile(r"^\s*(\d+)\s*(?:[xX×]\s*(\d+))?\s*$")
 
-IMAGE_SIZE_HELP = "N (N x N pixels) or WxH"
+IMAGE_SIZE_HELP = "N (N x N pixels) or WxH (width x height)"
 Model = Literal["resnet18", "small-cnn"]
 """--model's choices: headrace.train.models.MODEL_NAMES, here so that checking them needs no torch (a test
 keeps them equal)."""
@@ -45,18 +45,20 @@ def memory_size(text: str) -> str:
     return text.strip()
 
 
-def check_batch_budget(budget: int | None, share: float, batch: int, image_size: int, share_text: str) -> None:
+def check_batch_budget(budget: int | None, share: float, batch: int, image_size: tuple[int, int],
+                       share_text: str) -> None:
     """Refuse a ``--memory-budget`` whose pipeline ``share`` cannot hold two batches of ``batch`` decoded
-    ``image_size`` square RGB images (the batch being filled and the one handed on), naming the smallest
-    budget that can, before anything runs. ``share_text`` names the share (e.g. "the data pipeline's quarter
-    of it")."""
+    RGB images of ``image_size`` ``(height, width)`` (the batch being filled and the one handed on), naming
+    the smallest budget that can, before anything runs. ``share_text`` names the share (e.g. "the data
+    pipeline's quarter of it")."""
     if budget is None:
         return
-    two = 2 * batch * (image_size * image_size * 3 + 8)
+    h, w = image_size
+    two = 2 * batch * (h * w * 3 + 8)
     need = int(two / share)
     if budget < need:
         raise ValueError(f"--memory-budget {format_bytes(budget)} is too small: {share_text} must hold "
-                         f"2 batches of {batch} images of {image_size}x{image_size} ({format_bytes(two)}); use "
+                         f"2 batches of {batch} images of {w}x{h} ({format_bytes(two)}); use "
                          f"--memory-budget {-(-need // 2**20)}MiB or more, or a smaller batch or --image-size")
 
 
@@ -69,14 +71,20 @@ def image_size(text: str) -> tuple[int, int]:
     return w, int(m.group(2)) if m.group(2) is not None else w
 
 
-def square_image_size(text: str) -> int:
-    """:func:`image_size` for commands that train on squares: ``"96"`` or ``"96x96"`` -> 96."""
+def training_image_size(text: str) -> tuple[int, int]:
+    """:func:`image_size` for the commands that decode and resize images (train, bench, demo, compress):
+    ``"96"`` -> ``(96, 96)``, ``"128x96"`` (width x height) -> ``(96, 128)``, i.e. ``(height, width)`` as
+    :func:`headrace.train.data.image_classification_dataset` takes it; at least 8 pixels a side."""
     w, h = image_size(text)
-    if w != h:
-        raise typer.BadParameter(f"{text}: images are resized to squares here; give one side, e.g. {w}")
-    if w < 8:
-        raise typer.BadParameter(f"{text}: at least 8 pixels")
-    return w
+    if min(w, h) < 8:
+        raise typer.BadParameter(f"{text!r}: at least 8 pixels a side; use {IMAGE_SIZE_HELP}, e.g. 96 or 128x96")
+    return h, w
+
+
+def size_text(hw: tuple[int, int]) -> int | str:
+    """How the commands report an image size ``(height, width)``: ``96`` for a square, else ``"128x96"``."""
+    h, w = hw
+    return h if h == w else f"{w}x{h}"
 
 
 def choice(names: Sequence[str]) -> Callable[[str], str]:

@@ -15,10 +15,11 @@ from typing import Any
 
 import typer
 
+from .._args import image_hw
 from .._memory import format_bytes, parse_bytes
 from ._app import run
 from ._datasets import training_shards
-from ._flags import IMAGE_SIZE_HELP, check_batch_budget, memory_size, positive, square_image_size
+from ._flags import IMAGE_SIZE_HELP, check_batch_budget, memory_size, positive, size_text, training_image_size
 
 IMAGE_KEY = "image/encoded"
 
@@ -40,7 +41,8 @@ def _has_images(first_file: str) -> bool:
         return False
 
 
-def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budget: int | str = 256 * 2**20,
+def run_bench(path: str, image_size: int | tuple[int, int] = 96, batch_size: int = 64,
+              memory_budget: int | str = 256 * 2**20,
               seconds: float = 10.0, max_batches: int | None = None, explain: bool = False) -> dict[str, Any]:
     """Time the pipeline for ``seconds`` (repeating the data as often as needed), or until ``max_batches``
     batches; returns the figures (with ``explain``: also ``plan``, the pipeline's ``Iterator.explain()``
@@ -51,10 +53,11 @@ def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budg
     """
     found = training_shards(path, "bench")
     budget = parse_bytes(memory_budget, "memory_budget")
+    hw = image_hw(image_size)
     if "://" not in found[0]:
         images = _has_images(found[0])
         if images:
-            check_batch_budget(budget, 1.0, batch_size, image_size, "the pipeline")
+            check_batch_budget(budget, 1.0, batch_size, hw, "the pipeline")
     from .._options import Options
     from ..io.tfrecord import TFRecordDataset
     from ..train.data import find_tfrecords, image_classification_dataset
@@ -64,7 +67,7 @@ def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budg
         found = find_tfrecords(found[0])
         images = _has_images(found[0])
     if images:
-        ds = image_classification_dataset(found, image_size, training=True)
+        ds = image_classification_dataset(found, hw, training=True)
     else:
         ds = TFRecordDataset(found, num_parallel_reads=min(4, len(found)))
     ds = ds.repeat().batch(batch_size).prefetch(2).with_options(Options(memory_budget=memory_budget))
@@ -98,7 +101,7 @@ def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budg
             "elements_per_s": round(n_elements / elapsed, 2), "first_batch_s": round(first_s or 0.0, 3),
             "pipeline_peak_bytes": stats["peak_bytes"], "memory_budget_bytes": budget,
             "peak_rss_above_base_bytes": peak.peak_bytes - base, "base_rss_bytes": base,
-            "image_size": image_size if images else None, "batch_size": batch_size,
+            "image_size": size_text(hw) if images else None, "batch_size": batch_size,
             **({"plan": plan} if plan is not None else {})}
 
 
@@ -118,8 +121,8 @@ def _show(r: dict[str, Any]) -> None:
 def command(ctx: typer.Context,
             path: str = typer.Argument(..., metavar="PATH", help="TFRecord file, directory of shards or glob "
                                                                  "pattern; headrace convert output."),
-            image_size: str = typer.Option("96", parser=square_image_size, metavar="SIZE",
-                                           help=f"Decode and resize images to this square: {IMAGE_SIZE_HELP}."),
+            image_size: str = typer.Option("96", parser=training_image_size, metavar="SIZE",
+                                           help=f"Decode and resize images to {IMAGE_SIZE_HELP}."),
             batch_size: int = typer.Option(64, min=1, metavar="N", help="Images (or records) per batch."),
             memory_budget: str = typer.Option("256MiB", parser=memory_size, metavar="SIZE",
                                               help="The pipeline's memory budget, e.g. 256MiB."),

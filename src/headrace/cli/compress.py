@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from ._app import run
-from ._flags import choice, fraction
+from ._flags import IMAGE_SIZE_HELP, choice, fraction, training_image_size
 
 
 def command(
@@ -22,7 +22,8 @@ def command(
     model: str = typer.Option("resnet18", metavar="NAME",
                               help="Architecture: resnet18, small-cnn or package.module:function."),
     num_classes: int = typer.Option(None, metavar="N", help="Classes (default: from the checkpoint's classifier)."),
-    image_size: int = typer.Option(96, metavar="N", help="Images are resized to this many pixels square."),
+    image_size: str = typer.Option("96", parser=training_image_size, metavar="SIZE",
+                                   help=f"Images are resized to {IMAGE_SIZE_HELP}."),
     quantize: str = typer.Option("static", parser=choice(("static", "dynamic", "none")), metavar="KIND",
                                  help="int8 quantization: static (calibrated), dynamic, or none."),
     backend: str = typer.Option("onnxruntime", parser=choice(("onnxruntime", "torchao")), metavar="NAME",

@@ -9,14 +9,15 @@ import typer
 
 from .._memory import parse_bytes
 from ._app import run
-from ._flags import IMAGE_SIZE_HELP, Model, check_batch_budget, memory_size, square_image_size
+from ._flags import IMAGE_SIZE_HELP, Model, check_batch_budget, memory_size, training_image_size
 
 
 def command(ctx: typer.Context,
             images: int = typer.Option(5000, min=1, metavar="N", help="Photos to generate (12 classes)."),
             epochs: int = typer.Option(3, min=1, metavar="N", help="Training epochs."),
-            image_size: str = typer.Option("96", parser=square_image_size, metavar="SIZE",
-                                           help=f"Training resolution, a square: {IMAGE_SIZE_HELP}."),
+            image_size: str = typer.Option("96", parser=training_image_size, metavar="SIZE",
+                                           help=f"Training resolution: {IMAGE_SIZE_HELP}, at least 16 pixels "
+                                                "a side."),
             memory_budget: str = typer.Option("384MiB", parser=memory_size, metavar="SIZE",
                                               help="Memory budget above the process base RSS."),
             output: str = typer.Option("demo_output", metavar="DIR",

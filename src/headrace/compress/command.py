@@ -93,15 +93,16 @@ def load_model(checkpoint: str, model: str, num_classes: int | None) -> Any:
     return net.eval()
 
 
-def _dataset(path: str, image_size: int, *, training: bool, seed: int = 0) -> Any:
+def _dataset(path: str, image_size: int | tuple[int, int], *, training: bool, seed: int = 0) -> Any:
     from ..train.data import find_tfrecords, image_classification_dataset
 
     return image_classification_dataset(find_tfrecords(path), image_size, training=training, seed=seed)
 
 
 def run_compress(checkpoint: str, eval_data: str, *, model: str = "resnet18", num_classes: int | None = None,
-                 image_size: int = 96, train_data: str | None = None, calibration_data: str | None = None,
-                 output: str = "compress_output", progress: bool | None = None, **options: Any) -> dict[str, Any]:
+                 image_size: int | tuple[int, int] = 96, train_data: str | None = None,
+                 calibration_data: str | None = None, output: str = "compress_output", progress: bool | None = None,
+                 **options: Any) -> dict[str, Any]:
     """The command's work (``options``: :class:`headrace.compress.run.CompressOptions` fields)."""
     torch = require("torch", "headrace compress")
 
