@@ -64,6 +64,8 @@ BLOCKED = [
      "compress"),
     ("matplotlib", "from headrace.compress.report import plot; plot('p.png', [], 1)", "compress"),
     ("pyarrow", "from headrace.cli.inspect import inspect_path; inspect_path('t.parquet')", "parquet"),
+    ("s3fs", "from headrace.io import files; files.file_size('s3://bucket/train.tfrecord')", "s3"),
+    ("s3fs", "from headrace.io import files; files.open_file('s3://bucket/train.tfrecord')", "s3"),
 ]
 
 
