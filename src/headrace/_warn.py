@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import warnings
 import weakref
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 from ._memory import format_bytes, parse_bytes
 from ._options import BUDGET_ORIGIN as _ORIGIN
 from ._options import Options
+from ._sync import Lock as TimedLock
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -77,7 +77,7 @@ def user_frame() -> tuple[str, int, dict[str, Any]] | None:
 
 
 _SAID: weakref.WeakKeyDictionary[Any, set[Any]] = weakref.WeakKeyDictionary()
-_SAID_LOCK = threading.Lock()
+_SAID_LOCK = TimedLock("pipeline warnings")
 
 
 class PipelineWarnings:
