@@ -7,6 +7,7 @@ bugs keeping their traceback."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -77,9 +78,49 @@ def test_inspect_tfrecord_shards(shards: Path) -> None:
     info = _last_json(result.output)
     assert info["format"] == "tfrecord" and info["records"] == 24 and len(info["shards"]) == 3
     assert info["features"]["image/encoded"]["dtype"] == "string"
-    assert info["features"]["image/class/label"] == {"dtype": "int64", "shape": [1], "in_records": "24/24"}
+    # the tf.train.Example spec, as headrace convert's manifest says it: one value in every record is a scalar
+    assert info["features"]["image/class/label"] == {"type": "FixedLenFeature", "dtype": "int64", "shape": [],
+                                                     "in_records": "24/24"}
+    assert "  image/class/label: FixedLenFeature int64 []\n" in result.output
     assert info["bytes"] == sum(p.stat().st_size for p in shards.glob("*.tfrecord"))
     assert "24 records" in result.output
+
+
+def test_inspect_infers_fixed_and_variable_length_features(tmp_path: Path) -> None:
+    from headrace.io.example import encode
+    from headrace.io.tfrecord_writer import TFRecordWriter
+
+    with TFRecordWriter(str(tmp_path / "rows.tfrecord")) as w:
+        for i in range(6):
+            w.write(encode({"xy": [float(i), 2.0], "tokens": list(range(i % 3 + 1)), "id": i,
+                            **({"note": b"odd"} if i % 2 else {})}))
+    result = _invoke("inspect", str(tmp_path / "rows.tfrecord"))
+    assert result.exit_code == 0, result.output
+    features = _last_json(result.output)["features"]
+    assert features["xy"] == {"type": "FixedLenFeature", "dtype": "float32", "shape": [2], "in_records": "6/6"}
+    assert features["id"]["shape"] == [] and features["id"]["type"] == "FixedLenFeature"
+    assert features["tokens"] == {"type": "VarLenFeature", "dtype": "int64", "lengths": "1..3", "in_records": "6/6"}
+    assert features["note"] == {"type": "VarLenFeature", "dtype": "string", "lengths": "1..1", "in_records": "3/6"}
+    assert "  tokens: VarLenFeature int64 (1..3 values per record)\n" in result.output
+    assert "  note: VarLenFeature string (1..1 values per record) (in 3/6 records)\n" in result.output
+
+
+def test_inspect_takes_the_files_an_unquoted_glob_expands_to(shards: Path, tmp_path: Path) -> None:
+    """``headrace inspect data/*.tfrecord`` without quotes: the shell passes every file; they are one dataset."""
+    names = sorted(str(p) for p in shards.glob("*.tfrecord"))
+    result = _invoke("inspect", *names)
+    assert result.exit_code == 0, result.output
+    info = _last_json(result.output)
+    assert info["records"] == 24 and [s["path"] for s in info["shards"]] == names
+    assert info["path"] == f"{names[0]} ... {names[-1]} (3 paths)"
+    (tmp_path / "t.parquet").write_bytes(b"PAR1")
+    mixed = runner.invoke(app, ["inspect", names[0], str(tmp_path / "t.parquet")])
+    assert mixed.exit_code == 1 and f"{names[0]} holds tfrecord and {tmp_path / 't.parquet'} holds parquet" \
+        in mixed.stderr, mixed.stderr
+    # commands that take one path say to quote the pattern
+    extra = runner.invoke(app, ["bench", *names])
+    assert extra.exit_code == 2 and "unexpected extra argument" in extra.stderr, extra.stderr
+    assert "a glob pattern must be quoted, e.g. 'data/*.tfrecord'" in extra.stderr
 
 
 def test_inspect_parquet_hdf5_and_image_folder(tmp_path: Path) -> None:
@@ -117,6 +158,9 @@ def test_bench_reports_throughput_and_memory(shards: Path) -> None:
     batches = _last_json(_invoke("bench", str(shards), "--image-size", "32", "--batch-size", "8",
                                  "--max-batches", "5", "--memory-budget", "32MiB").output)
     assert batches["batches"] == 5 and batches["elements"] == 40
+    first = result.output.splitlines()[0]  # images and batches are told apart, neither is "elements"
+    assert " images in " in first and " batches of up to 8 " in first and " images/s, " in first, first
+    assert " batches/s " in first and "elements" not in first and info["unit"] == "images"
 
 
 def test_bench_explain_prints_the_plan_and_its_bottleneck(shards: Path) -> None:
@@ -133,6 +177,27 @@ def test_bench_explain_prints_the_plan_and_its_bottleneck(shards: Path) -> None:
     assert plan["bottleneck"]["stage"] in [*stages, "consumer"] and plan["bottleneck"]["why"]
     assert f"bottleneck: {plan['bottleneck']['stage']}" in result.output  # the printed tree
     assert "executor:" in result.output
+    assert re.search(r"^output: \d+ batches/s; ", result.output, re.M), result.output  # it hands out batches
+
+
+def test_image_size_wxh_trains_and_benches_on_that_shape(shards: Path, tmp_path: Path) -> None:
+    """--image-size WxH (width x height), as its help says, in every command that has the flag."""
+    from headrace.train.data import image_classification_dataset
+
+    image, _ = next(iter(image_classification_dataset(sorted(str(p) for p in shards.glob("*.tfrecord")),
+                                                       (24, 40), training=False)))
+    assert image.shape == (24, 40, 3)  # (height, width)
+    bench = _invoke("bench", str(shards), "--image-size", "40x24", "--batch-size", "8", "--max-batches", "2",
+                    "--memory-budget", "32MiB")
+    assert bench.exit_code == 0, bench.output
+    assert _last_json(bench.output)["image_size"] == "40x24"
+    train = _invoke("train", str(shards), "--model", "small-cnn", "--image-size", "40x24", "--global-batch-size",
+                    "8", "--epochs", "1", "--memory-budget", "128MiB")
+    assert train.exit_code == 0, train.output
+    assert _last_json(train.output)["steps"] == 3
+    small = runner.invoke(app, ["train", str(shards), "--image-size", "40x24", "--global-batch-size", "64",
+                                "--memory-budget", "1MiB"])  # the budget check counts 40 x 24 pixels
+    assert small.exit_code == 1 and "2 batches of 64 images of 40x24" in small.stderr, small.stderr
 
 
 def test_train_then_resume(shards: Path, tmp_path: Path) -> None:
@@ -364,7 +429,11 @@ USAGE_ERRORS = [
     (["train", "{shards}", "--memory-budget", "100TB"], "100TB is more than this machine's memory"),
     (["demo", "--memory-budget", "100TB"], "100TB is more than this machine's memory"),
     (["bench", "{shards}", "--seconds", "-1"], "'--seconds': '-1': use a number > 0"),
-    (["train", "{shards}", "--image-size", "96x64"], "'--image-size': 96x64: images are resized to squares"),
+    (["train", "{shards}", "--image-size", "96x"],
+     "'--image-size': '96x': use N (N x N pixels) or WxH (width x height)"),
+    (["bench", "{shards}", "--image-size", "wide"], "'--image-size': 'wide': use N (N x N pixels) or WxH"),
+    (["demo", "--image-size", "0x64"], "'--image-size': '0x64': use N"),
+    (["compress", "{shards}", "{shards}", "--image-size", "4x96"], "'--image-size': '4x96': at least 8 pixels a side"),
     (["train", "{shards}", "--resume"], "--resume: needs --checkpoint-dir"),
     (["train", "{shards}", "--micro-batch-size", "0"], "'--micro-batch-size'"),
     (["train", "{shards}", "--nope"], "No such option: --nope"),
@@ -432,7 +501,9 @@ def test_warnings_are_one_line_naming_the_flag(shards: Path) -> None:
     assert result.exit_code == 0, result.output
     warned = [line for line in result.stderr.splitlines() if line.startswith("headrace: warning: ")]
     assert warned and len(warned) == len(result.stderr.strip().splitlines())  # nothing but one-line warnings
-    assert any("shuffle(1024)" in line and "--memory-budget" in line for line in warned)
+    # the flag and its value as the user wrote them, not a number headrace derived from it
+    assert any("shuffle(1024)" in line and "within --memory-budget 256KB (250.0 KiB)" in line for line in warned), \
+        warned
     assert len(warned) == len(set(warned))  # each once, however many epochs repeat it
 
 

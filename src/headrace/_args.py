@@ -70,3 +70,20 @@ def parallel_calls_arg(value: Any, what: str) -> int | None:
     if n != AUTOTUNE and n < 1:
         raise ValueError(f"{what}(num_parallel_calls={n}) must be >= 1, None (sequential) or headrace.AUTOTUNE (-1)")
     return n
+
+
+def image_hw(image_size: Any, minimum: int = 8) -> tuple[int, int]:
+    """``(height, width)`` in pixels of ``image_size``: an int ``S`` (``S x S``) or ``(height, width)``.
+
+    Raises:
+        ValueError: not an int or a pair of ints, or a side below ``minimum`` (naming the value).
+    """
+    whole = (int, np.integer)
+    if isinstance(image_size, whole) and not isinstance(image_size, bool):
+        pair: tuple[Any, ...] = (image_size, image_size)
+    else:
+        pair = tuple(image_size) if isinstance(image_size, (tuple, list)) else ()
+    if len(pair) != 2 or any(isinstance(v, bool) or not isinstance(v, whole) or v < minimum for v in pair):
+        raise ValueError(f"image_size={image_size!r} must be an int or (height, width), each >= {minimum} "
+                         "(pixels)")
+    return int(pair[0]), int(pair[1])

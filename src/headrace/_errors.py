@@ -136,7 +136,13 @@ class IgnoredErrorsWarning(UserWarning):
 
 
 class MissingDependencyError(HeadraceError, ImportError):
-    """An optional dependency is not installed; the message names the ``pip install`` that adds it."""
+    """An optional dependency is not installed; the message names the ``pip install`` that adds it.
+
+    Raised by ``headrace._deps.require``, the one place headrace imports an optional dependency: ``name`` is
+    the missing top-level module, ``extra`` the headrace extra that installs it (``None`` when unknown).
+    """
+
+    extra: str | None = None
 
 
 class ManifestError(HeadraceError, ValueError):

@@ -40,6 +40,7 @@ from ._ops.explain import Plan, bottleneck, build_tree
 from ._ops.node import as_node
 from ._ops.tuner import Tuner
 from ._versioned import check_versioned
+from ._warn import PipelineWarnings
 
 if TYPE_CHECKING:
     from ._dataset import Dataset
@@ -77,6 +78,7 @@ class Iterator:
         options = node.options()
         self._budget = budget_for(options.memory_budget_bytes() if options.memory_budget is not None else None)
         self._ctx = IteratorContext(options, self._budget, (int(iteration),))
+        self._ctx.warnings = PipelineWarnings(node, options, self._budget.limit_bytes)
         self._closed_by: str | None = None
         self._threads_alive: list[str] = []
         self._root: DatasetIterator | None = None

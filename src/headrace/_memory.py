@@ -315,6 +315,7 @@ class StageAccount:
         self.cap_bytes: float = float(budget.limit_bytes)
         self.warn_shrink = True      # AUTOTUNE-sized stages shrink silently
         self._warned = False
+        self.warnings: Any = None    # headrace._warn.PipelineWarnings (at the user's line, once per pipeline)
         self._probe_s = 0.0
         self._stalled_short = False  # the stall breaker reserved less than the estimate (reserve(partial=True))
 
@@ -616,11 +617,19 @@ class StageAccount:
         if not b._overdraft_warned:
             b._overdraft_warned = True
             holders = ", ".join(f"{a.stage}={format_bytes(a.held_bytes)}" for a in b._accounts if a.held_bytes)
-            warnings.warn(
-                f"headrace: {self.stage} needed {format_bytes(nbytes)} while the memory budget of "
-                f"{format_bytes(b.limit_bytes)} was held by buffers that cannot drain first ({holders}); it "
-                "went over the budget instead of deadlocking. Raise Options(memory_budget=...) or lower buffer "
-                "sizes.", MemoryBudgetWarning, stacklevel=4)
+            w = self.warnings
+            where, fix = (w.budget, w.fix) if w is not None else (
+                f"{format_bytes(b.limit_bytes)}", "raise Options(memory_budget=...)")
+            self._warn(("over", self.stage),
+                       f"headrace: {self.stage} needed {format_bytes(nbytes)} while the memory budget of "
+                       f"{where} was held by buffers that cannot drain first ({holders}); it went over the "
+                       f"budget instead of deadlocking. {fix[0].upper() + fix[1:]} or lower buffer sizes.")
+
+    def _warn(self, key: tuple[str, str], message: str) -> None:
+        if self.warnings is not None:
+            self.warnings.warn(key, message, MemoryBudgetWarning)
+        else:
+            warnings.warn(message, MemoryBudgetWarning, stacklevel=4)
 
     def _maybe_warn_shrunk(self) -> None:
         if self._warned or not self.warn_shrink or self.demand is None:
@@ -636,10 +645,11 @@ class StageAccount:
         if self._warned or not self.warn_shrink or self.demand is None:
             return
         self._warned = True
-        warnings.warn(
-            f"headrace: {self.stage} was configured for {self.demand} elements but holds at most about "
-            f"{self.held_count} (elements up to {format_bytes(self.max_element_bytes)}) within "
-            f"memory_budget={format_bytes(self.budget.limit_bytes)}, shared with the pipeline's other "
-            "buffers; it runs with the smaller buffer. Raise Options(memory_budget=...) or lower the "
-            "buffer size to silence this.",
-            MemoryBudgetWarning, stacklevel=3)
+        w = self.warnings
+        where, fix = (w.budget, w.fix) if w is not None else (
+            f"memory_budget={format_bytes(self.budget.limit_bytes)}", "raise Options(memory_budget=...)")
+        self._warn(("shrunk", self.stage),
+                   f"headrace: {self.stage} was configured for {self.demand} elements but holds at most about "
+                   f"{self.held_count} (elements up to {format_bytes(self.max_element_bytes)}) within {where}, "
+                   f"shared with the pipeline's other buffers; it runs with the smaller buffer. "
+                   f"{fix[0].upper() + fix[1:]} or lower the buffer size to silence this.")

@@ -200,7 +200,11 @@ class Options:
             return self
         changes = {f.name: getattr(other, f.name) for f in dataclasses.fields(other)
                    if getattr(other, f.name) is not None}
-        return dataclasses.replace(self, **changes)
+        merged = dataclasses.replace(self, **changes)
+        origin = getattr(other if other.memory_budget is not None else self, BUDGET_ORIGIN, None)
+        if origin is not None:  # why memory_budget has its value (headrace._warn.share_options)
+            object.__setattr__(merged, BUDGET_ORIGIN, origin)
+        return merged
 
     def memory_budget_bytes(self) -> int:
         """The budget in bytes (resolving the default of 50% of available memory)."""
@@ -211,6 +215,10 @@ class Options:
     def is_deterministic(self) -> bool:
         return True if self.deterministic is None else self.deterministic
 
+
+BUDGET_ORIGIN = "_budget_origin"
+"""The attribute of an ``Options`` made by ``headrace._warn.share_options``: whose budget ``memory_budget``
+is a share of (for the warnings); kept by ``merge`` with the ``memory_budget`` it explains."""
 
 _FIELDS = {"memory_budget", "deterministic", "max_parallelism", "map_executor", "cpu_budget", "autotune_enabled"}
 

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from ._args import image_hw
+from ._deps import require
 from ._errors import ConvertError, MissingDependencyError
 from ._memory import format_bytes, parse_bytes
 
@@ -51,7 +53,7 @@ class DemoConfig:
 
     images: int = 5000
     epochs: int = 3
-    image_size: int = 96
+    image_size: int | tuple[int, int] = 96  # S (S x S) or (height, width), at least 16 pixels a side
     memory_budget: int | str = "384MiB"
     output: str = "demo_output"
     global_batch_size: int = 64
@@ -64,12 +66,11 @@ class DemoConfig:
     compress: bool = False  # then int8 / pruned / distilled variants in output/compress (headrace.compress)
 
     def validate(self) -> None:
-        for name in ("images", "epochs", "image_size", "global_batch_size", "num_shards"):
+        for name in ("images", "epochs", "global_batch_size", "num_shards"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}={v!r} must be an int >= 1")
-        if self.image_size < 16:
-            raise ValueError(f"image_size={self.image_size} must be at least 16 pixels")
+        image_hw(self.image_size, minimum=16)
         n_eval = int(self.images * self.eval_fraction)
         if self.images - n_eval < self.global_batch_size or n_eval < 1:
             raise ValueError(f"images={self.images} is too few: the demo needs at least one global batch "
@@ -200,10 +201,9 @@ class _Recorder:
 
 def plot(path: Path, recorder: _Recorder, budget: int, base: int) -> None:
     """Loss per step and RSS over time (with the budget line) as a PNG."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "headrace demo")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = require("matplotlib.pyplot", "headrace demo")
 
     t = [r[0] for r in recorder.rows]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -254,7 +254,7 @@ def _prepare_in_subprocess(cfg: DemoConfig, output: Path) -> dict[str, Any]:
 
 def _import_pipeline_modules() -> None:
     """Import what the pipeline uses (OpenCV, simplejpeg, protobuf...) so the base RSS includes them."""
-    import simplejpeg
+    simplejpeg = require("simplejpeg", "headrace demo")
 
     from . import image
     from .io import example, tfrecord
@@ -267,7 +267,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Run the demo (module docstring); returns the final JSON record (also printed as the last line)."""
     cfg.validate()
     budget = parse_bytes(cfg.memory_budget)
-    import torch
+    torch = require("torch", "headrace demo")
 
     from .train import fit
     from .train.data import image_classification_dataset
@@ -296,13 +296,14 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
                                                         total_steps=max(1, steps_per_epoch * cfg.epochs),
                                                         pct_start=0.25)
         recorder = _Recorder(budget, base)
-        _say(f"training {cfg.model} on {info['train_records']} images at {cfg.image_size}x{cfg.image_size}, "
+        height, width = image_hw(cfg.image_size, minimum=16)
+        _say(f"training {cfg.model} on {info['train_records']} images at {width}x{height}, "
              f"{cfg.epochs} epoch(s), global batch {cfg.global_batch_size}; memory budget "
              f"{format_bytes(budget)} above the base RSS {format_bytes(base)}; the decoded dataset would take "
              f"{format_bytes(info['decoded_bytes'])}")
         result = fit(model, train_ds, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=optimizer,
                      global_batch_size=cfg.global_batch_size, micro_batch_size="auto", epochs=cfg.epochs,
-                     memory_budget=budget, eval_dataset=eval_ds, callbacks=[recorder],
+                     memory_budget=cfg.memory_budget, eval_dataset=eval_ds, callbacks=[recorder],
                      metrics_path=out / "metrics.jsonl", progress=cfg.progress, log_every=5,
                      base_rss_bytes=base, lr_scheduler=scheduler, dataset_size=info["train_records"])
     plot_path = out / "demo.png"
@@ -314,7 +315,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
               "accuracy_per_epoch": [round(r["eval_accuracy"], 4) for r in result.history],
               "micro_batch_size": result.micro_batch_size, "accumulation_steps": result.accumulation_steps,
               "decoded_dataset_bytes": info["decoded_bytes"], "images": cfg.images, "epochs": cfg.epochs,
-              "image_size": cfg.image_size, "plot": str(plot_path)}
+              "image_size": height if height == width else f"{width}x{height}", "plot": str(plot_path)}
     _say(f"accuracy {100 * accuracy:.1f}% after {cfg.epochs} epoch(s) (chance 8.3%); "
          f"{result.samples_per_s:.1f} images/s; peak RSS {format_bytes(peak.peak_bytes)} = base "
          f"{format_bytes(base)} + {format_bytes(peak.peak_bytes - base)} of the {format_bytes(budget)} budget; "

@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._deps import require
 from ._structure import map_structure
 
-try:
-    import torch
-    from torch.utils.data import IterableDataset, get_worker_info
-except ImportError as exc:  # pragma: no cover - exercised only without torch
-    raise ImportError("headrace.torch needs PyTorch: pip install 'headrace[torch]'") from exc
+torch = require("torch", "headrace.torch")
+_torch_data = require("torch.utils.data", "headrace.torch")
+IterableDataset = _torch_data.IterableDataset
+get_worker_info = _torch_data.get_worker_info
 
 if TYPE_CHECKING:
     from ._dataset import Dataset

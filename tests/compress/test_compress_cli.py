@@ -93,10 +93,32 @@ def _error(result, *needles: str) -> None:  # type: ignore[no-untyped-def]
         assert needle in line, line
 
 
-@pytest.mark.parametrize("amount", ["1.5", "-0.2", "1"])
-def test_prune_amount_outside_0_1(data: dict[str, Path], tmp_path: Path, amount: str) -> None:
-    _error(_invoke(str(data["ckpt"]), str(data["eval"]), "--model", "small-cnn", "--prune", amount,
-                   "--output", str(tmp_path / "o")), f"--prune {float(amount)}", "(0, 1)")
+@pytest.mark.parametrize("amount", ["1.5", "-0.2", "1", "half"])
+def test_prune_amount_outside_0_1_is_a_usage_error(data: dict[str, Path], tmp_path: Path, amount: str) -> None:
+    """A bad flag value is a usage error (exit status 2, as the README says), before any work."""
+    result = runner.invoke(app, ["compress", str(data["ckpt"]), str(data["eval"]), "--model", "small-cnn",
+                                 "--prune", amount, "--output", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip()
+    assert line.startswith("headrace: error: ") and "'--prune'" in line and repr(amount) in line, line
+    assert "(0, 1)" in line and "Traceback" not in result.output
+    _no_output(tmp_path / "o")
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--quantize", "int4"), ("--backend", "tflite"),
+                                             ("--prune-method", "random"), ("--finetune-epochs", "-1"),
+                                             ("--batch-size", "0"), ("--repeats", "0")])
+def test_other_bad_flag_values_are_usage_errors(data: dict[str, Path], tmp_path: Path, flag: str,
+                                                value: str) -> None:
+    result = runner.invoke(app, ["compress", str(data["ckpt"]), str(data["eval"]), flag, value])
+    assert result.exit_code == 2, result.output
+    assert f"'{flag}'" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_missing_checkpoint_is_named_before_the_other_flags(data: dict[str, Path], tmp_path: Path) -> None:
+    """The defaults prune and distill, which need --train-data: a missing CHECKPOINT is still what is said."""
+    _error(_invoke(str(tmp_path / "missing.pt"), str(data["eval"]), "--output", str(tmp_path / "o")),
+           f"{tmp_path / 'missing.pt'}: no such checkpoint file or directory")
     _no_output(tmp_path / "o")
 
 

@@ -167,3 +167,53 @@ def test_failed_parallel_batch_releases_its_gathered_elements():
         assert [len(b) for b in it] == [3, 3, 3]
         stats = it.memory_stats()
     assert stats["current_bytes"] == 0, stats
+
+
+def _shrunk(caught) -> list:
+    return [w for w in caught if issubclass(w.category, hr.MemoryBudgetWarning)]
+
+
+def test_a_shrunk_buffer_warns_once_per_pipeline_at_the_user_s_line_naming_the_budget_as_given():
+    """Not at headrace's shuffle.py, not once per epoch, and with the budget the user wrote (384KiB)."""
+    ds = (D.range(300).map(lambda i: np.zeros(16 * 1024, np.uint8)).shuffle(1024, seed=0)
+          .with_options(hr.Options(memory_budget="384KiB")))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _epoch in range(3):
+            for _ in ds:  # the line the warning points at
+                pass
+    shrunk = _shrunk(caught)
+    assert len(shrunk) == 1, [str(w.message) for w in shrunk]
+    assert shrunk[0].filename == __file__, shrunk[0].filename
+    with open(__file__) as f:
+        assert "the line the warning points at" in f.readlines()[shrunk[0].lineno - 1]
+    text = str(shrunk[0].message)
+    assert "shuffle(1024)" in text and "within memory_budget=384KiB (384.0 KiB)" in text, text
+    # from a background thread (a prefetch filling), it still points at the user's line
+    threaded = ds.prefetch(4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _epoch in range(2):
+            list(threaded)
+    assert [w.filename for w in _shrunk(caught)] == [__file__]
+
+
+def test_the_data_pipeline_share_of_fit_names_fit_s_budget_as_given():
+    """fit gives the data pipeline a quarter of memory_budget: the warning names the 384MiB the user passed,
+    the share and why, once over three epochs, at the line that called fit."""
+    torch = pytest.importorskip("torch")
+    from headrace.train import fit
+
+    ds = (D.range(160).map(lambda i: (np.full(256 * 1024, 1.0, np.float32), np.int64(i % 3)))
+          .shuffle(1024, seed=0))
+    model = torch.nn.Linear(256 * 1024, 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(model, ds, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=torch.optim.SGD(model.parameters(), lr=0.01),
+            global_batch_size=16, micro_batch_size=16, epochs=3, memory_budget="384MiB", progress=False)
+    shrunk = _shrunk(caught)
+    assert len(shrunk) == 1 and shrunk[0].filename == __file__, [(w.filename, str(w.message)) for w in shrunk]
+    text = str(shrunk[0].message)
+    assert "within 96.0 MiB (the data pipeline's 25% share (fit(data_memory_fraction=0.25)) of " \
+           "memory_budget=384MiB; the rest holds the model" in text, text
+    assert "Raise memory_budget" in text

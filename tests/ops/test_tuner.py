@@ -247,3 +247,28 @@ def test_the_tuner_leaves_a_map_alone_while_its_worker_processes_start():
     up_s = ex["measured"]["decided_after_s"] + min(ex["start_s"])  # both clocks start with the iterator
     trials = [h for h in rep["history"] if h["stage"] == node["stage"]]
     assert all(h["at_s"] >= up_s - 0.05 for h in trials), (up_s, trials)
+
+
+
+def _workers_lines(ds: hr.Dataset) -> tuple[list[str], str]:
+    with iter(ds) as it:
+        for _ in range(8):
+            next(it)
+        text = str(it.explain())
+    return [line.strip() for line in text.splitlines() if line.strip().startswith("workers: ")], text
+
+
+def test_explain_says_why_an_autotune_stage_starts_with_its_workers():
+    """The workers line says what cpu_budget is (the cores the pipeline may keep busy, and where the number
+    comes from) and how it was shared out, instead of "cpu_budget=2 (the CPU count; stages made earlier took
+    the rest)"."""
+    two = (D.range(64).map(_wait, num_parallel_calls=hr.AUTOTUNE).map(_wait, num_parallel_calls=hr.AUTOTUNE)
+           .with_options(hr.Options(cpu_budget=2)))
+    workers, text = _workers_lines(two)
+    assert len(workers) == 2, text
+    assert all("the pipeline may keep 2 core(s) busy (Options(cpu_budget=...))" in w for w in workers), workers
+    assert all("split evenly over its 2 tuned stages" in w for w in workers), workers
+    assert "took the rest" not in text and "cpu: tuned workers hold" in text
+    one, text = _workers_lines(D.range(64).map(_wait, num_parallel_calls=hr.AUTOTUNE))
+    assert len(one) == 1 and "busy (the CPU count; Options(cpu_budget=...) changes it)" in one[0], text
+    assert "started with" not in one[0] and "split" not in one[0]

@@ -93,6 +93,7 @@ class IteratorContext:
         self.owner: object = self
         self.resources: dict[str, Any] = {}  # per iteration, shared by copies: worker processes
         self.tunings: dict[str, Any] = {}    # per iteration: AUTOTUNE settings per stage (headrace._ops.tuner)
+        self.warnings: Any = None  # headrace._warn.PipelineWarnings: the stages' warnings, at the user's line
 
     def resource(self, key: str, make: Callable[[], Any]) -> Any:
         """The object kept under ``key`` for this iteration (made by ``make()`` the first time): what a stage
@@ -155,8 +156,10 @@ class IteratorContext:
     def account(self, stage: str, demand: int | None, *, mandatory: bool = False, min_units: int = 1,
                 hint: str | None = None) -> StageAccount:
         extra = {} if hint is None else {"hint": hint}
-        return self.budget.account(stage, demand, mandatory=mandatory, min_units=min_units, owner=self.owner,
-                                   **extra)
+        acc = self.budget.account(stage, demand, mandatory=mandatory, min_units=min_units, owner=self.owner,
+                                  **extra)
+        acc.warnings = self.warnings
+        return acc
 
     def deterministic(self, value: bool | None) -> bool:
         if self.force_deterministic:

@@ -192,7 +192,8 @@ def render(plan: dict[str, Any]) -> str:
                  f"{format_bytes(m['peak_bytes'])}); RSS {format_bytes(m['rss_bytes'])} = this process "
                  f"{format_bytes(m['process_rss_bytes'])} + workers {format_bytes(m['worker_rss_bytes'])}")
     c = plan["cpu"]
-    lines.append(f"cpu: {c['granted']} of cpu_budget={c['budget']} granted to tuned workers")
+    lines.append(f"cpu: tuned workers hold {c['granted']} of the {c['budget']} core(s) the pipeline may keep busy "
+                 "(cpu_budget)")
     t = plan.get("tuner")
     if t:
         lines.append(f"tuner: {t['state']}; {t['trials']} trials, {len(t['accepted'])} kept"
@@ -202,14 +203,15 @@ def render(plan: dict[str, Any]) -> str:
             lines.append("  last trials: " + "; ".join(
                 f"{h['at_s']} s {h['stage']} {h['change']} {'kept' if h['kept'] else 'undone'}"
                 + (f" ({h['gain']}x)" if h["gain"] is not None else "") for h in recent))
-    lines.append(f"output: {plan['throughput_per_s']:.0f} elements/s; next() waited "
+    lines.append(f"output: {plan['throughput_per_s']:.0f} {plan.get('output_unit', 'elements')}/s; next() waited "
                  f"{plan['consumer_wait_share']:.0%} of the time")
     return "\n".join(lines)
 
 
 class Plan(dict):  # type: ignore[type-arg]
     """``Iterator.explain()``'s result: a dict (``tree``, ``bottleneck``, ``memory``, ``cpu``, ``tuner``,
-    ``throughput_per_s``, ``consumer_wait_share``) whose ``str()`` is the indented text."""
+    ``throughput_per_s``, ``consumer_wait_share``) whose ``str()`` is the indented text; a caller may set
+    ``output_unit`` (default ``"elements"``, e.g. ``"batches"``) to name what ``throughput_per_s`` counts."""
 
     def __str__(self) -> str:
         return render(self)

@@ -68,7 +68,7 @@ from .._structure import nbytes
 from .._sync import Condition, Flag
 from .._sync import Lock as TimedLock
 from .base import DatasetIterator, check_state, join_threads, note_error, start_thread
-from .tuner import MAX_BUFFER, MAX_WINDOW, MAX_WORKERS, stage_tuning
+from .tuner import MAX_BUFFER, MAX_WINDOW, MAX_WORKERS, stage_tuning, workers_start_reason
 
 SNAPSHOT_EVERY = 16
 """Pulls between two snapshots of the input's state (restore re-reads at most this many elements)."""
@@ -960,12 +960,12 @@ class PoolIterator(DatasetIterator):
             hi = ctx.cpu_budget if getattr(executor, "kind", "") == "process" else MAX_WORKERS
             if ctx.options.max_parallelism:
                 hi = min(hi, ctx.options.max_parallelism)
+            taken = 0
             if "workers" not in t.knobs:  # the first stage made takes from what is left of the CPU budget
-                left = ctx.cpu_budget - sum(k.value for u in list(ctx.tunings.values()) for k in u.knobs.values()
-                                            if k.compute)
-                workers = max(0, min(workers, left))
-            t.knob("workers", workers, 0, hi, f"AUTOTUNE start: {workers} of cpu_budget={ctx.cpu_budget} "
-                                              "(the CPU count; stages made earlier took the rest)", compute=True)
+                taken = sum(k.value for u in list(ctx.tunings.values()) for k in u.knobs.values() if k.compute)
+                workers = max(0, min(workers, ctx.cpu_budget - taken))
+            why = workers_start_reason(workers, ctx.cpu_budget, ctx.options.cpu_budget is not None, taken=taken)
+            t.knob("workers", workers, 0, hi, why, compute=True)
             if isinstance(window, int):
                 t.knob("window", window, 1, MAX_WINDOW, f"AUTOTUNE start: {window // max(1, workers)} per worker")
         t.add(self)

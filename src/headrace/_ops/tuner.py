@@ -172,6 +172,22 @@ class StageTuning:
         return ex is not None and bool(getattr(ex, "settling", False))
 
 
+def workers_start_reason(workers: int, cpu_budget: int, budget_set: bool, *, taken: int = 0,
+                         split_over: int = 0) -> str:
+    """Why an AUTOTUNE stage starts with ``workers`` workers, for ``explain()``: the cores the pipeline may
+    keep busy (``cpu_budget``, set by ``Options(cpu_budget=...)`` when ``budget_set``, else the CPU count),
+    and either the ``taken`` of them the stages built before this one started with, or the number of tuned
+    stages they were split evenly over (``split_over``)."""
+    source = "Options(cpu_budget=...)" if budget_set else "the CPU count; Options(cpu_budget=...) changes it"
+    text = f"AUTOTUNE starts with {workers} worker(s): the pipeline may keep {cpu_budget} core(s) busy ({source})"
+    if split_over:
+        text += f", split evenly over its {split_over} tuned stages"
+    elif taken:
+        text += (f", and the stages built before this one started with {min(taken, cpu_budget)} of them, "
+                 f"which left {max(0, cpu_budget - taken)}")
+    return text + "; the tuner then moves workers to whichever stage is slowest"
+
+
 def stage_tuning(ctx: Any, stage: str, kind: str) -> StageTuning:
     """The :class:`StageTuning` of ``stage`` in this iteration (``ctx.tunings``; made the first time)."""
     with ctx._lock:
@@ -251,8 +267,8 @@ class Tuner:
         for i, (t, k) in enumerate(stages):
             value = min(k.hi, share + (1 if i < extra else 0))
             if value != k.value:
-                t.set("workers", value, f"AUTOTUNE start: cpu_budget={self.cpu_budget} split over the "
-                                        f"{len(stages)} tuned stages")
+                t.set("workers", value, workers_start_reason(
+                    value, self.cpu_budget, self.ctx.options.cpu_budget is not None, split_over=len(stages)))
 
     def threads(self) -> list[threading.Thread]:
         t = self._thread

@@ -7,7 +7,8 @@
   ``--global-batch-size 0``). Anything else is a bug in headrace and keeps its traceback. Ctrl-C ends with
   one line and status 130. Warnings print as one line each, ``headrace: warning: ...``.
 - Usage errors (a value the flag's type or range refuses, an unknown flag, a missing argument) are one
-  line too, naming the flag, with click's exit status 2.
+  line too, naming the flag, with click's exit status 2; extra arguments get the hint to quote a glob
+  pattern (an unquoted one reaches the command as many paths).
 - ``headrace --version``; ``-h`` is ``--help`` everywhere.
 """
 
@@ -32,6 +33,10 @@ ONE_LINE_ERRORS = (HeadraceError, OSError, ValueError)
 USAGE_STATUS = 2
 """Exit status of a usage error (click's)."""
 
+GLOB_HINT = ("a glob pattern must be quoted, e.g. 'data/*.tfrecord', so that headrace expands it and not the "
+             "shell (or give the directory)")
+"""Added to click's "unexpected extra argument(s)": the shell expanded an unquoted pattern."""
+
 INTERRUPTED_STATUS = 130
 """Exit status after Ctrl-C (128 + SIGINT, as shells report it)."""
 
@@ -55,6 +60,8 @@ class _Group(TyperGroup):
                 raise
             message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
             message = message.replace("Value error, ", "")  # pydantic's prefix on a parser's message
+            if "unexpected extra argument" in message:
+                message += f"; {GLOB_HINT}"
             ctx = getattr(exc, "ctx", None)
             hint = f" (see {ctx.command_path} --help)" if ctx is not None and getattr(exc, "exit_code", 1) == 2 \
                 else ""
@@ -125,16 +132,16 @@ def translate(message: str, flags: Mapping[str, str]) -> str:
 
 @contextlib.contextmanager
 def _one_line_warnings(flags: Mapping[str, str]) -> Iterator[None]:
-    """Warnings as one line each, flags named; each warning (category and place in the code) once per
-    command, however many stages or epochs issue it."""
-    seen: set[tuple[type[Warning], str, int]] = set()
+    """Warnings as one line each, flags named; each warning once per command (a pipeline says each of its
+    warnings once however many epochs it runs, :mod:`headrace._warn`; the same text is not repeated)."""
+    seen: set[tuple[type[Warning], str]] = set()
 
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
              line: str | None = None) -> None:
-        if (category, filename, lineno) in seen:
-            return
-        seen.add((category, filename, lineno))
         text = str(message).removeprefix("headrace: ")
+        if (category, text) in seen:
+            return
+        seen.add((category, text))
         typer.echo(f"headrace: warning: {_one_line(translate(text, flags))}", err=True)
 
     with warnings.catch_warnings():

@@ -2,7 +2,8 @@
 
 :func:`detect` tells the format of a path (a file, a directory or a glob pattern): TFRecord (``*.tfrecord``,
 ``*.tfrecords``, ``*.tfrec``, optionally ``.gz`` / ``.zlib``), Parquet (``*.parquet``), HDF5 (``*.h5``,
-``*.hdf5``) or an image folder (a directory of class sub-directories of images). :func:`training_shards`
+``*.hdf5``) or an image folder (a directory of class sub-directories of images); :func:`detect_all` that
+of several paths (an unquoted glob the shell expanded). :func:`training_shards`
 is what ``bench`` and ``train`` read: uncompressed TFRecord shards; for anything else it says how to get
 them with ``headrace convert``.
 """
@@ -63,6 +64,30 @@ def detect(path: str) -> tuple[str, list[str]]:
         raise ValueError(f"{path}: cannot tell the format of {found[0]!r}; expected *.tfrecord, *.parquet, "
                          "*.h5 / *.hdf5 files or an image folder")
     return kinds.pop(), found  # type: ignore[return-value]
+
+
+def detect_all(paths: list[str]) -> tuple[str, list[str]]:
+    """:func:`detect` of several paths that make one dataset (what the shell passes for an unquoted glob
+    pattern, ``data/*.tfrecord``): ``(format, files)``, the files of every path in the order given, each
+    once.
+
+    Raises:
+        FileNotFoundError / ValueError: as :func:`detect`, for the first path that fails.
+        ValueError: the paths hold different formats, or an image folder among others (naming both).
+    """
+    first: tuple[str, str] | None = None
+    found: list[str] = []
+    for path in paths:
+        kind, files_ = detect(path)
+        if first is None:
+            first = (kind, path)
+        elif kind != first[0] or kind == "image_folder":
+            raise ValueError(f"{first[1]} holds {first[0]} and {path} holds {kind}: give the paths of one "
+                             "dataset (one image folder, or files of one format)")
+        found.extend(f for f in files_ if f not in found)
+    if first is None:
+        raise ValueError("no path given")
+    return first[0], found
 
 
 def training_shards(path: str, command: str) -> list[str]:

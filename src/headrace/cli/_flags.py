@@ -17,7 +17,7 @@ from .._memory import format_bytes, parse_bytes
 
 _IMAGE_SIZE_RE = re.compile(r"^\s*(\d+)\s*(?:[xX×]\s*(\d+))?\s*$")
 
-IMAGE_SIZE_HELP = "N (N x N pixels) or WxH"
+IMAGE_SIZE_HELP = "N (N x N pixels) or WxH (width x height)"
 Model = Literal["resnet18", "small-cnn"]
 """--model's choices: headrace.train.models.MODEL_NAMES, here so that checking them needs no torch (a test
 keeps them equal)."""
@@ -33,29 +33,32 @@ def byte_size(text: str) -> int:
                                  "GiB), e.g. 256MiB") from exc
 
 
-def memory_size(text: str) -> int:
-    """:func:`byte_size` of a memory budget: at most this machine's physical memory."""
+def memory_size(text: str) -> str:
+    """A memory budget, checked as :func:`byte_size` and at most this machine's physical memory, returned as
+    the user wrote it (``"384MiB"``): the library parses it, and its warnings name it as given."""
     import psutil
 
     n = byte_size(text)
     total = psutil.virtual_memory().total
     if n > total:
         raise typer.BadParameter(f"{text} is more than this machine's memory ({format_bytes(total)})")
-    return n
+    return text.strip()
 
 
-def check_batch_budget(budget: int | None, share: float, batch: int, image_size: int, share_text: str) -> None:
+def check_batch_budget(budget: int | None, share: float, batch: int, image_size: tuple[int, int],
+                       share_text: str) -> None:
     """Refuse a ``--memory-budget`` whose pipeline ``share`` cannot hold two batches of ``batch`` decoded
-    ``image_size`` square RGB images (the batch being filled and the one handed on), naming the smallest
-    budget that can, before anything runs. ``share_text`` names the share (e.g. "the data pipeline's quarter
-    of it")."""
+    RGB images of ``image_size`` ``(height, width)`` (the batch being filled and the one handed on), naming
+    the smallest budget that can, before anything runs. ``share_text`` names the share (e.g. "the data
+    pipeline's quarter of it")."""
     if budget is None:
         return
-    two = 2 * batch * (image_size * image_size * 3 + 8)
+    h, w = image_size
+    two = 2 * batch * (h * w * 3 + 8)
     need = int(two / share)
     if budget < need:
         raise ValueError(f"--memory-budget {format_bytes(budget)} is too small: {share_text} must hold "
-                         f"2 batches of {batch} images of {image_size}x{image_size} ({format_bytes(two)}); use "
+                         f"2 batches of {batch} images of {w}x{h} ({format_bytes(two)}); use "
                          f"--memory-budget {-(-need // 2**20)}MiB or more, or a smaller batch or --image-size")
 
 
@@ -68,14 +71,20 @@ def image_size(text: str) -> tuple[int, int]:
     return w, int(m.group(2)) if m.group(2) is not None else w
 
 
-def square_image_size(text: str) -> int:
-    """:func:`image_size` for commands that train on squares: ``"96"`` or ``"96x96"`` -> 96."""
+def training_image_size(text: str) -> tuple[int, int]:
+    """:func:`image_size` for the commands that decode and resize images (train, bench, demo, compress):
+    ``"96"`` -> ``(96, 96)``, ``"128x96"`` (width x height) -> ``(96, 128)``, i.e. ``(height, width)`` as
+    :func:`headrace.train.data.image_classification_dataset` takes it; at least 8 pixels a side."""
     w, h = image_size(text)
-    if w != h:
-        raise typer.BadParameter(f"{text}: images are resized to squares here; give one side, e.g. {w}")
-    if w < 8:
-        raise typer.BadParameter(f"{text}: at least 8 pixels")
-    return w
+    if min(w, h) < 8:
+        raise typer.BadParameter(f"{text!r}: at least 8 pixels a side; use {IMAGE_SIZE_HELP}, e.g. 96 or 128x96")
+    return h, w
+
+
+def size_text(hw: tuple[int, int]) -> int | str:
+    """How the commands report an image size ``(height, width)``: ``96`` for a square, else ``"128x96"``."""
+    h, w = hw
+    return h if h == w else f"{w}x{h}"
 
 
 def choice(names: Sequence[str]) -> Callable[[str], str]:
@@ -101,6 +110,17 @@ def micro_batch(text: str) -> int | str:
     if n < 1:
         raise typer.BadParameter(f"{text!r}: use auto or a whole number >= 1")
     return n
+
+
+def fraction(text: str) -> float:
+    """A fraction in ``[0, 1)``: 0 (none) or a number strictly between 0 and 1."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not 0.0 <= x < 1.0:
+        raise typer.BadParameter(f"{text!r}: use a fraction in (0, 1), e.g. 0.5, or 0 for none")
+    return x
 
 
 def positive(text: str) -> float:

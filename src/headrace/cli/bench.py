@@ -4,8 +4,8 @@ For TFRecord shards of image Examples (``image/encoded`` + ``image/class/label``
 writes) it times the training input pipeline of :mod:`headrace.train.data` (interleaved reads, shuffle,
 parallel decode + resize to ``image_size``, batches of ``batch_size``); for any other TFRecord it times
 reading the raw records. The data is repeated until ``--seconds`` have passed (or ``--max-batches``). It
-reports elements/s, the pipeline's peak buffered bytes (its byte accounting) and the process's peak RSS
-above the RSS before it started.
+reports images/s (records/s for raw records) and batches/s, the pipeline's peak buffered bytes (its byte
+accounting) and the process's peak RSS above the RSS before it started.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from typing import Any
 
 import typer
 
-from .._memory import format_bytes
+from .._args import image_hw
+from .._memory import format_bytes, parse_bytes
 from ._app import run
 from ._datasets import training_shards
-from ._flags import IMAGE_SIZE_HELP, check_batch_budget, memory_size, positive, square_image_size
+from ._flags import IMAGE_SIZE_HELP, check_batch_budget, memory_size, positive, size_text, training_image_size
 
 IMAGE_KEY = "image/encoded"
 
@@ -40,7 +41,8 @@ def _has_images(first_file: str) -> bool:
         return False
 
 
-def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budget: int = 256 * 2**20,
+def run_bench(path: str, image_size: int | tuple[int, int] = 96, batch_size: int = 64,
+              memory_budget: int | str = 256 * 2**20,
               seconds: float = 10.0, max_batches: int | None = None, explain: bool = False) -> dict[str, Any]:
     """Time the pipeline for ``seconds`` (repeating the data as often as needed), or until ``max_batches``
     batches; returns the figures (with ``explain``: also ``plan``, the pipeline's ``Iterator.explain()``
@@ -50,10 +52,12 @@ def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budg
         FileNotFoundError: no TFRecord files at ``path``. ValueError: not TFRecord shards, or no records.
     """
     found = training_shards(path, "bench")
+    budget = parse_bytes(memory_budget, "memory_budget")
+    hw = image_hw(image_size)
     if "://" not in found[0]:
         images = _has_images(found[0])
         if images:
-            check_batch_budget(memory_budget, 1.0, batch_size, image_size, "the pipeline")
+            check_batch_budget(budget, 1.0, batch_size, hw, "the pipeline")
     from .._options import Options
     from ..io.tfrecord import TFRecordDataset
     from ..train.data import find_tfrecords, image_classification_dataset
@@ -63,7 +67,7 @@ def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budg
         found = find_tfrecords(found[0])
         images = _has_images(found[0])
     if images:
-        ds = image_classification_dataset(found, image_size, training=True)
+        ds = image_classification_dataset(found, hw, training=True)
     else:
         ds = TFRecordDataset(found, num_parallel_reads=min(4, len(found)))
     ds = ds.repeat().batch(batch_size).prefetch(2).with_options(Options(memory_budget=memory_budget))
@@ -84,23 +88,29 @@ def run_bench(path: str, image_size: int = 96, batch_size: int = 64, memory_budg
                     break
             stats = it.memory_stats()
             plan = it.explain() if explain else None
+            if plan is not None:
+                plan["output_unit"] = "batches"  # what the pipeline's last stage hands out
         finally:
             it.close()
     elapsed = time.perf_counter() - t0
     if n_elements == 0:
         raise ValueError(f"{path}: the dataset is empty ({len(found)} file(s), 0 records)")
     return {"path": path, "pipeline": "decode+resize images" if images else "raw records",
-            "elements": n_elements, "batches": n_batches, "seconds": round(elapsed, 3),
+            "unit": "images" if images else "records", "elements": n_elements, "batches": n_batches,
+            "seconds": round(elapsed, 3),
             "elements_per_s": round(n_elements / elapsed, 2), "first_batch_s": round(first_s or 0.0, 3),
-            "pipeline_peak_bytes": stats["peak_bytes"], "memory_budget_bytes": memory_budget,
+            "pipeline_peak_bytes": stats["peak_bytes"], "memory_budget_bytes": budget,
             "peak_rss_above_base_bytes": peak.peak_bytes - base, "base_rss_bytes": base,
-            "image_size": image_size if images else None, "batch_size": batch_size,
+            "image_size": size_text(hw) if images else None, "batch_size": batch_size,
             **({"plan": plan} if plan is not None else {})}
 
 
 def _show(r: dict[str, Any]) -> None:
-    typer.echo(f"{r['pipeline']}: {r['elements']:,} elements in {r['seconds']:.2f} s = "
-               f"{r['elements_per_s']:,.1f} elements/s (first batch after {r['first_batch_s']:.2f} s)")
+    unit = r["unit"]
+    batches_per_s = r["batches"] / max(r["seconds"], 1e-9)
+    typer.echo(f"{r['pipeline']}: {r['elements']:,} {unit} in {r['batches']:,} batches of up to {r['batch_size']} "
+               f"in {r['seconds']:.2f} s = {r['elements_per_s']:,.1f} {unit}/s, {batches_per_s:,.1f} batches/s "
+               f"(first batch after {r['first_batch_s']:.2f} s)")
     typer.echo(f"pipeline peak {format_bytes(r['pipeline_peak_bytes'])} of the "
                f"{format_bytes(r['memory_budget_bytes'])} budget; process RSS peak base + "
                f"{format_bytes(r['peak_rss_above_base_bytes'])}")
@@ -111,9 +121,9 @@ def _show(r: dict[str, Any]) -> None:
 def command(ctx: typer.Context,
             path: str = typer.Argument(..., metavar="PATH", help="TFRecord file, directory of shards or glob "
                                                                  "pattern; headrace convert output."),
-            image_size: str = typer.Option("96", parser=square_image_size, metavar="SIZE",
-                                           help=f"Decode and resize images to this square: {IMAGE_SIZE_HELP}."),
-            batch_size: int = typer.Option(64, min=1, metavar="N", help="Elements per batch."),
+            image_size: str = typer.Option("96", parser=training_image_size, metavar="SIZE",
+                                           help=f"Decode and resize images to {IMAGE_SIZE_HELP}."),
+            batch_size: int = typer.Option(64, min=1, metavar="N", help="Images (or records) per batch."),
             memory_budget: str = typer.Option("256MiB", parser=memory_size, metavar="SIZE",
                                               help="The pipeline's memory budget, e.g. 256MiB."),
             seconds: float = typer.Option(10.0, parser=positive, metavar="S",

@@ -7,15 +7,17 @@ from typing import Any
 
 import typer
 
+from .._memory import parse_bytes
 from ._app import run
-from ._flags import IMAGE_SIZE_HELP, Model, check_batch_budget, memory_size, square_image_size
+from ._flags import IMAGE_SIZE_HELP, Model, check_batch_budget, memory_size, training_image_size
 
 
 def command(ctx: typer.Context,
             images: int = typer.Option(5000, min=1, metavar="N", help="Photos to generate (12 classes)."),
             epochs: int = typer.Option(3, min=1, metavar="N", help="Training epochs."),
-            image_size: str = typer.Option("96", parser=square_image_size, metavar="SIZE",
-                                           help=f"Training resolution, a square: {IMAGE_SIZE_HELP}."),
+            image_size: str = typer.Option("96", parser=training_image_size, metavar="SIZE",
+                                           help=f"Training resolution: {IMAGE_SIZE_HELP}, at least 16 pixels "
+                                                "a side."),
             memory_budget: str = typer.Option("384MiB", parser=memory_size, metavar="SIZE",
                                               help="Memory budget above the process base RSS."),
             output: str = typer.Option("demo_output", metavar="DIR",
@@ -34,7 +36,7 @@ def command(ctx: typer.Context,
                      global_batch_size=global_batch_size, compress=compress)
 
     def work() -> dict[str, Any]:
-        check_batch_budget(memory_budget, 0.25, global_batch_size, image_size,  # type: ignore[arg-type]
+        check_batch_budget(parse_bytes(memory_budget), 0.25, global_batch_size, image_size,  # type: ignore[arg-type]
                            "the data pipeline's quarter of it")
         return run_demo(cfg)  # prints its own JSON line last
 

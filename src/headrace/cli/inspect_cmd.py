@@ -1,4 +1,4 @@
-"""``headrace inspect PATH [--verify]``: what a dataset on disk holds, without loading it.
+"""``headrace inspect PATH... [--verify]``: what a dataset on disk holds, without loading it.
 
 Formats, detected from the path: TFRecord (``*.tfrecord``, ``*.tfrecords``, ``*.tfrec``, optionally
 ``.gz`` / ``.zlib``; records counted by reading the framing, features from the first ``sample``
@@ -12,18 +12,24 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import typer
 
+from .._deps import require
 from .._memory import format_bytes
 from ..image.formats import IMAGE_EXTENSIONS
 from ..io import files
 from ._app import run
-from ._datasets import COMPRESSED, detect
+from ._datasets import COMPRESSED, detect, detect_all
 
 
 def _example_features(records: list[bytes]) -> dict[str, dict[str, Any]] | None:
+    """The ``tf.train.Example`` feature spec the sampled ``records`` imply, as ``headrace convert`` writes it
+    in its manifest: ``FixedLenFeature`` shape ``[]`` when every record has exactly one value, ``[k]`` when
+    every record has ``k``, else ``VarLenFeature`` (``lengths``: the fewest and most values seen); plus
+    ``in_records``, how many of the records have the feature. ``None``: the records are not Examples."""
     from ..io.example import decode
 
     out: dict[str, dict[str, Any]] = {}
@@ -39,10 +45,13 @@ def _example_features(records: list[bytes]) -> dict[str, dict[str, Any]] | None:
             entry["min_len"] = min(entry["min_len"], len(values))
             entry["max_len"] = max(entry["max_len"], len(values))
             entry["present"] += 1
-    for entry in out.values():
-        lo, hi = entry.pop("min_len"), entry.pop("max_len")
-        entry["shape"] = [lo] if lo == hi else f"[{lo}..{hi}] (variable)"
-        entry["in_records"] = f"{entry.pop('present')}/{len(records)}"
+    for key, entry in out.items():
+        lo, hi, present = entry.pop("min_len"), entry.pop("max_len"), entry.pop("present")
+        if lo == hi and present == len(records):
+            out[key] = {"type": "FixedLenFeature", "dtype": entry["dtype"], "shape": [] if lo == 1 else [lo]}
+        else:
+            out[key] = {"type": "VarLenFeature", "dtype": entry["dtype"], "lengths": f"{lo}..{hi}"}
+        out[key]["in_records"] = f"{present}/{len(records)}"
     return out
 
 
@@ -67,7 +76,7 @@ def _inspect_tfrecord(found: list[str], sample: int) -> dict[str, Any]:
 
 
 def _inspect_parquet(found: list[str]) -> dict[str, Any]:
-    import pyarrow.parquet as pq
+    pq = require("pyarrow.parquet", "headrace inspect (Parquet)")
 
     shards, schema = [], None
     for f in found:
@@ -91,7 +100,7 @@ def _hdf5_dataset_names(h: Any, h5py: Any) -> list[str]:
 
 
 def _inspect_hdf5(found: list[str]) -> dict[str, Any]:
-    import h5py
+    h5py = require("h5py", "headrace inspect (HDF5)")
 
     shards, features = [], {}
     for f in found:
@@ -124,8 +133,12 @@ def _inspect_image_folder(root: str) -> dict[str, Any]:
                                                                                "shape": []}}}
 
 
-def inspect_path(path: str, sample: int = 100, verify: bool = False) -> dict[str, Any]:
+def inspect_path(path: str | Sequence[str], sample: int = 100, verify: bool = False) -> dict[str, Any]:
     """A JSON-friendly summary of the dataset at ``path`` (module docstring); errors as :func:`detect`.
+
+    ``path`` may be several paths of one dataset (files of one format: what the shell passes for an
+    unquoted glob pattern, :func:`~headrace.cli._datasets.detect_all`); the summary's ``path`` then names
+    the first and the last and how many.
 
     A directory written by ``headrace convert`` (or its ``dataset.json``) is described from its manifest
     (:func:`headrace.cli._manifest.inspect_manifest`); ``verify`` checks its shards' SHA-256.
@@ -137,6 +150,16 @@ def inspect_path(path: str, sample: int = 100, verify: bool = False) -> dict[str
     """
     from ._manifest import inspect_manifest, manifest_of
 
+    paths = [path] if isinstance(path, str) else list(path)
+    if len(paths) > 1:
+        shown = f"{paths[0]} ... {paths[-1]} ({len(paths)} paths)"
+        if verify:
+            raise ValueError(f"{shown}: --verify checks one headrace convert output directory; give its path")
+        kind, found = detect_all(paths)
+        out = _inspect(kind, found, sample)
+        out["path"] = shown
+        return _not_empty(out, found, kind)
+    path = paths[0]
     if manifest_of(path) is not None:
         out = inspect_manifest(path, verify=verify)
         kind, found = out["format"], out["shards"]
@@ -145,17 +168,24 @@ def inspect_path(path: str, sample: int = 100, verify: bool = False) -> dict[str
                          "(written by headrace convert) and there is none here; inspect without --verify")
     else:
         kind, found = detect(path)
-        if kind == "tfrecord":
-            out = _inspect_tfrecord(found, sample)
-        elif kind == "parquet":
-            out = _inspect_parquet(found)
-        elif kind == "hdf5":
-            out = _inspect_hdf5(found)
-        else:
-            out = _inspect_image_folder(found[0])
+        out = _inspect(kind, found, sample)
     out["path"] = path
+    return _not_empty(out, found, kind)
+
+
+def _inspect(kind: str, found: list[str], sample: int) -> dict[str, Any]:
+    if kind == "tfrecord":
+        return _inspect_tfrecord(found, sample)
+    if kind == "parquet":
+        return _inspect_parquet(found)
+    if kind == "hdf5":
+        return _inspect_hdf5(found)
+    return _inspect_image_folder(found[0])
+
+
+def _not_empty(out: dict[str, Any], found: list[str], kind: str) -> dict[str, Any]:
     if out["records"] == 0:
-        raise ValueError(f"{path}: the dataset is empty ({len(found)} {kind} file(s), 0 records)")
+        raise ValueError(f"{out['path']}: the dataset is empty ({len(found)} {kind} file(s), 0 records)")
     return out
 
 
@@ -168,7 +198,12 @@ def _show(r: dict[str, Any]) -> None:
     features = r.get("features")
     if isinstance(features, dict):
         for key, f in features.items():
-            typer.echo(f"  {key}: {f.get('dtype')} {f.get('shape', '')}")
+            words = [f.get("type"), f.get("dtype"), f.get("shape")]
+            if "lengths" in f:
+                words.append(f"({f['lengths']} values per record)")
+            if "in_records" in f and f["in_records"].partition("/")[0] != f["in_records"].partition("/")[2]:
+                words.append(f"(in {f['in_records']} records)")
+            typer.echo(f"  {key}: " + " ".join(str(w) for w in words if w is not None))
     elif features:
         typer.echo(f"  {features}")
     for cls, n in (r.get("classes") or {}).items():
@@ -202,8 +237,10 @@ def _show_manifest(r: dict[str, Any]) -> None:
 
 
 def command(ctx: typer.Context,
-            path: str = typer.Argument(..., metavar="PATH", help="A dataset file, directory or glob pattern; a "
-                                       "headrace convert output directory is read from its dataset.json."),
+            paths: list[str] = typer.Argument(..., metavar="PATH", help="A dataset file, directory or glob "
+                                              "pattern, or several files of one dataset (an unquoted glob the "
+                                              "shell expanded); a headrace convert output directory is read "
+                                              "from its dataset.json."),
             sample: int = typer.Option(100, min=1, metavar="N",
                                        help="Records read to describe tf.train.Example features."),
             verify: bool = typer.Option(False, "--verify", help="headrace convert output: check every shard's "
@@ -211,4 +248,4 @@ def command(ctx: typer.Context,
             ) -> None:
     """Describe a dataset: format, shards, records, feature keys with dtypes and shapes, bytes (for headrace
     convert output: the manifest's feature spec, statistics and label histogram)."""
-    run(ctx, lambda: inspect_path(path, sample=sample, verify=verify), _show)
+    run(ctx, lambda: inspect_path(paths, sample=sample, verify=verify), _show)

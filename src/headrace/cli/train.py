@@ -17,7 +17,15 @@ import typer
 
 from ._app import run
 from ._datasets import training_shards
-from ._flags import IMAGE_SIZE_HELP, Model, check_batch_budget, memory_size, micro_batch, positive, square_image_size
+from ._flags import (
+    IMAGE_SIZE_HELP,
+    Model,
+    check_batch_budget,
+    memory_size,
+    micro_batch,
+    positive,
+    training_image_size,
+)
 
 DATA_MEMORY_FRACTION = 0.25
 """fit()'s default share of the budget for the data pipeline (headrace.train.fit's data_memory_fraction)."""
@@ -38,7 +46,7 @@ def _check_schedule(checkpoint_dir: str, total_steps: int) -> None:
                          "--epochs and --global-batch-size, or start afresh with another --checkpoint-dir")
 
 
-def run_train(path: str, *, model: str, image_size: int, global_batch_size: int, epochs: int,
+def run_train(path: str, *, model: str, image_size: int | tuple[int, int], global_batch_size: int, epochs: int,
               precision: str, memory_budget: int | str | None, checkpoint_dir: str | None, resume: bool,
               micro_batch_size: int | str, learning_rate: float, eval_path: str | None, num_classes: int | None,
               seed: int = 0, checkpoint_every: int = 100, progress: bool | None = None) -> dict[str, Any]:
@@ -50,16 +58,20 @@ def run_train(path: str, *, model: str, image_size: int, global_batch_size: int,
             ``num_classes`` below the labels, a budget too small for the data pipeline.
         TrainingInterrupted: Ctrl-C (after writing a checkpoint, with ``checkpoint_dir``).
     """
+    from .._args import image_hw
     from .._memory import parse_bytes
     from ..distribute import process_info
 
     train_files = training_shards(path, "train")
     eval_files = training_shards(eval_path, "train") if eval_path else None
     budget = parse_bytes(memory_budget) if memory_budget is not None else None
+    image_size = image_hw(image_size)
     check_batch_budget(budget, DATA_MEMORY_FRACTION, global_batch_size // process_info().world_size, image_size,
                        "the data pipeline's quarter of it")
 
-    import torch
+    from .._deps import require
+
+    torch = require("torch", "headrace train")
 
     from ..train import fit
     from ..train.data import count_classes, find_tfrecords, image_classification_dataset
@@ -90,7 +102,7 @@ def run_train(path: str, *, model: str, image_size: int, global_batch_size: int,
     eval_ds = image_classification_dataset(eval_files, image_size, training=False) if eval_files else None
     result = fit(net, train_ds, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=optimizer,
                  global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, epochs=epochs,
-                 precision=precision, memory_budget=budget, checkpoint_dir=checkpoint_dir,
+                 precision=precision, memory_budget=memory_budget, checkpoint_dir=checkpoint_dir,
                  checkpoint_every=checkpoint_every, resume=resume, eval_dataset=eval_ds, lr_scheduler=schedule,
                  progress=progress, dataset_size=records, data_memory_fraction=DATA_MEMORY_FRACTION)
     return {"steps": result.steps, "epochs": result.epochs, "num_classes": classes, "records": records,
@@ -112,8 +124,8 @@ def command(ctx: typer.Context,
             path: str = typer.Argument(..., metavar="PATH", help="TFRecord shards of image Examples (image/encoded, "
                                        "image/class/label): a file, directory or glob; headrace convert output."),
             model: Model = typer.Option("resnet18", help="The model to train."),
-            image_size: str = typer.Option("96", parser=square_image_size, metavar="SIZE",
-                                           help=f"Resize images to this square: {IMAGE_SIZE_HELP}."),
+            image_size: str = typer.Option("96", parser=training_image_size, metavar="SIZE",
+                                           help=f"Resize images to {IMAGE_SIZE_HELP}."),
             global_batch_size: int = typer.Option(64, min=1, metavar="N",
                                                   help="Elements per optimizer step, over all ranks."),
             micro_batch_size: str = typer.Option("auto", parser=micro_batch, metavar="N|auto",

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
+
+from .._deps import require as _require
 
 INSTALL_HINT = "pip install 'headrace[compress]'"
 
 
 def require(module: str, purpose: str) -> ModuleType:
-    """``importlib.import_module(module)``, or ``ImportError`` naming ``purpose`` and the extra to install."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(f"{purpose} needs {module.split('.')[0]}: {INSTALL_HINT}") from exc
+    """:func:`headrace._deps.require`: the module, or :class:`~headrace.MissingDependencyError` (an
+    ``ImportError``) naming ``purpose`` and the extra to install."""
+    return _require(module, purpose, "compress")
 
 
 __all__ = ["INSTALL_HINT", "require"]

@@ -17,6 +17,8 @@ import importlib
 import os
 from typing import Any
 
+from ._deps import require
+
 
 def build_named_model(name: str, num_classes: int) -> Any:
     """``resnet18`` / ``small-cnn`` (:func:`headrace.train.build_model`) or ``module:function``."""
@@ -35,10 +37,12 @@ def build_named_model(name: str, num_classes: int) -> Any:
     return factory(num_classes)
 
 
-def load_state_dict(path: str) -> dict[str, Any]:
-    """The model weights in CHECKPOINT (module docstring). Raises ``FileNotFoundError`` / ``ValueError``."""
-    import torch
+def checkpoint_file(path: str) -> str:
+    """The file CHECKPOINT names: ``path`` itself, or a directory's newest ``ckpt-*.pt``.
 
+    Raises:
+        FileNotFoundError: no such file or directory, or a directory without a checkpoint.
+    """
     from ..train.checkpoint import latest_checkpoint
 
     if os.path.isdir(path):
@@ -48,6 +52,14 @@ def load_state_dict(path: str) -> dict[str, Any]:
         path = found
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such checkpoint file or directory")
+    return path
+
+
+def load_state_dict(path: str) -> dict[str, Any]:
+    """The model weights in CHECKPOINT (module docstring). Raises ``FileNotFoundError`` / ``ValueError``."""
+    torch = require("torch", "headrace compress")
+
+    path = checkpoint_file(path)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -81,21 +93,23 @@ def load_model(checkpoint: str, model: str, num_classes: int | None) -> Any:
     return net.eval()
 
 
-def _dataset(path: str, image_size: int, *, training: bool, seed: int = 0) -> Any:
+def _dataset(path: str, image_size: int | tuple[int, int], *, training: bool, seed: int = 0) -> Any:
     from ..train.data import find_tfrecords, image_classification_dataset
 
     return image_classification_dataset(find_tfrecords(path), image_size, training=training, seed=seed)
 
 
 def run_compress(checkpoint: str, eval_data: str, *, model: str = "resnet18", num_classes: int | None = None,
-                 image_size: int = 96, train_data: str | None = None, calibration_data: str | None = None,
-                 output: str = "compress_output", progress: bool | None = None, **options: Any) -> dict[str, Any]:
+                 image_size: int | tuple[int, int] = 96, train_data: str | None = None,
+                 calibration_data: str | None = None, output: str = "compress_output", progress: bool | None = None,
+                 **options: Any) -> dict[str, Any]:
     """The command's work (``options``: :class:`headrace.compress.run.CompressOptions` fields)."""
-    import torch
+    torch = require("torch", "headrace compress")
 
     from ._data import first_inputs
     from .run import CompressOptions, compress_model
 
+    checkpoint_file(checkpoint)  # a missing checkpoint is the first thing to say
     opts = CompressOptions(**options)
     opts.validate(train_data is not None)
     torch.manual_seed(opts.seed)
@@ -111,4 +125,4 @@ def run_compress(checkpoint: str, eval_data: str, *, model: str = "resnet18", nu
     return {"output": output, "variants": report["variants"]}
 
 
-__all__ = ["build_named_model", "load_model", "run_compress"]
+__all__ = ["build_named_model", "checkpoint_file", "load_model", "run_compress"]

@@ -11,14 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ._deps import require
 from .model import atomic_write
 
 
-def compress_demo(model: Any, output: Path, *, image_size: int, memory_budget: Any, global_batch_size: int,
-                  num_classes: int, seed: int = 0, progress: bool | None = None) -> dict[str, Any]:
+def compress_demo(model: Any, output: Path, *, image_size: int | tuple[int, int], memory_budget: Any,
+                  global_batch_size: int, num_classes: int, seed: int = 0,
+                  progress: bool | None = None) -> dict[str, Any]:
     """Run :func:`headrace.compress.run.compress_model` on the demo's model; returns a summary for the JSON
     line: ``{"report": path, "variants": {name: {size_bytes, accuracy, latency_ms_batch32, ...}}}``."""
-    import torch
+    torch = require("torch", "headrace demo --compress")
 
     from ..train.data import image_classification_dataset
     from ..train.models import build_model

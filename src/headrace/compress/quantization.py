@@ -197,7 +197,8 @@ def _quantize_ort(model: Any, calib: _Calibration | None, first: np.ndarray, inf
                   per_channel: bool) -> CompressedModel:
     qz = require("onnxruntime.quantization", "quantization with ONNX Runtime")
     onnx = require("onnx", "quantization with ONNX Runtime")
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+    quant_pre_process = require("onnxruntime.quantization.shape_inference",
+                                "quantization with ONNX Runtime").quant_pre_process
 
     with tempfile.TemporaryDirectory(prefix="headrace-quantize-") as tmp:
         fp32, pre, out = (os.path.join(tmp, n) for n in ("model.onnx", "pre.onnx", "int8.onnx"))
@@ -282,9 +283,9 @@ def _drop_unused_tensors(graph_module: Any) -> None:
 
 
 def _quantize_torchao(model: Any, calib: _Calibration, first: np.ndarray, info: dict[str, Any]) -> CompressedModel:
-    require("torchao", "quantization with torchao (PT2E)")
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
+    pt2e = require("torchao.quantization.pt2e.quantize_pt2e", "quantization with torchao (PT2E)")
+    convert_pt2e, prepare_pt2e = pt2e.convert_pt2e, pt2e.prepare_pt2e
+    xiq = require("torchao.quantization.pt2e.quantizer.x86_inductor_quantizer", "quantization with torchao (PT2E)")
 
     _check_pt2e_module_reuse(model, first)
     quantizer = xiq.X86InductorQuantizer()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .._memory import format_bytes
+from ._deps import require
 from .model import atomic_write
 
 
@@ -28,7 +29,7 @@ def machine() -> dict[str, Any]:
     the compression libraries."""
     from importlib.metadata import PackageNotFoundError, version
 
-    import torch
+    torch = require("torch", "headrace compress")
 
     from .._machine import machine_info
 
@@ -81,10 +82,9 @@ def print_table(variants: list[dict[str, Any]], threads: int, say: Any = print) 
 
 def plot(path: str | os.PathLike[str], variants: list[dict[str, Any]], threads: int) -> None:
     """Two panels: accuracy against size on disk, and against latency at batch 32 (written atomically)."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "the compress report's plot")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = require("matplotlib.pyplot", "the compress report's plot")
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, key, label in ((axes[0], "size_bytes", "size on disk (MB)"),

@@ -11,9 +11,9 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from .._errors import MissingDependencyError
+from .._deps import install_hint, require
 
-INSTALL_HINT = "pip install 'headrace[beam]'"
+INSTALL_HINT = install_hint("apache_beam")
 
 
 def _not_gcp_noise(record: logging.LogRecord) -> bool:
@@ -27,13 +27,9 @@ def import_beam() -> Any:
     root = logging.getLogger()
     root.addFilter(_not_gcp_noise)
     try:
-        import apache_beam
-    except ImportError as e:
-        raise MissingDependencyError(f"headrace.convert runs on Apache Beam, which is not installed ({e}); "
-                                     f"install it with: {INSTALL_HINT}") from e
+        return require("apache_beam", "headrace.convert (it runs on Apache Beam)")
     finally:
         root.removeFilter(_not_gcp_noise)
-    return apache_beam
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .._deps import require
 from ..io import files
 from .schema import FLOAT32, INT64, STRING
 
@@ -65,7 +66,7 @@ def write_tfrecord(path: str, records: Iterable[bytes], compression: str | None)
 
 def arrow_schema(kinds: Mapping[str, str], spec: Mapping[str, Mapping[str, Any]]) -> Any:
     """The Parquet (Arrow) schema of the dataset's features (module docstring)."""
-    import pyarrow as pa
+    pa = require("pyarrow", "headrace.convert")
 
     base = {STRING: pa.binary(), INT64: pa.int64(), FLOAT32: pa.float32()}
     fields = []
@@ -76,7 +77,7 @@ def arrow_schema(kinds: Mapping[str, str], spec: Mapping[str, Mapping[str, Any]]
 
 
 def _table(rows: list[Mapping[str, list[Any]]], schema: Any) -> Any:
-    import pyarrow as pa
+    pa = require("pyarrow", "headrace.convert")
 
     data = {}
     for fld in schema:
@@ -92,7 +93,7 @@ def write_parquet(path: str, rows: Iterable[Mapping[str, list[Any]]], schema: An
     """Write ``rows`` (``{feature: converted values}``, see :func:`headrace.convert.schema.columns`;
     streamed, one row group in memory at a time) as one Parquet file.
     Returns ``{"records", "bytes", "sha256", "index": None}``."""
-    import pyarrow.parquet as pq
+    pq = require("pyarrow.parquet", "headrace.convert")
 
     group = max(1, int(ROW_GROUP_BYTES // max(1.0, est_row_bytes)))
     codec = "snappy" if compression is None else compression

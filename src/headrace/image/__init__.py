@@ -67,6 +67,7 @@ from typing import Any
 
 import numpy as np
 
+from .._deps import require
 from .._errors import ImageDecodeError
 from .formats import IMAGE_EXTENSIONS, JPEG_MAGIC, image_format
 
@@ -157,7 +158,7 @@ def _sof(buf: bytes | memoryview) -> tuple[int, int, str] | None:
 
 
 def _jpeg_header(buf: bytes | memoryview, name: str | None) -> tuple[int, int, str]:
-    import simplejpeg
+    simplejpeg = require("simplejpeg", "headrace.image")
 
     found = _sof(buf)
     if found is not None and found[0] > 0 and found[1] > 0:
@@ -171,7 +172,7 @@ def _jpeg_header(buf: bytes | memoryview, name: str | None) -> tuple[int, int, s
 
 def _decode_jpeg(buf: bytes | memoryview, channels: int, name: str | None, colorspace: str,
                  min_size: tuple[int, int] = (0, 0), factor: int = 1) -> np.ndarray:
-    import simplejpeg
+    simplejpeg = require("simplejpeg", "headrace.image")
 
     if colorspace in ("CMYK", "YCCK"):
         return _decode_other(buf, channels, name, jpeg=True)
@@ -188,7 +189,7 @@ def _decode_jpeg(buf: bytes | memoryview, channels: int, name: str | None, color
 
 def _cv2_to_rgb(img: np.ndarray, channels: int) -> np.ndarray:
     """Convert what ``cv2.imdecode(IMREAD_UNCHANGED)`` returns (grey / BGR / BGRA) to ``channels``."""
-    import cv2
+    cv2 = require("cv2", "headrace.image")
 
     if img.dtype == np.uint16:
         img = (img >> 8).astype(np.uint8)
@@ -212,7 +213,7 @@ def _cv2_to_rgb(img: np.ndarray, channels: int) -> np.ndarray:
 def _decode_pillow(buf: bytes | memoryview, channels: int) -> np.ndarray:
     import io
 
-    from PIL import Image
+    Image = require("PIL.Image", "headrace.image")
 
     with Image.open(io.BytesIO(bytes(buf))) as im:
         im.seek(0)
@@ -226,7 +227,7 @@ def _decode_pillow(buf: bytes | memoryview, channels: int) -> np.ndarray:
 
 def _decode_other(buf: bytes | memoryview, channels: int, name: str | None, *,
                   jpeg: bool = False) -> np.ndarray:
-    import cv2
+    cv2 = require("cv2", "headrace.image")
 
     flags = (cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION) if jpeg else cv2.IMREAD_UNCHANGED
     img = cv2.imdecode(np.frombuffer(buf, np.uint8), flags)
@@ -326,7 +327,7 @@ def _check_method(method: str) -> None:
 
 
 def _cv2_interp(method: str) -> int:
-    import cv2
+    cv2 = require("cv2", "headrace.image")
 
     return {"bilinear": cv2.INTER_LINEAR, "area": cv2.INTER_AREA}[method]
 
@@ -356,7 +357,7 @@ def resize(image: np.ndarray, size: Sequence[int], method: str = "bilinear",
     Raises:
         ValueError: bad ``size``, ``method``, rank, or ``antialias=True``.
     """
-    import cv2
+    cv2 = require("cv2", "headrace.image")
 
     h, w = _check_size(size, "resize")
     _check_method(method)

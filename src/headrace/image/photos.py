@@ -7,7 +7,7 @@ horizontal flip and a small brightness change of one photograph, resized to ``si
 (4:2:0 chroma subsampling, like most camera and ImageNet JPEGs). The class of an image is *which*
 photograph it came from (``PHOTO_CLASSES[label]``), so a classifier can actually learn the task.
 
-Needs ``scikit-image`` (only for its data files; ``pip install 'headrace[test]'``), ``opencv-python`` and
+Needs ``scikit-image`` (only for its data files; ``pip install 'headrace[cli]'``), ``opencv-python`` and
 ``simplejpeg`` (``pip install 'headrace[image]'``).
 """
 
@@ -19,6 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+
+from .._deps import install_hint, require
+from .._errors import MissingDependencyError
 
 PHOTO_CLASSES: tuple[str, ...] = (
     "astronaut", "camera", "chelsea", "coffee", "coins", "grass", "hubble_deep_field", "ihc", "moon",
@@ -38,14 +41,17 @@ def skimage_data_dir() -> Path:
     """The ``data`` folder inside the installed scikit-image package (raises ``ImportError`` if absent)."""
     spec = importlib.util.find_spec("skimage")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("the photo generator reads the photographs bundled with scikit-image; "
-                          "install it with: pip install 'headrace[test]' (or pip install scikit-image)")
+        err = MissingDependencyError("the photo generator reads the photographs bundled with scikit-image, "
+                                     f"which is not installed; install it with: {install_hint('skimage')}",
+                                     name="skimage")
+        err.extra = "cli"
+        raise err
     return Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
 def load_photos() -> list[np.ndarray]:
     """The twelve photographs as uint8 RGB arrays (H x W x 3), in ``PHOTO_CLASSES`` order."""
-    import cv2
+    cv2 = require("cv2", "the photo generator")
 
     base = skimage_data_dir()
     photos = []
@@ -69,7 +75,7 @@ def _check_args(n: int, size: tuple[int, int], quality: int) -> None:
 
 
 def _augment(photo: np.ndarray, size: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
-    import cv2
+    cv2 = require("cv2", "the photo generator")
 
     out_w, out_h = size
     h, w = photo.shape[:2]
@@ -103,7 +109,7 @@ def iter_photo_jpegs(n: int, size: tuple[int, int] = (500, 375), quality: int = 
     Raises:
         ValueError: bad ``n`` / ``size`` / ``quality``. ImportError: scikit-image is not installed.
     """
-    import simplejpeg
+    simplejpeg = require("simplejpeg", "the photo generator")
 
     _check_args(n, size, quality)
     photos = load_photos()

@@ -19,6 +19,8 @@ import shutil
 import uuid
 from typing import IO, Any
 
+from .._deps import require
+
 _LOCAL_PREFIX = "file://"
 
 
@@ -45,9 +47,22 @@ def local_path(path: str) -> str:
     return path[len(_LOCAL_PREFIX):] if path.startswith(_LOCAL_PREFIX) else path
 
 
+_BACKENDS = {"s3": "s3fs", "s3a": "s3fs"}
+"""URL schemes whose fsspec backend is a headrace extra (``pip install 'headrace[s3]'``)."""
+
+
+def _backend(url: str) -> None:
+    """Import the fsspec backend of ``url``'s scheme when it is an extra, so that a missing one raises
+    :class:`~headrace.MissingDependencyError` naming the extra (not fsspec's ImportError)."""
+    module = _BACKENDS.get(url.partition("://")[0].lower())
+    if module is not None:
+        require(module, f"reading {url}")
+
+
 def _url_fs(url: str) -> tuple[Any, str]:
     import fsspec
 
+    _backend(url)
     return fsspec.core.url_to_fs(url)
 
 
@@ -62,6 +77,7 @@ def open_file(path: str | bytes | os.PathLike[str], mode: str = "rb") -> IO[Any]
     if is_remote(p):
         import fsspec
 
+        _backend(p)
         try:
             return fsspec.open(p, mode).open()
         except FileNotFoundError as e:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._dataset import Dataset
+from .._deps import require
 from .._errors import DataLossError
 from .._ops.base import DatasetIterator, IteratorContext, check_state
 from .._ops.node import DatasetNode
@@ -37,15 +38,12 @@ _WHAT = "HDF5Dataset"
 
 def _open(path: str) -> tuple[Any, Any]:
     """``(h5py.File, handle-or-None)``; missing and non-HDF5 files raise naming ``path``."""
-    try:
-        import h5py
-    except ImportError as e:  # pragma: no cover - h5py is installed in the test environment
-        raise ImportError("HDF5Dataset needs h5py: pip install 'headrace[hdf5]'") from e
+    h5py = require("h5py", _WHAT)
     return open_source(path, lambda src: h5py.File(src, "r"), (OSError,), _WHAT, "HDF5")
 
 
 def _dataset_names(f: Any) -> list[str]:
-    import h5py
+    h5py = require("h5py", _WHAT)
 
     names: list[str] = []
     f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
@@ -116,7 +114,7 @@ class HDF5Node(DatasetNode):
         self.start, self.stop = shard_range(self.length, self.num_shards, self.index)
 
     def _check(self, f: Any) -> tuple[int, tuple[int, int]]:
-        import h5py
+        h5py = require("h5py", _WHAT)
 
         datasets = []
         for key in self.keys:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from .._dataset import Dataset
+from .._deps import require
 from .._errors import DataLossError
 from .._ops.base import DatasetIterator, IteratorContext, check_state
 from .._ops.node import DatasetNode
@@ -50,13 +51,7 @@ _WHAT = "ParquetDataset"
 
 
 def _pyarrow() -> tuple[Any, Any, Any]:
-    try:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-    except ImportError as e:  # pragma: no cover - pyarrow is installed in the test environment
-        raise ImportError("ParquetDataset needs pyarrow: pip install 'headrace[parquet]'") from e
-    return pa, pc, pq
+    return require("pyarrow", _WHAT), require("pyarrow.compute", _WHAT), require("pyarrow.parquet", _WHAT)
 
 
 def _open(path: str) -> tuple[Any, Any]:
@@ -166,6 +161,7 @@ class ParquetNode(DatasetNode):
         super().__init__()
         check_batch_size(batch_size, _WHAT)
         check_shard(num_shards, index, _WHAT)
+        _pyarrow()  # without pyarrow: MissingDependencyError here, not at the first element
         if isinstance(columns, str):
             columns = [columns]
         self.files = resolve_files(files, _WHAT)

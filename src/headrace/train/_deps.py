@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from .._errors import MissingDependencyError
+from .._deps import require
 
 
 def import_torch() -> ModuleType:
     """``import torch``, or :class:`~headrace.MissingDependencyError` (an ``ImportError``) telling the user to
     ``pip install 'headrace[torch]'``."""
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - exercised only without torch
-        raise MissingDependencyError("headrace.train needs PyTorch: pip install 'headrace[torch]'") from exc
-    return torch
+    return require("torch", "headrace.train")

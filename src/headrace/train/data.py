@@ -8,10 +8,10 @@ The training pipeline (:func:`image_classification_dataset`)::
 
     shard files (shuffled per epoch) -> interleave(TFRecordDataset, cycle_length=4, parallel)
       -> shuffle(buffer of encoded records) -> map(parse + decode_and_resize, AUTOTUNE threads)
-      -> elements (uint8 image (S, S, 3), int64 label)
+      -> elements (uint8 image (H, W, 3), int64 label)
 
 It shuffles the small encoded records, not decoded images, so the shuffle buffer costs ~40 KB per
-element instead of ``S*S*3`` bytes; models take the uint8 images as they are (see ``models.py``).
+element instead of ``H*W*3`` bytes; models take the uint8 images as they are (see ``models.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .._args import image_hw
 from .._dataset import Dataset
 from .._options import AUTOTUNE
 from ..io import files as _files
@@ -61,10 +62,11 @@ def _features(image_key: str, label_key: str) -> dict[str, Any]:
     return {image_key: FixedLenFeature([], "string"), label_key: FixedLenFeature([], "int64")}
 
 
-def image_classification_dataset(files: Sequence[str], image_size: int, *, training: bool, seed: int = 0,
-                                 shuffle_buffer: int = 1024, image_key: str = IMAGE_KEY,
+def image_classification_dataset(files: Sequence[str], image_size: int | Sequence[int], *, training: bool,
+                                 seed: int = 0, shuffle_buffer: int = 1024, image_key: str = IMAGE_KEY,
                                  label_key: str = LABEL_KEY, cycle_length: int = 4) -> Dataset:
-    """Elements ``(image uint8 (image_size, image_size, 3), label int64)`` from TFRecord shards.
+    """Elements ``(image uint8 (height, width, 3), label int64)`` from TFRecord shards; ``image_size`` is
+    ``S`` (``S x S``) or ``(height, width)``, at least 8 pixels a side.
 
     ``training=True`` shuffles the shard order (each epoch) and the records (``shuffle_buffer``);
     ``False`` reads in file order. Images are decoded and resized (bilinear, DCT-scaled JPEG decoding)
@@ -74,8 +76,7 @@ def image_classification_dataset(files: Sequence[str], image_size: int, *, train
     from ..io.example import parse_single_example
     from ..io.tfrecord import TFRecordDataset
 
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 8:
-        raise ValueError(f"image_size={image_size!r} must be an int >= 8 (pixels)")
+    size = image_hw(image_size)
     files = list(files)
     if not files:
         raise ValueError("no TFRecord files given")
@@ -83,7 +84,7 @@ def image_classification_dataset(files: Sequence[str], image_size: int, *, train
 
     def decode(record: bytes) -> tuple[np.ndarray, np.int64]:
         ex = parse_single_example(record, spec)
-        img = image.decode_and_resize(ex[image_key], (image_size, image_size), channels=3)
+        img = image.decode_and_resize(ex[image_key], size, channels=3)
         return img, np.int64(ex[label_key])
 
     names = Dataset.from_tensor_slices(np.array(files, dtype=object))
@@ -118,4 +119,4 @@ def count_classes(files: Sequence[str], label_key: str = LABEL_KEY) -> tuple[int
     return n, top + 1
 
 
-__all__ = ["IMAGE_KEY", "LABEL_KEY", "count_classes", "find_tfrecords", "image_classification_dataset"]
+__all__ = ["IMAGE_KEY", "LABEL_KEY", "count_classes", "find_tfrecords", "image_classification_dataset", "image_hw"]

@@ -67,6 +67,17 @@ def _default_device(info: ProcessInfo) -> Any:
     return torch.device("cpu")
 
 
+def _data_options(memory_budget: int | str, fraction: float) -> Options:
+    """The data pipeline's ``Options(memory_budget=...)``: its share of ``memory_budget``, which its
+    warnings name as the user gave it (:func:`headrace._warn.share_options`)."""
+    from .._warn import given, share_options
+
+    why = (f"the data pipeline's {fraction:.0%} share (fit(data_memory_fraction={fraction})) of "
+           f"memory_budget={given(memory_budget)}; the rest holds the model, its gradients, optimizer state and "
+           "activations")
+    return share_options(memory_budget, fraction, why, "raise memory_budget")
+
+
 def _resolve_budget(memory_budget: int | str | None) -> int | None:
     return None if memory_budget is None else parse_bytes(memory_budget, "memory_budget")
 
@@ -201,7 +212,7 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
     if global_batch_size % info.world_size:
         make_plan(global_batch_size, info.world_size, 1)  # raises the explanatory ValueError
     per_rank = global_batch_size // info.world_size
-    data_options = Options(memory_budget=data_budget) if data_budget is not None else None
+    data_options = _data_options(memory_budget, data_memory_fraction) if data_budget is not None else None
 
     main = info.is_main
     ckpt_dir = os.fspath(checkpoint_dir) if checkpoint_dir is not None else None

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ..._deps import require
 from ...image.formats import image_format
 from ...io import files
 from ...io.files import join
@@ -107,7 +108,7 @@ class ImageFolderSource(Source):
         with files.open_file(path, "rb") as f:
             data = f.read()
         if self.image_size is not None:
-            import simplejpeg
+            simplejpeg = require("simplejpeg", "headrace.convert (image folders)")
 
             w, h = self.image_size
             img = image.decode_and_resize(data, (h, w), channels=3, name=path)
@@ -137,7 +138,7 @@ def _checked_shape(data: bytes, fmt: str, path: str) -> tuple[int, int, int]:
     from ... import image
 
     if fmt == "jpeg":
-        import simplejpeg
+        simplejpeg = require("simplejpeg", "headrace.convert (image folders)")
 
         try:
             h, w, colorspace, _ = simplejpeg.decode_jpeg_header(data)

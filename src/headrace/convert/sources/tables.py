@@ -23,6 +23,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from ..._deps import require
 from ...io import files
 from ...io.files import join
 from ..schema import TEXT, typed
@@ -126,7 +127,7 @@ class ParquetSource(_FileSource):
     extensions = (".parquet",)
 
     def units(self) -> list[tuple[str, int, int]]:
-        import pyarrow.parquet as pq
+        pq = require("pyarrow.parquet", "headrace.convert (Parquet)")
 
         out = []
         for rel in self.files:
@@ -139,7 +140,7 @@ class ParquetSource(_FileSource):
         return out
 
     def estimate_bytes(self) -> int:
-        import pyarrow.parquet as pq
+        pq = require("pyarrow.parquet", "headrace.convert (Parquet)")
 
         total = 0
         for rel in self.files:
@@ -149,7 +150,7 @@ class ParquetSource(_FileSource):
         return total
 
     def read(self, unit: tuple[str, int, int]) -> Iterator[Item]:
-        import pyarrow.parquet as pq
+        pq = require("pyarrow.parquet", "headrace.convert (Parquet)")
 
         rel, group, first = unit
         path = join(self.root, rel)
@@ -172,8 +173,8 @@ class ParquetSource(_FileSource):
 def _plain(col: Any) -> Any:
     """Temporal columns as int64, decimals as float64, dictionaries decoded (so ``to_pylist`` gives plain
     Python values)."""
-    import pyarrow as pa
-    import pyarrow.types as t
+    pa = require("pyarrow", "headrace.convert (Parquet)")
+    t = require("pyarrow.types", "headrace.convert (Parquet)")
 
     typ = col.type
     if t.is_dictionary(typ):
