@@ -63,7 +63,7 @@ BLOCKED = [
     ("onnxruntime", "from headrace.compress._deps import require; require('onnxruntime.quantization', 'x')",
      "compress"),
     ("matplotlib", "from headrace.compress.report import plot; plot('p.png', [], 1)", "compress"),
-    ("pyarrow", "from headrace.cli.inspect import inspect_path; inspect_path('t.parquet')", "parquet"),
+    ("pyarrow", "from headrace.cli.inspect_cmd import inspect_path; inspect_path('t.parquet')", "parquet"),
     ("s3fs", "from headrace.io import files; files.file_size('s3://bucket/train.tfrecord')", "s3"),
     ("s3fs", "from headrace.io import files; files.open_file('s3://bucket/train.tfrecord')", "s3"),
 ]
