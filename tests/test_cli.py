@@ -442,3 +442,21 @@ def test_model_choices_are_the_trainer_s() -> None:
     from headrace.train.models import MODEL_NAMES as trainable
 
     assert trainable == MODEL_NAMES
+
+
+def test_resume_with_another_model_is_one_line(shards: Path, tmp_path: Path) -> None:
+    """--resume with a --model other than the checkpoint's: one line naming both models and the fix, no
+    traceback (issue #21 item 6)."""
+    args = ["train", str(shards), "--image-size", "16", "--global-batch-size", "8", "--epochs", "1",
+            "--checkpoint-dir", str(tmp_path / "ck")]
+    assert _invoke(*args, "--model", "small-cnn").exit_code == 0
+    result = runner.invoke(app, [*args, "--model", "resnet18", "--resume"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output and len(result.stderr.strip().splitlines()) == 1
+    line = result.stderr.strip()
+    assert line.startswith("headrace: error: --resume: ") and "ckpt-000000003.pt" in line
+    assert "small-cnn model with 12 classes" in line and "--model resnet18 with 12 classes" in line
+    assert "resume with --model small-cnn" in line and "another --checkpoint-dir" in line
+    fewer = runner.invoke(app, [*args, "--model", "small-cnn", "--num-classes", "20", "--resume"])
+    assert fewer.exit_code == 1 and "small-cnn model with 12 classes" in fewer.stderr
+    assert "--model small-cnn with 20 classes" in fewer.stderr and "--num-classes 12" in fewer.stderr

@@ -6,7 +6,8 @@ them). The number of classes and training records are read from the labels first
 parses only ``image/class/label``); ``--num-classes`` below the largest label + 1 is refused. SGD with
 Nesterov momentum 0.9 and a one-cycle learning-rate schedule; checkpoints every ``--checkpoint-every``
 steps (and at the end, and on Ctrl-C) and ``metrics.jsonl`` in ``--checkpoint-dir``; ``--resume``
-continues from the newest checkpoint there (and says so, or that there is none yet).
+continues from the newest checkpoint there (and says so, or that there is none yet); a checkpoint of
+another ``--model`` / ``--num-classes`` or another schedule is refused in one line naming both and the fix.
 """
 
 from __future__ import annotations
@@ -23,15 +24,44 @@ DATA_MEMORY_FRACTION = 0.25
 """fit()'s default share of the budget for the data pipeline (headrace.train.fit's data_memory_fraction)."""
 
 
-def _check_schedule(checkpoint_dir: str, total_steps: int) -> None:
-    """Refuse to resume a checkpoint whose learning-rate schedule was made for another number of steps
-    (another ``--epochs`` or ``--global-batch-size``): the one-cycle schedule cannot be stretched."""
+def _fitting_model(state: dict[str, Any]) -> tuple[str, int] | None:
+    """The built-in model (name, classes) whose ``state_dict`` has ``state``'s keys and shapes, or None."""
+    from ..compress.command import infer_num_classes
+    from ..train.models import MODEL_NAMES, build_model
+
+    try:
+        classes = infer_num_classes(state, "checkpoint")
+    except ValueError:
+        return None
+    for name in MODEL_NAMES:
+        if _fits(build_model(name, classes).state_dict(), state):
+            return name, classes
+    return None
+
+
+def _fits(expected: dict[str, Any], state: dict[str, Any]) -> bool:
+    return expected.keys() == state.keys() and all(tuple(v.shape) == tuple(state[k].shape)
+                                                   for k, v in expected.items())
+
+
+def _check_resume(checkpoint_dir: str, total_steps: int, model: str, net: Any, classes: int) -> None:
+    """Refuse, in one line, to resume a checkpoint of another model (``--model``, ``--num-classes``) or
+    whose learning-rate schedule was made for another number of steps (another ``--epochs`` or
+    ``--global-batch-size``: the one-cycle schedule cannot be stretched). Raises ``ValueError``."""
     from ..train.checkpoint import latest_checkpoint, load_checkpoint
 
     path = latest_checkpoint(checkpoint_dir)
     if path is None:
         return
-    saved = (load_checkpoint(path).get("lr_scheduler") or {}).get("total_steps")
+    ck = load_checkpoint(path)
+    if not _fits(net.state_dict(), ck["model"]):
+        found = _fitting_model(ck["model"])
+        held = f"a {found[0]} model with {found[1]} classes" if found else "a model other than the built-in ones"
+        fix = (f"resume with --model {found[0]}" + (f" --num-classes {found[1]}" if found[1] != classes else "")
+               if found else "resume with the model it was trained with")
+        raise ValueError(f"--resume: {path} holds {held}, this run asks for --model {model} with {classes} "
+                         f"classes; {fix}, or start afresh with another --checkpoint-dir")
+    saved = (ck.get("lr_scheduler") or {}).get("total_steps")
     if saved is not None and saved != total_steps:
         raise ValueError(f"--resume: {path} is from a run of {saved} steps (--epochs x records / "
                          f"--global-batch-size), this one would take {total_steps}; resume with that run's "
@@ -78,10 +108,10 @@ def run_train(path: str, *, model: str, image_size: int, global_batch_size: int,
     if steps_per_epoch < 1:
         raise ValueError(f"{path}: {records} records are fewer than one global batch ({global_batch_size}); "
                          "use a smaller --global-batch-size")
-    if resume:
-        _check_schedule(checkpoint_dir, steps_per_epoch * epochs)  # type: ignore[arg-type]
     torch.manual_seed(seed)
     net = build_model(model, classes)
+    if resume:
+        _check_resume(checkpoint_dir, steps_per_epoch * epochs, model, net, classes)  # type: ignore[arg-type]
     optimizer = torch.optim.SGD(net.parameters(), lr=learning_rate, momentum=0.9, nesterov=True,
                                 weight_decay=5e-4)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=learning_rate,
