@@ -1,6 +1,6 @@
 """The ``headrace`` command: --help / -h everywhere, --version, smoke runs of inspect / bench / train / demo
 on tiny data, ``inspect`` on ``headrace convert`` output (its manifest, ``--verify``), progress lines with
-a total, resume messages, Ctrl-C during training, and one-line errors: usage errors (exit status 2)
+a total, resume messages, Ctrl-C and SIGTERM during training, and one-line errors: usage errors (exit status 2)
 naming the flag, user errors (exit status 1) with Python parameter names turned into flags, internal
 bugs keeping their traceback."""
 
@@ -162,37 +162,55 @@ def test_train_then_resume(shards: Path, tmp_path: Path) -> None:
     assert longer.exit_code == 1 and "--resume: " in longer.stderr and "--epochs" in longer.stderr
 
 
-@pytest.mark.slow
-def test_ctrl_c_writes_a_checkpoint_and_resume_continues(shards: Path, tmp_path: Path) -> None:
-    """SIGINT to `headrace train` after its first step: a checkpoint of the step reached, a message naming it,
-    exit status 130; then --resume says where it continues from."""
-    ck = tmp_path / "ck"
-    args = [sys.executable, "-m", "headrace.cli", "train", str(shards), "--model", "small-cnn", "--image-size", "16",
-            "--global-batch-size", "2", "--micro-batch-size", "2", "--epochs", "100", "--checkpoint-dir", str(ck)]
+def _restored_signals() -> None:
+    """In a child before exec: SIGINT and SIGTERM back to their defaults (a shell's background job starts
+    with SIGINT ignored, and Python then leaves it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
-    def interrupt_when(proc: subprocess.Popen, marker: str) -> tuple[str, str]:
+
+def _signal_when(args: list[str], marker: str, signum: int) -> tuple[subprocess.Popen, str, str]:
+    """Start ``args``; send ``signum`` once a stdout line holds ``marker``; return the process and its output."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_restored_signals)
+    try:
         seen = []
         for line in proc.stdout:  # type: ignore[union-attr]
             seen.append(line)
             if marker in line:
-                proc.send_signal(signal.SIGINT)
+                proc.send_signal(signum)
                 break
         out, err = proc.communicate(timeout=120)
-        return "".join(seen) + out, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    return proc, "".join(seen) + out, err
 
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = interrupt_when(proc, "headrace.fit: step 1/1200")
-    assert proc.returncode == 130, err
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_writes_a_checkpoint_and_resume_continues(shards: Path, tmp_path: Path,
+                                                                      signum: int) -> None:
+    """SIGINT (Ctrl-C) or SIGTERM (a preemption) to `headrace train` after its first step: a checkpoint of the
+    step reached, a message naming it, exit status 128 + the signal; then --resume says where it continues
+    from. Passes from a background job too (SIGINT inherited ignored): the child gets default handlers."""
+    ck = tmp_path / "ck"
+    args = [sys.executable, "-m", "headrace.cli", "train", str(shards), "--model", "small-cnn", "--image-size", "16",
+            "--global-batch-size", "2", "--micro-batch-size", "2", "--epochs", "100", "--checkpoint-dir", str(ck),
+            "--checkpoint-every", "100000"]  # the only checkpoint is the one the signal makes
+    how = "interrupted" if signum == signal.SIGINT else "interrupted (SIGTERM)"
+    proc, out, err = _signal_when(args, "headrace.fit: step 1/1200", signum)
+    assert proc.returncode == 128 + signum, err
     latest = json.loads((ck / "latest.json").read_text())
     assert 1 <= latest["step"] < 1200 and (ck / latest["path"]).exists()
-    assert f"interrupted: checkpoint of step {latest['step']} (epoch 1) written to {ck / latest['path']}" in out
-    assert err.strip().splitlines()[-1] == (f"headrace: interrupted after step {latest['step']}; checkpoint "
+    assert f"{how}: checkpoint of step {latest['step']} (epoch 1) written to {ck / latest['path']}" in out
+    assert err.strip().splitlines()[-1] == (f"headrace: {how} after step {latest['step']}; checkpoint "
                                             f"{ck / latest['path']}: run the same command with --resume to "
                                             "continue from it")
-    proc = subprocess.Popen([*args, "--resume"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = interrupt_when(proc, "resumed from step")
+    proc, out, err = _signal_when([*args, "--resume"], "resumed from step", signum)
     assert f"resumed from step {latest['step']} (in epoch 1) of {ck / latest['path']}" in out
-    assert proc.returncode == 130, err
+    assert proc.returncode == 128 + signum, err
     assert json.loads((ck / "latest.json").read_text())["step"] >= latest["step"]
 
 

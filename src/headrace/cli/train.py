@@ -5,13 +5,15 @@ Parquet, image folders and compressed shards get the ``headrace convert`` comman
 them). The number of classes and training records are read from the labels first (one fast pass that
 parses only ``image/class/label``); ``--num-classes`` below the largest label + 1 is refused. SGD with
 Nesterov momentum 0.9 and a one-cycle learning-rate schedule; checkpoints every ``--checkpoint-every``
-steps (and at the end, and on Ctrl-C) and ``metrics.jsonl`` in ``--checkpoint-dir``; ``--resume``
-continues from the newest checkpoint there (and says so, or that there is none yet); a checkpoint of
-another ``--model`` / ``--num-classes`` or another schedule is refused in one line naming both and the fix.
+steps (and at the end, and on Ctrl-C or SIGTERM, after which it exits with status 130 or 143) and
+``metrics.jsonl`` in ``--checkpoint-dir``; ``--resume`` continues from the newest checkpoint there (and
+says so, or that there is none yet); a checkpoint of another ``--model`` / ``--num-classes`` or another
+schedule is refused in one line naming both and the fix.
 """
 
 from __future__ import annotations
 
+import signal
 from typing import Any, Literal
 
 import typer
@@ -78,7 +80,7 @@ def run_train(path: str, *, model: str, image_size: int, global_batch_size: int,
         FileNotFoundError: no TFRecord files at ``path`` / ``eval_path``.
         ValueError: not TFRecord shards, an empty dataset, too few records for one global batch,
             ``num_classes`` below the labels, a budget too small for the data pipeline.
-        TrainingInterrupted: Ctrl-C (after writing a checkpoint, with ``checkpoint_dir``).
+        TrainingInterrupted: Ctrl-C or SIGTERM (after writing a checkpoint, with ``checkpoint_dir``).
     """
     from .._memory import parse_bytes
     from ..distribute import process_info
@@ -131,10 +133,13 @@ def run_train(path: str, *, model: str, image_size: int, global_batch_size: int,
 
 
 def _interrupted(exc: KeyboardInterrupt) -> str:
+    how = "interrupted"
+    if getattr(exc, "signum", signal.SIGINT) != signal.SIGINT:
+        how += f" ({signal.Signals(exc.signum).name})"  # type: ignore[attr-defined]
     path = getattr(exc, "checkpoint", None)
     if not path:
-        return "interrupted"
-    return (f"interrupted after step {getattr(exc, 'step', '?')}; checkpoint {path}: run the same command with "
+        return how
+    return (f"{how} after step {getattr(exc, 'step', '?')}; checkpoint {path}: run the same command with "
             "--resume to continue from it")
 
 
@@ -157,7 +162,7 @@ def command(ctx: typer.Context,
                                                help="Write checkpoints and metrics.jsonl here."),
             checkpoint_every: int = typer.Option(100, min=1, metavar="N",
                                                  help="Optimizer steps between checkpoints (one is also written "
-                                                      "at the end and on Ctrl-C)."),
+                                                      "at the end and on Ctrl-C or SIGTERM)."),
             resume: bool = typer.Option(False, "--resume",
                                         help="Continue from the newest checkpoint in --checkpoint-dir."),
             eval_path: str = typer.Option(None, "--eval", metavar="PATH",

@@ -24,9 +24,10 @@ unseen element. With an :class:`~headrace.train.elastic.ElasticDataset` the stat
 a global order, so the checkpoint resumes at any world size (:mod:`headrace.train.elastic`); any other
 pipeline resumes mid-epoch only at the world size that wrote it.
 
-Ctrl-C (SIGINT) while training finishes the step in progress, writes a checkpoint of that point (with a
-``checkpoint_dir``), prints where, and raises :class:`~headrace.train.interrupt.TrainingInterrupted` (a
-``KeyboardInterrupt``); a second Ctrl-C stops at once (:mod:`headrace.train.interrupt`).
+Ctrl-C (SIGINT) or SIGTERM (a preemption) while training finishes the step in progress, writes a checkpoint
+of that point (with a ``checkpoint_dir``), prints where, and raises
+:class:`~headrace.train.interrupt.TrainingInterrupted` (a ``KeyboardInterrupt``), in every rank; a second
+signal stops at once (:mod:`headrace.train.interrupt`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from .accumulate import make_plan
 from .checkpoint import latest_checkpoint, load_checkpoint, restore_rng
 from .elastic import RankBatches, rank_data, resume_data_state
 from .gpu import available_gpu_bytes, check_memory_fraction, configure_gpu_memory
-from .interrupt import StopRequest
+from .interrupt import StopRequest, signal_name
 from .loop import FitResult, StepInfo, _loop
 from .memory import limit_heap_retention, release_free_memory, rss_bytes
 from .micro_batch import MicroBatchChoice, find_micro_batch_size, optimizer_state_bytes
@@ -152,7 +153,7 @@ def fit(model: Any, dataset: Any, *, loss_fn: Callable[[Any, Any], Any], optimiz
         StateError: a checkpoint from another pipeline, or one written mid-epoch by a different number
             of ranks for a pipeline that is not an ``ElasticDataset`` (the message names both world sizes
             and the fix).
-        TrainingInterrupted: Ctrl-C (module docstring); a ``KeyboardInterrupt``.
+        TrainingInterrupted: Ctrl-C or SIGTERM (module docstring); a ``KeyboardInterrupt``.
     """
     _validate(global_batch_size, micro_batch_size, epochs, steps, checkpoint_every, data_memory_fraction,
               resume, checkpoint_dir, dataset_size)
@@ -301,12 +302,13 @@ def _total_steps(steps: int | None, max_epochs: int | None, train_ds: Any, datas
     return min(known) if known else None
 
 
-def _stopping_notice(checkpoint_dir: str | None) -> Callable[[], None]:
+def _stopping_notice(checkpoint_dir: str | None) -> Callable[[int], None]:
     then = "writing a checkpoint" if checkpoint_dir is not None else "without a checkpoint (no checkpoint_dir)"
-    text = f"\nheadrace: Ctrl-C: stopping after this step, {then} (Ctrl-C again to stop at once)\n".encode()
 
-    def notice() -> None:  # in a signal handler: one write to the descriptor, no Python buffer (maybe mid-write)
-        os.write(sys.stderr.fileno(), text)
+    def notice(signum: int) -> None:  # in a signal handler: one write to the descriptor, no Python buffer
+        name = signal_name(signum)
+        os.write(sys.stderr.fileno(), f"\nheadrace: {name}: stopping after this step, {then} ({name} again to "
+                                      "stop at once)\n".encode())
 
     return notice
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from ..torch import device_prefetch
 from ._deps import import_torch
 from .accumulate import AccumulationPlan
 from .checkpoint import capture_rng, save_checkpoint
-from .interrupt import StopRequest, TrainingInterrupted
+from .interrupt import StopRequest, TrainingInterrupted, signal_name
 from .memory import PeakRSS, peak_rss_bytes, release_free_memory, rss_bytes
 from .micro_batch import MicroBatchChoice
 from .process_group import process_group_active, sync_buffers
@@ -111,11 +112,13 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
 
     def interrupted(data_state: Any) -> TrainingInterrupted:
         path = save(data_state) if ckpt_dir is not None else None
+        signum = stop.signum if stop is not None and stop.signum is not None else signal.SIGINT
+        how = "interrupted" if signum == signal.SIGINT else f"interrupted ({signal_name(signum)})"
         if path is not None:
-            bar.message(f"interrupted: checkpoint of step {step} (epoch {epoch + 1}) written to {path}")
+            bar.message(f"{how}: checkpoint of step {step} (epoch {epoch + 1}) written to {path}")
         else:
-            bar.message(f"interrupted after step {step} (epoch {epoch + 1}); no checkpoint_dir, nothing saved")
-        return TrainingInterrupted(step, path)
+            bar.message(f"{how} after step {step} (epoch {epoch + 1}); no checkpoint_dir, nothing saved")
+        return TrainingInterrupted(step, path, signum)
 
     last_state: Any = None
     ended_early = False
