@@ -32,6 +32,7 @@ signal stops at once (:mod:`headrace.train.interrupt`).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -213,6 +214,7 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
     # ---- resume -------------------------------------------------------------------------------------
     step, epoch, data_state, resumed_from = 0, 0, None, None
     saved_micro: int | None = None
+    carried: dict[str, Any] | None = None
     said: list[str] = []
     if resume and ckpt_dir is not None:
         path = latest_checkpoint(ckpt_dir)
@@ -230,6 +232,7 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
             restore_rng(ck["rng"])
             step, epoch = int(ck["step"]), int(ck["epoch"])
             saved_micro = int(ck["micro_batch_size"])
+            carried = json.loads(ck["progress"]) if ck.get("progress") else None
             resumed_from = path
             where = f"in epoch {epoch + 1}" if data_state is not None else f"at the start of epoch {epoch + 1}"
             said.append(f"resumed from step {step} ({where}) of {path}")
@@ -284,7 +287,8 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
                          steps=steps, step=step, epoch=epoch, data_state=data_state, ckpt_dir=ckpt_dir,
                          checkpoint_every=checkpoint_every, keep=keep_checkpoints, callbacks=callbacks,
                          metrics=metrics, bar=bar, log_every=log_every, closers=closers, choice=choice,
-                         base_rss=base_rss, budget=budget, resumed_from=resumed_from, stop=stop)
+                         base_rss=base_rss, budget=budget, resumed_from=resumed_from, stop=stop,
+                         carried=carried)
     finally:
         bar.close()
 

@@ -59,8 +59,10 @@ class FitResult:
 
 def _checkpoint(*, ckpt_dir: str, model: Any, optimizer: Any, scheduler: Any, prec: Any, step: int, epoch: int,
                 data_state: dict[str, Any] | None, info: ProcessInfo, plan: AccumulationPlan, keep: int,
-                callbacks: list[Any]) -> str | None:
-    """Write a checkpoint (all ranks take part); its path on rank 0, None on the others."""
+                callbacks: list[Any], progress: dict[str, Any]) -> str | None:
+    """Write a checkpoint (all ranks take part); its path on rank 0, None on the others. ``progress``: what
+    a resumed run's history and clock go on from (``elapsed_s``, ``history``, and mid-epoch the epoch's
+    ``epoch_steps``, ``epoch_loss``, ``epoch_samples``, ``epoch_time_s``), stored as a JSON string."""
     state_json = json.dumps(data_state) if data_state is not None else None
     if info.is_distributed:
         gathered: list[Any] = [None] * info.world_size
@@ -73,7 +75,7 @@ def _checkpoint(*, ckpt_dir: str, model: Any, optimizer: Any, scheduler: Any, pr
                "scaler": prec.scaler.state_dict() if prec.scaler is not None else None,
                "lr_scheduler": scheduler.state_dict() if scheduler is not None else None,
                "rng": capture_rng(), "data_states": gathered, "world_size": info.world_size,
-               "micro_batch_size": plan.micro_batch_size}
+               "micro_batch_size": plan.micro_batch_size, "progress": json.dumps(progress)}
     path = save_checkpoint(ckpt_dir, payload, keep=keep)
     _call(callbacks, "on_checkpoint", path, step)
     return path
@@ -84,7 +86,10 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
           steps: int | None, step: int, epoch: int, data_state: dict[str, Any] | None, ckpt_dir: str | None,
           checkpoint_every: int, keep: int, callbacks: list[Any], metrics: MetricsLog, bar: Progress,
           log_every: int, closers: list[Any], choice: MicroBatchChoice | None, base_rss: int,
-          budget: int | None, resumed_from: str | None, stop: StopRequest | None = None) -> FitResult:
+          budget: int | None, resumed_from: str | None, stop: StopRequest | None = None,
+          carried: dict[str, Any] | None = None) -> FitResult:
+    """The loop. ``carried``: the resumed checkpoint's ``progress`` (:func:`_checkpoint`): the history, the
+    clock (``time_s`` in ``metrics.jsonl``) and, mid-epoch, the epoch's counts go on from it."""
     ddp = None
     if process_group_active():  # also one rank under torchrun: the same DDP path as with more
         from torch.nn.parallel import DistributedDataParallel
@@ -95,7 +100,10 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
     result = FitResult(steps=step, epochs=epoch, micro_batch_size=plan.micro_batch_size,
                        accumulation_steps=plan.accumulation_steps, micro_batch_choice=choice,
                        base_rss_bytes=base_rss, memory_budget_bytes=budget, resumed_from=resumed_from)
-    t_start = time.perf_counter()
+    carried = carried or {}
+    result.history = list(carried.get("history", []))
+    t_start = time.perf_counter() - float(carried.get("elapsed_s", 0.0))  # the run's clock, across resumes
+    t_session = time.perf_counter()
     samples_total = 0
     wait_total = 0.0
 
@@ -103,9 +111,14 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
         return ckpt_dir is not None
 
     def save(data_state: Any) -> str | None:
+        now = time.perf_counter()
+        progress: dict[str, Any] = {"elapsed_s": now - t_start, "history": result.history}
+        if data_state is not None:  # mid-epoch
+            progress.update(epoch_steps=epoch_steps, epoch_loss=epoch_loss, epoch_samples=epoch_samples,
+                            epoch_time_s=now - t_epoch)
         return _checkpoint(ckpt_dir=ckpt_dir, model=model, optimizer=optimizer, scheduler=scheduler,  # type: ignore[arg-type]
                            prec=prec, step=step, epoch=epoch, data_state=data_state, info=info, plan=plan,
-                           keep=keep, callbacks=callbacks)
+                           keep=keep, callbacks=callbacks, progress=progress)
 
     def stop_requested() -> bool:  # every rank stops at the same step
         return _all_reduce_min(int(stop is None or not stop.requested), device, info) == 0
@@ -128,6 +141,10 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
             t_epoch = time.perf_counter()
             epoch_loss, epoch_steps, epoch_samples = 0.0, 0, 0
             fresh_epoch = data_state is None
+            if not fresh_epoch and "epoch_steps" in carried:  # resumed mid-epoch: its counts go on
+                epoch_loss, epoch_steps = float(carried["epoch_loss"]), int(carried["epoch_steps"])
+                epoch_samples = int(carried["epoch_samples"])
+                t_epoch -= float(carried["epoch_time_s"])
             source = _batches(train_ds, data_state, want_state, step, closers, epoch)
             data_state = None
             stream = device_prefetch(source, device)
@@ -150,16 +167,17 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
                 epoch_samples += plan.global_batch_size
                 samples_total += plan.global_batch_size
                 wait_total += wait
-                elapsed = time.perf_counter() - t_start
-                sps = samples_total / max(elapsed, 1e-9)
+                now = time.perf_counter()
+                session = max(now - t_session, 1e-9)  # this process's rates; time_s is the run's clock
+                sps = samples_total / session
                 rss = rss_bytes()
-                info_step = StepInfo(step, epoch + 1, loss, batch, sps, wait_total / max(elapsed, 1e-9), rss)
+                info_step = StepInfo(step, epoch + 1, loss, batch, sps, wait_total / session, rss)
                 _call(callbacks, "on_step_end", info_step)
                 bar.update(step, loss, sps, info_step.data_wait_fraction, rss, epoch=epoch + 1)
                 if step % log_every == 0 or step == steps:
                     metrics.write({"event": "step", "step": step, "epoch": epoch + 1, "loss": loss,
                                    "samples_per_s": sps, "data_wait_fraction": info_step.data_wait_fraction,
-                                   "rss_bytes": rss, "time_s": elapsed})
+                                   "rss_bytes": rss, "time_s": now - t_start})
                 if snap.value is not None:
                     last_state = snap.value
                 if stop_requested():
@@ -202,14 +220,14 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
                 raise interrupted(None)
         if ckpt_dir is not None and step > result.steps and step % checkpoint_every != 0:
             save(last_state if ended_early else None)
-    elapsed = time.perf_counter() - t_start
+    now = time.perf_counter()
     result.steps = step
     result.epochs = epoch
-    result.samples_per_s = samples_total / max(elapsed, 1e-9)
+    result.samples_per_s = samples_total / max(now - t_session, 1e-9)
     result.peak_rss_bytes = peak.peak_bytes
     metrics.write({"event": "end", "steps": step, "epochs": epoch, "samples_per_s": result.samples_per_s,
                    "peak_rss_bytes": peak.peak_bytes, "base_rss_bytes": base_rss,
-                   "memory_budget_bytes": budget, "time_s": elapsed})
+                   "memory_budget_bytes": budget, "time_s": now - t_start})
     bar.message(f"done: {step} steps, {epoch} epoch(s), {result.samples_per_s:,.1f} samples/s, peak RSS "
                 f"{format_bytes(peak.peak_bytes)}" + (f" (base {format_bytes(base_rss)} + budget "
                                                        f"{format_bytes(budget)})" if budget else ""))
