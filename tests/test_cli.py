@@ -478,3 +478,78 @@ def test_resume_with_another_model_is_one_line(shards: Path, tmp_path: Path) -> 
     fewer = runner.invoke(app, [*args, "--model", "small-cnn", "--num-classes", "20", "--resume"])
     assert fewer.exit_code == 1 and "small-cnn model with 12 classes" in fewer.stderr
     assert "--model small-cnn with 20 classes" in fewer.stderr and "--num-classes 12" in fewer.stderr
+
+
+@pytest.fixture(scope="module")
+def corrupt_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
+    """24 JPEG Examples in 2 shards, one of them cut to 40 bytes: (directory, its shard, its byte offset)."""
+    from headrace.image.photos import iter_photo_jpegs
+    from headrace.io.example import encode
+    from headrace.io.sharded_writer import ShardedWriter
+    from headrace.io.tfrecord import TFRecordDataset
+
+    out = tmp_path_factory.mktemp("corrupt")
+    with ShardedWriter(out, "train", num_shards=2) as w:
+        for i, (jpeg, label) in enumerate(iter_photo_jpegs(24, (32, 24))):
+            w.write(encode({"image/encoded": jpeg[:40] if i == 13 else jpeg, "image/class/label": label}))
+    for shard in sorted(out.glob("*.tfrecord")):
+        offset = 0
+        for record in TFRecordDataset(str(shard)):
+            if len(record) < 200:
+                return out, str(shard), offset
+            offset += len(record) + 16  # TFRecord framing: length, its CRC, data, data CRC
+    raise AssertionError("no cut record")
+
+
+def test_train_skips_corrupt_records_when_asked(corrupt_shards: tuple[Path, str, int], tmp_path: Path) -> None:
+    """--on-corrupt skip: the undecodable record is skipped, named (shard, byte offset), counted in the
+    summary and in metrics.jsonl (issue #21 item 7)."""
+    data, shard, offset = corrupt_shards
+    ck = tmp_path / "ck"
+    result = runner.invoke(app, ["train", str(data), "--model", "small-cnn", "--image-size", "16",
+                                 "--global-batch-size", "4", "--micro-batch-size", "4", "--checkpoint-dir", str(ck),
+                                 "--on-corrupt", "skip"])
+    assert result.exit_code == 0, result.output
+    assert f"headrace: warning: skipped: {shard}: record " in result.stderr
+    assert f"at byte offset {offset}: cannot decode its image" in result.stderr
+    info = _last_json(result.stdout)
+    assert info["skipped_records"] == 1 and info["steps"] == 5  # 23 good records // 4
+    assert f"skipped 1 corrupt record(s); the first: {shard} at byte offset {offset}" in result.stdout
+    metrics = [json.loads(x) for x in (ck / "metrics.jsonl").read_text().splitlines()]
+    skipped = [m for m in metrics if m["event"] == "skipped_records"]
+    assert skipped == [{"event": "skipped_records", "count": 1,
+                        "records": [{"path": shard, "offset": offset, "reason": "image_decode"}]}]
+
+
+def test_train_stops_on_a_corrupt_record_after_a_checkpoint(corrupt_shards: tuple[Path, str, int],
+                                                             tmp_path: Path) -> None:
+    """Without --on-corrupt skip: one line naming the shard, the byte offset and the CLI's fix, after a
+    checkpoint of the step reached, which --resume --on-corrupt skip continues from."""
+    data, shard, offset = corrupt_shards
+    ck = tmp_path / "ck"
+    args = ["train", str(data), "--model", "small-cnn", "--image-size", "16", "--global-batch-size", "2",
+            "--micro-batch-size", "2", "--checkpoint-dir", str(ck), "--checkpoint-every", "1000"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"headrace: error: {shard}: record ") and f"at byte offset {offset}:" in line
+    assert "--on-corrupt skip" in line and "ignore_errors" not in line
+    latest = json.loads((ck / "latest.json").read_text())
+    assert latest["step"] >= 1 and f"checkpoint of step {latest['step']} (epoch 1) written to " \
+        f"{ck / latest['path']}" in line
+    again = runner.invoke(app, [*args, "--resume", "--on-corrupt", "skip"])
+    assert again.exit_code == 0, again.output
+    assert f"resumed from step {latest['step']} (in epoch 1)" in again.stdout
+    assert _last_json(again.stdout)["skipped_records"] == 1
+
+
+def test_bench_names_or_skips_a_corrupt_record(corrupt_shards: tuple[Path, str, int]) -> None:
+    data, shard, offset = corrupt_shards
+    args = ["bench", str(data), "--image-size", "16", "--batch-size", "4", "--max-batches", "12"]
+    stopped = runner.invoke(app, args)
+    assert stopped.exit_code == 1
+    assert f"{shard}: record " in stopped.stderr and f"at byte offset {offset}" in stopped.stderr
+    assert "--on-corrupt skip" in stopped.stderr and "ignore_errors" not in stopped.stderr
+    skipped = runner.invoke(app, [*args, "--on-corrupt", "skip"])
+    assert skipped.exit_code == 0, skipped.output
+    assert _last_json(skipped.stdout)["skipped_records"] == 1  # once, however often the data repeats

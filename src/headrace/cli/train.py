@@ -73,13 +73,19 @@ def _check_resume(checkpoint_dir: str, total_steps: int, model: str, net: Any, c
 def run_train(path: str, *, model: str, image_size: int, global_batch_size: int, epochs: int,
               precision: str, memory_budget: int | str | None, checkpoint_dir: str | None, resume: bool,
               micro_batch_size: int | str, learning_rate: float, eval_path: str | None, num_classes: int | None,
-              seed: int = 0, checkpoint_every: int = 100, progress: bool | None = None) -> dict[str, Any]:
-    """Train and return a summary (``steps``, ``history``, ``samples_per_s``, memory figures).
+              seed: int = 0, checkpoint_every: int = 100, progress: bool | None = None,
+              on_corrupt: str = "raise") -> dict[str, Any]:
+    """Train and return a summary (``steps``, ``history``, ``samples_per_s``, memory figures,
+    ``skipped_records``: how many corrupt records ``on_corrupt="skip"`` dropped, also printed with the
+    first one's shard and byte offset, and written to ``metrics.jsonl`` as ``{"event": "skipped_records",
+    "count", "records": [{"path", "offset", "reason"}, ...]}``, the first 100).
 
     Raises:
         FileNotFoundError: no TFRecord files at ``path`` / ``eval_path``.
         ValueError: not TFRecord shards, an empty dataset, too few records for one global batch,
             ``num_classes`` below the labels, a budget too small for the data pipeline.
+        DataLossError: an undecodable image or corrupt record (``on_corrupt="raise"``), naming the shard
+            and byte offset, after a checkpoint of the step reached (with ``checkpoint_dir``).
         TrainingInterrupted: Ctrl-C or SIGTERM (after writing a checkpoint, with ``checkpoint_dir``).
     """
     from .._memory import parse_bytes
@@ -94,7 +100,7 @@ def run_train(path: str, *, model: str, image_size: int, global_batch_size: int,
     import torch
 
     from ..train import fit
-    from ..train.data import count_classes, find_tfrecords, image_classification_dataset
+    from ..train.data import CorruptRecords, count_classes, find_tfrecords, image_classification_dataset
     from ..train.models import build_model
 
     if len(train_files) == 1 and "://" in train_files[0]:  # remote: listed only now
@@ -118,18 +124,41 @@ def run_train(path: str, *, model: str, image_size: int, global_batch_size: int,
                                 weight_decay=5e-4)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=learning_rate,
                                                    total_steps=steps_per_epoch * epochs, pct_start=0.25)
-    train_ds = image_classification_dataset(train_files, image_size, training=True, seed=seed)
-    eval_ds = image_classification_dataset(eval_files, image_size, training=False) if eval_files else None
+    corrupt = CorruptRecords()
+    train_ds = image_classification_dataset(train_files, image_size, training=True, seed=seed,
+                                            on_corrupt=on_corrupt, corrupt=corrupt)
+    eval_ds = (image_classification_dataset(eval_files, image_size, training=False, on_corrupt=on_corrupt,
+                                            corrupt=corrupt) if eval_files else None)
     result = fit(net, train_ds, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=optimizer,
                  global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, epochs=epochs,
                  precision=precision, memory_budget=budget, checkpoint_dir=checkpoint_dir,
                  checkpoint_every=checkpoint_every, resume=resume, eval_dataset=eval_ds, lr_scheduler=schedule,
                  progress=progress, dataset_size=records, data_memory_fraction=DATA_MEMORY_FRACTION)
+    skipped = _report_skipped(corrupt.records(), checkpoint_dir)
     return {"steps": result.steps, "epochs": result.epochs, "num_classes": classes, "records": records,
             "micro_batch_size": result.micro_batch_size, "accumulation_steps": result.accumulation_steps,
             "samples_per_s": round(result.samples_per_s, 2), "peak_rss_bytes": result.peak_rss_bytes,
             "base_rss_bytes": result.base_rss_bytes, "memory_budget_bytes": result.memory_budget_bytes,
-            "history": result.history, "resumed_from": result.resumed_from}
+            "history": result.history, "resumed_from": result.resumed_from, "skipped_records": skipped}
+
+
+def _report_skipped(records: list[Any], checkpoint_dir: str | None) -> int:
+    """Say how many corrupt records were skipped and the first one's place (rank 0), and write them to
+    ``metrics.jsonl`` in ``checkpoint_dir``; returns the count."""
+    from ..distribute import process_info
+
+    if not records or not process_info().is_main:
+        return len(records)
+    first = records[0]
+    typer.echo(f"headrace.fit: skipped {len(records)} corrupt record(s); the first: {first.path} at byte offset "
+               f"{first.offset} ({first.reason})")
+    if checkpoint_dir is not None and "://" not in checkpoint_dir:
+        from ..train.progress import MetricsLog
+
+        MetricsLog(f"{checkpoint_dir}/metrics.jsonl").write(
+            {"event": "skipped_records", "count": len(records),
+             "records": [{"path": r.path, "offset": r.offset, "reason": r.reason} for r in records[:100]]})
+    return len(records)
 
 
 def _interrupted(exc: KeyboardInterrupt) -> str:
@@ -171,7 +200,10 @@ def command(ctx: typer.Context,
                                             help="Number of classes (default: largest label + 1)."),
             lr: float = typer.Option(0.05, parser=positive, metavar="RATE",
                                      help="Peak learning rate (SGD, one-cycle schedule)."),
-            seed: int = typer.Option(0, metavar="N", help="Seed of the model initialisation and the shuffles.")
+            seed: int = typer.Option(0, metavar="N", help="Seed of the model initialisation and the shuffles."),
+            on_corrupt: Literal["raise", "skip"] = typer.Option(
+                "raise", help="At an undecodable image or corrupt record: stop (after a checkpoint), or skip it "
+                              "(warned, counted at the end and in metrics.jsonl).")
             ) -> None:
     """Train a built-in model (resnet18, small-cnn) on TFRecord image shards inside a memory budget."""
     if resume and checkpoint_dir is None:
@@ -180,5 +212,6 @@ def command(ctx: typer.Context,
                                global_batch_size=global_batch_size, epochs=epochs, precision=precision,
                                memory_budget=memory_budget, checkpoint_dir=checkpoint_dir, resume=resume,
                                micro_batch_size=micro_batch_size, learning_rate=lr, eval_path=eval_path,
-                               num_classes=num_classes, seed=seed, checkpoint_every=checkpoint_every),
+                               num_classes=num_classes, seed=seed, checkpoint_every=checkpoint_every,
+                               on_corrupt=on_corrupt),
         extra_flags={"learning_rate": "--lr", "resume": "--resume"}, interrupted=_interrupted)

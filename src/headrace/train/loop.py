@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._errors import DataLossError, ImageDecodeError
 from .._memory import format_bytes
 from ..distribute import ProcessInfo
 from ..torch import device_prefetch
@@ -24,6 +25,9 @@ from .progress import MetricsLog, Progress
 from .steps import _all_reduce_min, _batches, _call, _evaluate, _train_step
 
 torch = import_torch()
+
+DATA_ERRORS = (DataLossError, ImageDecodeError)
+"""Errors of corrupt data that stop training after a checkpoint (the loop's ``stopped_on``)."""
 
 
 @dataclass
@@ -133,6 +137,17 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
             bar.message(f"{how} after step {step} (epoch {epoch + 1}); no checkpoint_dir, nothing saved")
         return TrainingInterrupted(step, path, signum)
 
+    def stopped_on(error: BaseException | None, data_state: Any) -> BaseException:
+        path = save(data_state) if ckpt_dir is not None and step > 0 else None
+        if error is None:  # another rank's data error; that rank reports it
+            error = DataLossError(f"rank {info.rank}: stopped at step {step}: another rank hit corrupt data")
+        where = (f"checkpoint of step {step} (epoch {epoch + 1}) written to {path}: skip such records "
+                 "(on_corrupt='skip') or fix the data, then resume from it" if path is not None
+                 else f"no checkpoint written (step {step}{'' if ckpt_dir else ', no checkpoint_dir'})")
+        bar.message(f"stopped on a data error: {where}")
+        error.add_note(where)
+        return error
+
     last_state: Any = None
     ended_early = False
 
@@ -150,9 +165,16 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
             stream = device_prefetch(source, device)
             while steps is None or step < steps:
                 t0 = time.perf_counter()
-                item = next(stream, None)
+                data_error: BaseException | None = None
+                try:
+                    item = next(stream, None)
+                except DATA_ERRORS as exc:
+                    item, data_error = None, exc
                 wait = time.perf_counter() - t0
-                if _all_reduce_min(int(item is not None), device, info) == 0:
+                status = _all_reduce_min(0 if data_error is not None else 1 if item is None else 2, device, info)
+                if status == 0:  # a rank hit corrupt data: every rank checkpoints, then stops
+                    raise stopped_on(data_error, last_state)
+                if status == 1:
                     break
                 batch, snap = item  # type: ignore[misc]
                 loss = float(_train_step(model, ddp, batch, plan, loss_fn, optimizer, prec))
