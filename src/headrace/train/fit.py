@@ -297,7 +297,7 @@ def _total_steps(steps: int | None, max_epochs: int | None, train_ds: Any, datas
                  global_batch_size: int) -> int | None:
     """Optimizer steps of the whole run, when known: ``steps``, else epochs x steps per epoch (from the
     per-rank batched dataset's cardinality, or ``dataset_size``)."""
-    cardinality = getattr(train_ds, "cardinality", None)  # (an ElasticDataset's batches have none)
+    cardinality = getattr(train_ds, "cardinality", None)  # (an ElasticDataset's: its length)
     per_epoch = int(cardinality()) if cardinality is not None else -2
     if per_epoch < 0 and dataset_size is not None:
         per_epoch = dataset_size // global_batch_size
