@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
+
 from headrace.train.interrupt import StopRequest
 
 
@@ -16,6 +18,10 @@ def test_sigterm_is_a_stop_request_and_the_previous_handlers_come_back() -> None
         with StopRequest(on_request=seen.append) as stop:
             os.kill(os.getpid(), signal.SIGTERM)
             assert stop.requested and stop.signum == signal.SIGTERM and seen == [signal.SIGTERM]
+            os.kill(os.getpid(), signal.SIGTERM)  # torchrun's agent forwards the one it got: ignored
+            assert seen == [signal.SIGTERM]
+            with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C stops at once
+                os.kill(os.getpid(), signal.SIGINT)
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:

@@ -27,7 +27,9 @@ pipeline resumes mid-epoch only at the world size that wrote it.
 Ctrl-C (SIGINT) or SIGTERM (a preemption) while training finishes the step in progress, writes a checkpoint
 of that point (with a ``checkpoint_dir``), prints where, and raises
 :class:`~headrace.train.interrupt.TrainingInterrupted` (a ``KeyboardInterrupt``), in every rank; a second
-signal stops at once (:mod:`headrace.train.interrupt`).
+Ctrl-C stops at once, a second SIGTERM is ignored (:mod:`headrace.train.interrupt`). Corrupt data
+(:class:`~headrace.DataLossError`, :class:`~headrace.ImageDecodeError`) stops training the same way: a
+checkpoint of the step reached first (every rank), then the error, with a note naming the checkpoint.
 """
 
 from __future__ import annotations
@@ -311,8 +313,8 @@ def _stopping_notice(checkpoint_dir: str | None) -> Callable[[int], None]:
 
     def notice(signum: int) -> None:  # in a signal handler: one write to the descriptor, no Python buffer
         name = signal_name(signum)
-        os.write(sys.stderr.fileno(), f"\nheadrace: {name}: stopping after this step, {then} ({name} again to "
-                                      "stop at once)\n".encode())
+        again = " (Ctrl-C again to stop at once)" if name == "Ctrl-C" else ""
+        os.write(sys.stderr.fileno(), f"\nheadrace: {name}: stopping after this step, {then}{again}\n".encode())
 
     return notice
 

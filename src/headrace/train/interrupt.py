@@ -5,8 +5,10 @@ Slurm and torchrun's elastic agent stop or preempt a job) in the main thread of 
 signal only asks the loop to stop (it checks after every step and between epochs, and all ranks stop at
 the same step); the loop then writes a checkpoint of exactly that point (when there is a
 ``checkpoint_dir``), says where, and raises :class:`TrainingInterrupted`, a ``KeyboardInterrupt`` whose
-``signum`` says which signal it was. A second signal raises ``KeyboardInterrupt`` at once. The previous
-handlers are back when the loop ends. Outside the loop, and for a signal that is ignored or handled by
+``signum`` says which signal it was. A second Ctrl-C raises ``KeyboardInterrupt`` at once; a second
+SIGTERM is ignored (the checkpoint is being written): a worker under torchrun often gets two, the one
+sent to the job's processes and the one the elastic agent forwards. The previous handlers are back when
+the loop ends. Outside the loop, and for a signal that is ignored or handled by
 someone else when the loop starts, nothing changes. ``headrace train`` then exits with status
 128 + the signal's number (130 after SIGINT, 143 after SIGTERM), as shells report a process killed by it.
 """
@@ -43,7 +45,8 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 class StopRequest:
     """A context manager that turns the first SIGINT or SIGTERM into ``requested = True`` (``signum`` set to
-    the signal's number; ``on_request(signum)`` called); a second one raises ``KeyboardInterrupt``."""
+    the signal's number; ``on_request(signum)`` called); a second SIGINT raises ``KeyboardInterrupt``, a second
+    SIGTERM is ignored."""
 
     def __init__(self, on_request: Callable[[int], None] | None = None) -> None:
         self.requested = False
@@ -53,7 +56,9 @@ class StopRequest:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
-            raise KeyboardInterrupt
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            return
         self.requested = True
         self.signum = signum
         if self.on_request is not None:
