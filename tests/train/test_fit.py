@@ -139,3 +139,10 @@ def test_a_resumed_run_continues_the_history_and_the_clock(tmp_path) -> None:
     ends = [r for r in lines if r["event"] == "end"]
     assert ends[1]["time_s"] > ends[0]["time_s"] and ends[1]["steps"] == 18
     assert resumed.history[1]["time_s"] >= 0.05 * 6  # epoch 2's six steps, two of them before the resume
+
+
+def test_resuming_into_another_model_is_a_state_error(tmp_path) -> None:
+    _fit(steps=2, checkpoint_dir=tmp_path)
+    with pytest.raises(hr.StateError, match=r"ckpt-000000002\.pt: its model state does not fit the model given "
+                                            r"to fit \(.*size mismatch.*\); resume with the model"):
+        _fit(mlp(classes=4), steps=4, checkpoint_dir=tmp_path, resume=True)

@@ -40,6 +40,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .._errors import StateError
 from .._memory import parse_bytes
 from .._options import Options
 from ..distribute import ProcessInfo, process_info
@@ -153,9 +154,9 @@ def fit(model: Any, dataset: Any, *, loss_fn: Callable[[Any, Any], Any], optimiz
         ValueError: bad arguments, elements that are not ``(inputs, targets)``, a dataset with fewer
             elements than one per-rank batch.
         MemoryBudgetError: not even a micro-batch of 1 fits the budget.
-        StateError: a checkpoint from another pipeline, or one written mid-epoch by a different number
-            of ranks for a pipeline that is not an ``ElasticDataset`` (the message names both world sizes
-            and the fix).
+        StateError: a checkpoint of another model (architecture, number of classes), from another
+            pipeline, or one written mid-epoch by a different number of ranks for a pipeline that is not an
+            ``ElasticDataset`` (the message names both world sizes and the fix).
         TrainingInterrupted: Ctrl-C or SIGTERM (module docstring); a ``KeyboardInterrupt``.
     """
     _validate(global_batch_size, micro_batch_size, epochs, steps, checkpoint_every, data_memory_fraction,
@@ -225,7 +226,13 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
         else:
             ck = load_checkpoint(path, map_location=device)
             data_state = resume_data_state(ck, path, info, dataset)
-            model.load_state_dict(ck["model"])
+            try:
+                model.load_state_dict(ck["model"])
+            except RuntimeError as exc:  # another architecture or number of classes
+                detail = " ".join(str(exc).split())[:300]
+                raise StateError(f"{path}: its model state does not fit the model given to fit ({detail}); "
+                                 "resume with the model it was trained with, or point checkpoint_dir "
+                                 "elsewhere") from exc
             optimizer.load_state_dict(ck["optimizer"])
             if prec.scaler is not None and ck.get("scaler"):
                 prec.scaler.load_state_dict(ck["scaler"])
