@@ -11,8 +11,9 @@ from headrace.train.interrupt import StopRequest
 
 
 def test_sigterm_is_a_stop_request_and_the_previous_handlers_come_back() -> None:
-    before = signal.getsignal(signal.SIGTERM)
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # (ignored when pytest runs as a background job)
     try:
         seen: list[int] = []
         with StopRequest(on_request=seen.append) as stop:
@@ -25,7 +26,8 @@ def test_sigterm_is_a_stop_request_and_the_previous_handlers_come_back() -> None
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
-        signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGINT, before[1])
 
 
 def test_a_handler_set_by_someone_else_is_left_alone() -> None:
