@@ -1,6 +1,6 @@
 """The ``headrace`` command: --help / -h everywhere, --version, smoke runs of inspect / bench / train / demo
 on tiny data, ``inspect`` on ``headrace convert`` output (its manifest, ``--verify``), progress lines with
-a total, resume messages, Ctrl-C during training, and one-line errors: usage errors (exit status 2)
+a total, resume messages, Ctrl-C and SIGTERM during training, and one-line errors: usage errors (exit status 2)
 naming the flag, user errors (exit status 1) with Python parameter names turned into flags, internal
 bugs keeping their traceback."""
 
@@ -227,37 +227,55 @@ def test_train_then_resume(shards: Path, tmp_path: Path) -> None:
     assert longer.exit_code == 1 and "--resume: " in longer.stderr and "--epochs" in longer.stderr
 
 
-@pytest.mark.slow
-def test_ctrl_c_writes_a_checkpoint_and_resume_continues(shards: Path, tmp_path: Path) -> None:
-    """SIGINT to `headrace train` after its first step: a checkpoint of the step reached, a message naming it,
-    exit status 130; then --resume says where it continues from."""
-    ck = tmp_path / "ck"
-    args = [sys.executable, "-m", "headrace.cli", "train", str(shards), "--model", "small-cnn", "--image-size", "16",
-            "--global-batch-size", "2", "--micro-batch-size", "2", "--epochs", "100", "--checkpoint-dir", str(ck)]
+def _restored_signals() -> None:
+    """In a child before exec: SIGINT and SIGTERM back to their defaults (a shell's background job starts
+    with SIGINT ignored, and Python then leaves it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
-    def interrupt_when(proc: subprocess.Popen, marker: str) -> tuple[str, str]:
+
+def _signal_when(args: list[str], marker: str, signum: int) -> tuple[subprocess.Popen, str, str]:
+    """Start ``args``; send ``signum`` once a stdout line holds ``marker``; return the process and its output."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_restored_signals)
+    try:
         seen = []
         for line in proc.stdout:  # type: ignore[union-attr]
             seen.append(line)
             if marker in line:
-                proc.send_signal(signal.SIGINT)
+                proc.send_signal(signum)
                 break
         out, err = proc.communicate(timeout=120)
-        return "".join(seen) + out, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    return proc, "".join(seen) + out, err
 
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = interrupt_when(proc, "headrace.fit: step 1/1200")
-    assert proc.returncode == 130, err
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_writes_a_checkpoint_and_resume_continues(shards: Path, tmp_path: Path,
+                                                                      signum: int) -> None:
+    """SIGINT (Ctrl-C) or SIGTERM (a preemption) to `headrace train` after its first step: a checkpoint of the
+    step reached, a message naming it, exit status 128 + the signal; then --resume says where it continues
+    from. Passes from a background job too (SIGINT inherited ignored): the child gets default handlers."""
+    ck = tmp_path / "ck"
+    args = [sys.executable, "-m", "headrace.cli", "train", str(shards), "--model", "small-cnn", "--image-size", "16",
+            "--global-batch-size", "2", "--micro-batch-size", "2", "--epochs", "100", "--checkpoint-dir", str(ck),
+            "--checkpoint-every", "100000"]  # the only checkpoint is the one the signal makes
+    how = "interrupted" if signum == signal.SIGINT else "interrupted (SIGTERM)"
+    proc, out, err = _signal_when(args, "headrace.fit: step 1/1200", signum)
+    assert proc.returncode == 128 + signum, err
     latest = json.loads((ck / "latest.json").read_text())
     assert 1 <= latest["step"] < 1200 and (ck / latest["path"]).exists()
-    assert f"interrupted: checkpoint of step {latest['step']} (epoch 1) written to {ck / latest['path']}" in out
-    assert err.strip().splitlines()[-1] == (f"headrace: interrupted after step {latest['step']}; checkpoint "
+    assert f"{how}: checkpoint of step {latest['step']} (epoch 1) written to {ck / latest['path']}" in out
+    assert err.strip().splitlines()[-1] == (f"headrace: {how} after step {latest['step']}; checkpoint "
                                             f"{ck / latest['path']}: run the same command with --resume to "
                                             "continue from it")
-    proc = subprocess.Popen([*args, "--resume"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = interrupt_when(proc, "resumed from step")
+    proc, out, err = _signal_when([*args, "--resume"], "resumed from step", signum)
     assert f"resumed from step {latest['step']} (in epoch 1) of {ck / latest['path']}" in out
-    assert proc.returncode == 130, err
+    assert proc.returncode == 128 + signum, err
     assert json.loads((ck / "latest.json").read_text())["step"] >= latest["step"]
 
 
@@ -513,3 +531,96 @@ def test_model_choices_are_the_trainer_s() -> None:
     from headrace.train.models import MODEL_NAMES as trainable
 
     assert trainable == MODEL_NAMES
+
+
+def test_resume_with_another_model_is_one_line(shards: Path, tmp_path: Path) -> None:
+    """--resume with a --model other than the checkpoint's: one line naming both models and the fix, no
+    traceback (issue #21 item 6)."""
+    args = ["train", str(shards), "--image-size", "16", "--global-batch-size", "8", "--epochs", "1",
+            "--checkpoint-dir", str(tmp_path / "ck")]
+    assert _invoke(*args, "--model", "small-cnn").exit_code == 0
+    result = runner.invoke(app, [*args, "--model", "resnet18", "--resume"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output and len(result.stderr.strip().splitlines()) == 1
+    line = result.stderr.strip()
+    assert line.startswith("headrace: error: --resume: ") and "ckpt-000000003.pt" in line
+    assert "small-cnn model with 12 classes" in line and "--model resnet18 with 12 classes" in line
+    assert "resume with --model small-cnn" in line and "another --checkpoint-dir" in line
+    fewer = runner.invoke(app, [*args, "--model", "small-cnn", "--num-classes", "20", "--resume"])
+    assert fewer.exit_code == 1 and "small-cnn model with 12 classes" in fewer.stderr
+    assert "--model small-cnn with 20 classes" in fewer.stderr and "--num-classes 12" in fewer.stderr
+
+
+@pytest.fixture(scope="module")
+def corrupt_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
+    """24 JPEG Examples in 2 shards, one of them cut to 40 bytes: (directory, its shard, its byte offset)."""
+    from headrace.image.photos import iter_photo_jpegs
+    from headrace.io.example import encode
+    from headrace.io.sharded_writer import ShardedWriter
+    from headrace.io.tfrecord import TFRecordDataset
+
+    out = tmp_path_factory.mktemp("corrupt")
+    with ShardedWriter(out, "train", num_shards=2) as w:
+        for i, (jpeg, label) in enumerate(iter_photo_jpegs(24, (32, 24))):
+            w.write(encode({"image/encoded": jpeg[:40] if i == 13 else jpeg, "image/class/label": label}))
+    for shard in sorted(out.glob("*.tfrecord")):
+        offset = 0
+        for record in TFRecordDataset(str(shard)):
+            if len(record) < 200:
+                return out, str(shard), offset
+            offset += len(record) + 16  # TFRecord framing: length, its CRC, data, data CRC
+    raise AssertionError("no cut record")
+
+
+def test_train_skips_corrupt_records_when_asked(corrupt_shards: tuple[Path, str, int], tmp_path: Path) -> None:
+    """--on-corrupt skip: the undecodable record is skipped, named (shard, byte offset), counted in the
+    summary and in metrics.jsonl (issue #21 item 7)."""
+    data, shard, offset = corrupt_shards
+    ck = tmp_path / "ck"
+    result = runner.invoke(app, ["train", str(data), "--model", "small-cnn", "--image-size", "16",
+                                 "--global-batch-size", "4", "--micro-batch-size", "4", "--checkpoint-dir", str(ck),
+                                 "--on-corrupt", "skip"])
+    assert result.exit_code == 0, result.output
+    assert f"headrace: warning: skipped: {shard}: record " in result.stderr
+    assert f"at byte offset {offset}: cannot decode its image" in result.stderr
+    info = _last_json(result.stdout)
+    assert info["skipped_records"] == 1 and info["steps"] == 5  # 23 good records // 4
+    assert f"skipped 1 corrupt record(s); the first: {shard} at byte offset {offset}" in result.stdout
+    metrics = [json.loads(x) for x in (ck / "metrics.jsonl").read_text().splitlines()]
+    skipped = [m for m in metrics if m["event"] == "skipped_records"]
+    assert skipped == [{"event": "skipped_records", "count": 1,
+                        "records": [{"path": shard, "offset": offset, "reason": "image_decode"}]}]
+
+
+def test_train_stops_on_a_corrupt_record_after_a_checkpoint(corrupt_shards: tuple[Path, str, int],
+                                                             tmp_path: Path) -> None:
+    """Without --on-corrupt skip: one line naming the shard, the byte offset and the CLI's fix, after a
+    checkpoint of the step reached, which --resume --on-corrupt skip continues from."""
+    data, shard, offset = corrupt_shards
+    ck = tmp_path / "ck"
+    args = ["train", str(data), "--model", "small-cnn", "--image-size", "16", "--global-batch-size", "2",
+            "--micro-batch-size", "2", "--checkpoint-dir", str(ck), "--checkpoint-every", "1000"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"headrace: error: {shard}: record ") and f"at byte offset {offset}:" in line
+    assert "--on-corrupt skip" in line and "ignore_errors" not in line
+    latest = json.loads((ck / "latest.json").read_text())
+    assert latest["step"] >= 1 and f"checkpoint of step {latest['step']} (epoch 1) written to " \
+        f"{ck / latest['path']}" in line
+    again = runner.invoke(app, [*args, "--resume", "--on-corrupt", "skip"])
+    assert again.exit_code == 0, again.output
+    assert f"resumed from step {latest['step']} (in epoch 1)" in again.stdout
+    assert _last_json(again.stdout)["skipped_records"] == 1
+
+
+def test_bench_names_or_skips_a_corrupt_record(corrupt_shards: tuple[Path, str, int]) -> None:
+    data, shard, offset = corrupt_shards
+    args = ["bench", str(data), "--image-size", "16", "--batch-size", "4", "--max-batches", "12"]
+    stopped = runner.invoke(app, args)
+    assert stopped.exit_code == 1
+    assert f"{shard}: record " in stopped.stderr and f"at byte offset {offset}" in stopped.stderr
+    assert "--on-corrupt skip" in stopped.stderr and "ignore_errors" not in stopped.stderr
+    skipped = runner.invoke(app, [*args, "--on-corrupt", "skip"])
+    assert skipped.exit_code == 0, skipped.output
+    assert _last_json(skipped.stdout)["skipped_records"] == 1  # once, however often the data repeats

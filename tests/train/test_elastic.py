@@ -193,3 +193,19 @@ def test_elastic_resume_of_a_per_rank_pipeline_names_both_world_sizes_and_the_fi
     assert "written by 2 rank(s) and this run has 1" in text
     assert "Resume with 2 rank(s)" in text and "headrace.train.ElasticDataset" in text
     assert read_steps(run / "ids-rank0.txt")[-1][0] == 7  # nothing was trained
+
+
+def test_fit_shows_the_total_from_the_first_step(capsys: pytest.CaptureFixture[str]) -> None:
+    """An ElasticDataset knows its length: the progress lines show the total and the ETA in epoch 1 already
+    (issue #21 item 10b)."""
+    def labelled(i: np.int64) -> tuple[np.ndarray, np.int64]:
+        x, (label, _) = train_job.element(i)
+        return x, label
+
+    model = torch.nn.Linear(4, 2)
+    fit(model, ElasticDataset(np.arange(44), labelled, seed=1), loss_fn=torch.nn.CrossEntropyLoss(),
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1), global_batch_size=8, micro_batch_size=8,
+        epochs=2, progress=False, log_every=2)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("headrace.fit: step ")]
+    assert lines[0].startswith("headrace.fit: step 1/10 (10%), epoch 1/2")  # 44 // 8 = 5 steps per epoch
+    assert lines[1].startswith("headrace.fit: step 2/10 (20%), epoch 1/2") and ", eta " in lines[1]

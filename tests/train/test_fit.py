@@ -117,3 +117,32 @@ def test_resume_continues_exactly_where_the_checkpoint_was(tmp_path, stop_at: in
     resumed = run(17, True, str(tmp_path))
     for a, b in zip(straight, resumed):  # data order, optimizer state and dropout RNG all restored
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_a_resumed_run_continues_the_history_and_the_clock(tmp_path) -> None:
+    """After resume, ``history`` holds every epoch of the run (the resumed one counting its steps from before
+    the checkpoint too) and metrics.jsonl's ``time_s`` goes on from the checkpoint's (issue #21 item 14a)."""
+    def run(resume: bool, **kwargs: object):
+        torch.manual_seed(0)
+        return _fit(resume=resume, checkpoint_dir=tmp_path, checkpoint_every=100, log_every=1,
+                    callbacks=[lambda info: __import__("time").sleep(0.05)], **kwargs)
+
+    first = run(False, steps=8)  # epoch 1 (6 steps) and 2 steps of epoch 2
+    resumed = run(True, epochs=3)
+    assert resumed.steps == 18
+    assert [(r["epoch"], r["steps"]) for r in resumed.history] == [(1, 6), (2, 6), (3, 6)]
+    assert resumed.history[0] == first.history[0]
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    times = [r["time_s"] for r in lines if r["event"] == "step"]
+    assert [r["step"] for r in lines if r["event"] == "step"] == list(range(1, 19))
+    assert times == sorted(times) and times[8] >= times[7] >= 0.3  # step 9, after the resume, goes on
+    ends = [r for r in lines if r["event"] == "end"]
+    assert ends[1]["time_s"] > ends[0]["time_s"] and ends[1]["steps"] == 18
+    assert resumed.history[1]["time_s"] >= 0.05 * 6  # epoch 2's six steps, two of them before the resume
+
+
+def test_resuming_into_another_model_is_a_state_error(tmp_path) -> None:
+    _fit(steps=2, checkpoint_dir=tmp_path)
+    with pytest.raises(hr.StateError, match=r"ckpt-000000002\.pt: its model state does not fit the model given "
+                                            r"to fit \(.*size mismatch.*\); resume with the model"):
+        _fit(mlp(classes=4), steps=4, checkpoint_dir=tmp_path, resume=True)

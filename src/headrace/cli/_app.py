@@ -5,7 +5,9 @@
   headrace rejects a value) becomes one line on stderr, ``headrace: error: ...``, exit status 1, with the
   Python parameter names in it replaced by the command's flags (``global_batch_size=0`` ->
   ``--global-batch-size 0``). Anything else is a bug in headrace and keeps its traceback. Ctrl-C ends with
-  one line and status 130. Warnings print as one line each, ``headrace: warning: ...``.
+  one line and status 130; a ``KeyboardInterrupt`` with a ``signum`` (``headrace train``'s SIGTERM,
+  :mod:`headrace.train.interrupt`) with status 128 + that number (143 for SIGTERM).
+  Warnings print as one line each, ``headrace: warning: ...``.
 - Usage errors (a value the flag's type or range refuses, an unknown flag, a missing argument) are one
   line too, naming the flag, with click's exit status 2; extra arguments get the hint to quote a glob
   pattern (an unquoted one reaches the command as many paths).
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -162,7 +165,7 @@ def run(ctx: typer.Context, work: Callable[[], dict[str, Any]],
     """Run a command's work; print its summary and the JSON line, or a one-line error (module docstring).
 
     ``extra_flags``: library parameter names -> flags, for :func:`translate`; ``interrupted``: the line to
-    print after Ctrl-C (default ``interrupted``).
+    print after Ctrl-C or SIGTERM (default ``interrupted``).
     """
     flags = flags_of(ctx, extra_flags)
     with _one_line_warnings(flags):
@@ -173,7 +176,7 @@ def run(ctx: typer.Context, work: Callable[[], dict[str, Any]],
             fail((str(exc) or type(exc).__name__) + notes, flags)
         except KeyboardInterrupt as exc:
             typer.echo(f"headrace: {interrupted(exc) if interrupted else 'interrupted'}", err=True)
-            raise typer.Exit(INTERRUPTED_STATUS) from None
+            raise typer.Exit(128 + getattr(exc, "signum", signal.SIGINT)) from None
     from ..distribute import process_info
 
     if not process_info().is_main:  # under torchrun only rank 0 reports

@@ -11,7 +11,7 @@ accounting) and the process's peak RSS above the RSS before it started.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
 import typer
 
@@ -42,14 +42,18 @@ def _has_images(first_file: str) -> bool:
 
 
 def run_bench(path: str, image_size: int | tuple[int, int] = 96, batch_size: int = 64,
-              memory_budget: int | str = 256 * 2**20,
-              seconds: float = 10.0, max_batches: int | None = None, explain: bool = False) -> dict[str, Any]:
+              memory_budget: int | str = 256 * 2**20, seconds: float = 10.0, max_batches: int | None = None,
+              explain: bool = False, on_corrupt: str = "raise") -> dict[str, Any]:
     """Time the pipeline for ``seconds`` (repeating the data as often as needed), or until ``max_batches``
     batches; returns the figures (with ``explain``: also ``plan``, the pipeline's ``Iterator.explain()``
-    taken at the end: settings and why, per-stage rates and shares, the bottleneck).
+    taken at the end: settings and why, per-stage rates and shares, the bottleneck). ``on_corrupt``:
+    ``"raise"`` or ``"skip"`` undecodable images and corrupt records; ``skipped_records`` counts the
+    distinct records skipped.
 
     Raises:
         FileNotFoundError: no TFRecord files at ``path``. ValueError: not TFRecord shards, or no records.
+        DataLossError: a corrupt record or undecodable image (``on_corrupt="raise"``), naming the shard and
+            byte offset.
     """
     found = training_shards(path, "bench")
     budget = parse_bytes(memory_budget, "memory_budget")
@@ -60,16 +64,17 @@ def run_bench(path: str, image_size: int | tuple[int, int] = 96, batch_size: int
             check_batch_budget(budget, 1.0, batch_size, hw, "the pipeline")
     from .._options import Options
     from ..io.tfrecord import TFRecordDataset
-    from ..train.data import find_tfrecords, image_classification_dataset
+    from ..train.data import CorruptRecords, find_tfrecords, image_classification_dataset
     from ..train.memory import PeakRSS, release_free_memory, rss_bytes
 
     if "://" in found[0]:
         found = find_tfrecords(found[0])
         images = _has_images(found[0])
+    corrupt = CorruptRecords()
     if images:
-        ds = image_classification_dataset(found, hw, training=True)
+        ds = image_classification_dataset(found, hw, training=True, on_corrupt=on_corrupt, corrupt=corrupt)
     else:
-        ds = TFRecordDataset(found, num_parallel_reads=min(4, len(found)))
+        ds = corrupt.watch(TFRecordDataset(found, num_parallel_reads=min(4, len(found)), on_corrupt=on_corrupt))
     ds = ds.repeat().batch(batch_size).prefetch(2).with_options(Options(memory_budget=memory_budget))
     release_free_memory()
     base = rss_bytes()
@@ -102,6 +107,7 @@ def run_bench(path: str, image_size: int | tuple[int, int] = 96, batch_size: int
             "pipeline_peak_bytes": stats["peak_bytes"], "memory_budget_bytes": budget,
             "peak_rss_above_base_bytes": peak.peak_bytes - base, "base_rss_bytes": base,
             "image_size": size_text(hw) if images else None, "batch_size": batch_size,
+            "skipped_records": len({(r.path, r.offset) for r in corrupt.records()}),
             **({"plan": plan} if plan is not None else {})}
 
 
@@ -132,8 +138,11 @@ def command(ctx: typer.Context,
                                                                         "limit)."),
             explain: bool = typer.Option(False, "--explain", help="Print the pipeline's plan at the end: each "
                                          "stage's settings and why (AUTOTUNE), its rate, its share of time "
-                                         "computing / waiting, the bytes it holds, and the bottleneck.")) -> None:
+                                         "computing / waiting, the bytes it holds, and the bottleneck."),
+            on_corrupt: Literal["raise", "skip"] = typer.Option(
+                "raise", help="At an undecodable image or corrupt record: stop, or skip it (warned, counted).")
+            ) -> None:
     """Measure input pipeline throughput and peak memory on a dataset."""
     run(ctx, lambda: run_bench(path, image_size=image_size, batch_size=batch_size,  # type: ignore[arg-type]
                                memory_budget=memory_budget, seconds=seconds,  # type: ignore[arg-type]
-                               max_batches=max_batches or None, explain=explain), _show)
+                               max_batches=max_batches or None, explain=explain, on_corrupt=on_corrupt), _show)

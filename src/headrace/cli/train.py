@@ -5,12 +5,15 @@ Parquet, image folders and compressed shards get the ``headrace convert`` comman
 them). The number of classes and training records are read from the labels first (one fast pass that
 parses only ``image/class/label``); ``--num-classes`` below the largest label + 1 is refused. SGD with
 Nesterov momentum 0.9 and a one-cycle learning-rate schedule; checkpoints every ``--checkpoint-every``
-steps (and at the end, and on Ctrl-C) and ``metrics.jsonl`` in ``--checkpoint-dir``; ``--resume``
-continues from the newest checkpoint there (and says so, or that there is none yet).
+steps (and at the end, and on Ctrl-C or SIGTERM, after which it exits with status 130 or 143) and
+``metrics.jsonl`` in ``--checkpoint-dir``; ``--resume`` continues from the newest checkpoint there (and
+says so, or that there is none yet); a checkpoint of another ``--model`` / ``--num-classes`` or another
+schedule is refused in one line naming both and the fix.
 """
 
 from __future__ import annotations
 
+import signal
 from typing import Any, Literal
 
 import typer
@@ -31,15 +34,44 @@ DATA_MEMORY_FRACTION = 0.25
 """fit()'s default share of the budget for the data pipeline (headrace.train.fit's data_memory_fraction)."""
 
 
-def _check_schedule(checkpoint_dir: str, total_steps: int) -> None:
-    """Refuse to resume a checkpoint whose learning-rate schedule was made for another number of steps
-    (another ``--epochs`` or ``--global-batch-size``): the one-cycle schedule cannot be stretched."""
+def _fitting_model(state: dict[str, Any]) -> tuple[str, int] | None:
+    """The built-in model (name, classes) whose ``state_dict`` has ``state``'s keys and shapes, or None."""
+    from ..compress.command import infer_num_classes
+    from ..train.models import MODEL_NAMES, build_model
+
+    try:
+        classes = infer_num_classes(state, "checkpoint")
+    except ValueError:
+        return None
+    for name in MODEL_NAMES:
+        if _fits(build_model(name, classes).state_dict(), state):
+            return name, classes
+    return None
+
+
+def _fits(expected: dict[str, Any], state: dict[str, Any]) -> bool:
+    return expected.keys() == state.keys() and all(tuple(v.shape) == tuple(state[k].shape)
+                                                   for k, v in expected.items())
+
+
+def _check_resume(checkpoint_dir: str, total_steps: int, model: str, net: Any, classes: int) -> None:
+    """Refuse, in one line, to resume a checkpoint of another model (``--model``, ``--num-classes``) or
+    whose learning-rate schedule was made for another number of steps (another ``--epochs`` or
+    ``--global-batch-size``: the one-cycle schedule cannot be stretched). Raises ``ValueError``."""
     from ..train.checkpoint import latest_checkpoint, load_checkpoint
 
     path = latest_checkpoint(checkpoint_dir)
     if path is None:
         return
-    saved = (load_checkpoint(path).get("lr_scheduler") or {}).get("total_steps")
+    ck = load_checkpoint(path)
+    if not _fits(net.state_dict(), ck["model"]):
+        found = _fitting_model(ck["model"])
+        held = f"a {found[0]} model with {found[1]} classes" if found else "a model other than the built-in ones"
+        fix = (f"resume with --model {found[0]}" + (f" --num-classes {found[1]}" if found[1] != classes else "")
+               if found else "resume with the model it was trained with")
+        raise ValueError(f"--resume: {path} holds {held}, this run asks for --model {model} with {classes} "
+                         f"classes; {fix}, or start afresh with another --checkpoint-dir")
+    saved = (ck.get("lr_scheduler") or {}).get("total_steps")
     if saved is not None and saved != total_steps:
         raise ValueError(f"--resume: {path} is from a run of {saved} steps (--epochs x records / "
                          f"--global-batch-size), this one would take {total_steps}; resume with that run's "
@@ -49,14 +81,20 @@ def _check_schedule(checkpoint_dir: str, total_steps: int) -> None:
 def run_train(path: str, *, model: str, image_size: int | tuple[int, int], global_batch_size: int, epochs: int,
               precision: str, memory_budget: int | str | None, checkpoint_dir: str | None, resume: bool,
               micro_batch_size: int | str, learning_rate: float, eval_path: str | None, num_classes: int | None,
-              seed: int = 0, checkpoint_every: int = 100, progress: bool | None = None) -> dict[str, Any]:
-    """Train and return a summary (``steps``, ``history``, ``samples_per_s``, memory figures).
+              seed: int = 0, checkpoint_every: int = 100, progress: bool | None = None,
+              on_corrupt: str = "raise") -> dict[str, Any]:
+    """Train and return a summary (``steps``, ``history``, ``samples_per_s``, memory figures,
+    ``skipped_records``: how many corrupt records ``on_corrupt="skip"`` dropped, also printed with the
+    first one's shard and byte offset, and written to ``metrics.jsonl`` as ``{"event": "skipped_records",
+    "count", "records": [{"path", "offset", "reason"}, ...]}``, the first 100).
 
     Raises:
         FileNotFoundError: no TFRecord files at ``path`` / ``eval_path``.
         ValueError: not TFRecord shards, an empty dataset, too few records for one global batch,
             ``num_classes`` below the labels, a budget too small for the data pipeline.
-        TrainingInterrupted: Ctrl-C (after writing a checkpoint, with ``checkpoint_dir``).
+        DataLossError: an undecodable image or corrupt record (``on_corrupt="raise"``), naming the shard
+            and byte offset, after a checkpoint of the step reached (with ``checkpoint_dir``).
+        TrainingInterrupted: Ctrl-C or SIGTERM (after writing a checkpoint, with ``checkpoint_dir``).
     """
     from .._args import image_hw
     from .._memory import parse_bytes
@@ -74,7 +112,7 @@ def run_train(path: str, *, model: str, image_size: int | tuple[int, int], globa
     torch = require("torch", "headrace train")
 
     from ..train import fit
-    from ..train.data import count_classes, find_tfrecords, image_classification_dataset
+    from ..train.data import CorruptRecords, count_classes, find_tfrecords, image_classification_dataset
     from ..train.models import build_model
 
     if len(train_files) == 1 and "://" in train_files[0]:  # remote: listed only now
@@ -90,33 +128,59 @@ def run_train(path: str, *, model: str, image_size: int | tuple[int, int], globa
     if steps_per_epoch < 1:
         raise ValueError(f"{path}: {records} records are fewer than one global batch ({global_batch_size}); "
                          "use a smaller --global-batch-size")
-    if resume:
-        _check_schedule(checkpoint_dir, steps_per_epoch * epochs)  # type: ignore[arg-type]
     torch.manual_seed(seed)
     net = build_model(model, classes)
+    if resume:
+        _check_resume(checkpoint_dir, steps_per_epoch * epochs, model, net, classes)  # type: ignore[arg-type]
     optimizer = torch.optim.SGD(net.parameters(), lr=learning_rate, momentum=0.9, nesterov=True,
                                 weight_decay=5e-4)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=learning_rate,
                                                    total_steps=steps_per_epoch * epochs, pct_start=0.25)
-    train_ds = image_classification_dataset(train_files, image_size, training=True, seed=seed)
-    eval_ds = image_classification_dataset(eval_files, image_size, training=False) if eval_files else None
+    corrupt = CorruptRecords()
+    train_ds = image_classification_dataset(train_files, image_size, training=True, seed=seed,
+                                            on_corrupt=on_corrupt, corrupt=corrupt)
+    eval_ds = (image_classification_dataset(eval_files, image_size, training=False, on_corrupt=on_corrupt,
+                                            corrupt=corrupt) if eval_files else None)
     result = fit(net, train_ds, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=optimizer,
                  global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, epochs=epochs,
                  precision=precision, memory_budget=memory_budget, checkpoint_dir=checkpoint_dir,
                  checkpoint_every=checkpoint_every, resume=resume, eval_dataset=eval_ds, lr_scheduler=schedule,
                  progress=progress, dataset_size=records, data_memory_fraction=DATA_MEMORY_FRACTION)
+    skipped = _report_skipped(corrupt.records(), checkpoint_dir)
     return {"steps": result.steps, "epochs": result.epochs, "num_classes": classes, "records": records,
             "micro_batch_size": result.micro_batch_size, "accumulation_steps": result.accumulation_steps,
             "samples_per_s": round(result.samples_per_s, 2), "peak_rss_bytes": result.peak_rss_bytes,
             "base_rss_bytes": result.base_rss_bytes, "memory_budget_bytes": result.memory_budget_bytes,
-            "history": result.history, "resumed_from": result.resumed_from}
+            "history": result.history, "resumed_from": result.resumed_from, "skipped_records": skipped}
+
+
+def _report_skipped(records: list[Any], checkpoint_dir: str | None) -> int:
+    """Say how many corrupt records were skipped and the first one's place (rank 0), and write them to
+    ``metrics.jsonl`` in ``checkpoint_dir``; returns the count."""
+    from ..distribute import process_info
+
+    if not records or not process_info().is_main:
+        return len(records)
+    first = records[0]
+    typer.echo(f"headrace.fit: skipped {len(records)} corrupt record(s); the first: {first.path} at byte offset "
+               f"{first.offset} ({first.reason})")
+    if checkpoint_dir is not None and "://" not in checkpoint_dir:
+        from ..train.progress import MetricsLog
+
+        MetricsLog(f"{checkpoint_dir}/metrics.jsonl").write(
+            {"event": "skipped_records", "count": len(records),
+             "records": [{"path": r.path, "offset": r.offset, "reason": r.reason} for r in records[:100]]})
+    return len(records)
 
 
 def _interrupted(exc: KeyboardInterrupt) -> str:
+    how = "interrupted"
+    if getattr(exc, "signum", signal.SIGINT) != signal.SIGINT:
+        how += f" ({signal.Signals(exc.signum).name})"  # type: ignore[attr-defined]
     path = getattr(exc, "checkpoint", None)
     if not path:
-        return "interrupted"
-    return (f"interrupted after step {getattr(exc, 'step', '?')}; checkpoint {path}: run the same command with "
+        return how
+    return (f"{how} after step {getattr(exc, 'step', '?')}; checkpoint {path}: run the same command with "
             "--resume to continue from it")
 
 
@@ -139,7 +203,7 @@ def command(ctx: typer.Context,
                                                help="Write checkpoints and metrics.jsonl here."),
             checkpoint_every: int = typer.Option(100, min=1, metavar="N",
                                                  help="Optimizer steps between checkpoints (one is also written "
-                                                      "at the end and on Ctrl-C)."),
+                                                      "at the end and on Ctrl-C or SIGTERM)."),
             resume: bool = typer.Option(False, "--resume",
                                         help="Continue from the newest checkpoint in --checkpoint-dir."),
             eval_path: str = typer.Option(None, "--eval", metavar="PATH",
@@ -148,7 +212,10 @@ def command(ctx: typer.Context,
                                             help="Number of classes (default: largest label + 1)."),
             lr: float = typer.Option(0.05, parser=positive, metavar="RATE",
                                      help="Peak learning rate (SGD, one-cycle schedule)."),
-            seed: int = typer.Option(0, metavar="N", help="Seed of the model initialisation and the shuffles.")
+            seed: int = typer.Option(0, metavar="N", help="Seed of the model initialisation and the shuffles."),
+            on_corrupt: Literal["raise", "skip"] = typer.Option(
+                "raise", help="At an undecodable image or corrupt record: stop (after a checkpoint), or skip it "
+                              "(warned, counted at the end and in metrics.jsonl).")
             ) -> None:
     """Train a built-in model (resnet18, small-cnn) on TFRecord image shards inside a memory budget."""
     if resume and checkpoint_dir is None:
@@ -157,5 +224,6 @@ def command(ctx: typer.Context,
                                global_batch_size=global_batch_size, epochs=epochs, precision=precision,
                                memory_budget=memory_budget, checkpoint_dir=checkpoint_dir, resume=resume,
                                micro_batch_size=micro_batch_size, learning_rate=lr, eval_path=eval_path,
-                               num_classes=num_classes, seed=seed, checkpoint_every=checkpoint_every),
+                               num_classes=num_classes, seed=seed, checkpoint_every=checkpoint_every,
+                               on_corrupt=on_corrupt),
         extra_flags={"learning_rate": "--lr", "resume": "--resume"}, interrupted=_interrupted)

@@ -9,7 +9,9 @@ Payload (loadable with ``torch.load(weights_only=True)``: tensors, numbers, stri
 ``format``, ``version``, ``step`` (optimizer steps done), ``epoch`` (the epoch in progress),
 ``model`` / ``optimizer`` / ``scaler`` state dicts, ``rng`` (python, numpy, torch, CUDA generator states),
 ``data_states`` (one JSON string per rank: that rank's ``Iterator.get_state()`` after the last batch
-consumed, or ``null`` at an epoch boundary), ``world_size`` and ``micro_batch_size``.
+consumed, or ``null`` at an epoch boundary), ``world_size``, ``micro_batch_size`` and ``progress`` (a JSON
+string: the run's clock, its per-epoch history and, mid-epoch, the epoch's counts so far, which a resumed
+run's ``history`` and ``metrics.jsonl`` ``time_s`` go on from; absent in older checkpoints).
 
 A crash (even SIGKILL) leaves either the previous checkpoint or the new one, never a partial file under a
 final name. Only the newest ``keep`` checkpoints are kept.

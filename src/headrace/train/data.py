@@ -10,6 +10,12 @@ The training pipeline (:func:`image_classification_dataset`)::
       -> shuffle(buffer of encoded records) -> map(parse + decode_and_resize, AUTOTUNE threads)
       -> elements (uint8 image (H, W, 3), int64 label)
 
+Each record travels with its file name and index in the file, so an image that cannot be decoded is
+named by shard file and byte offset: ``on_corrupt="raise"`` (default) stops with a
+:class:`~headrace.DataLossError` saying so, ``"skip"`` drops the record, warns
+(:class:`~headrace.io.CorruptRecordWarning`) and adds it to the :class:`CorruptRecords` passed in (corrupt
+TFRecord framing, a CRC mismatch, is handled the same way by :class:`~headrace.io.TFRecordDataset`).
+
 It shuffles the small encoded records, not decoded images, so the shuffle buffer costs ~40 KB per
 element instead of ``H*W*3`` bytes; models take the uint8 images as they are (see ``models.py``).
 """
@@ -17,6 +23,8 @@ element instead of ``H*W*3`` bytes; models take the uint8 images as they are (se
 from __future__ import annotations
 
 import os
+import threading
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +32,7 @@ import numpy as np
 
 from .._args import image_hw
 from .._dataset import Dataset
+from .._errors import DataLossError, ImageDecodeError
 from .._options import AUTOTUNE
 from ..io import files as _files
 from ..io.tfrecord_index import INDEX_SUFFIX
@@ -56,6 +65,52 @@ def find_tfrecords(path: str | os.PathLike[str]) -> list[str]:
     return found
 
 
+class CorruptRecords:
+    """The records ``on_corrupt="skip"`` dropped in the pipelines it was given to (thread-safe):
+    ``records()`` lists them as :class:`~headrace.io.tfrecord.SkippedRecord` ``(path, offset, reason,
+    message)``, undecodable images and corrupt TFRecord framing together."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._decode: list[Any] = []
+        self._readers: list[Any] = []
+
+    def add(self, record: Any) -> None:
+        with self._lock:
+            self._decode.append(record)
+
+    def watch(self, reader: Any) -> Any:
+        """Count what ``reader`` (a ``TFRecordDataset``) skips; returns it."""
+        with self._lock:
+            self._readers.append(reader)
+        return reader
+
+    def records(self) -> list[Any]:
+        with self._lock:
+            readers, decode = list(self._readers), list(self._decode)
+        return [r for reader in readers for r in reader.skipped_records] + decode
+
+
+def record_offset(path: str, index: int) -> int | None:
+    """Byte offset of record ``index`` (from 0) of the uncompressed TFRecord file ``path``; None when the
+    file cannot be read that far."""
+    from ..io._framing import RecordReader
+
+    try:
+        reader = RecordReader(path)
+    except OSError:
+        return None
+    try:
+        for _ in range(index):
+            if reader.next_record() is None:
+                return None
+        return reader.offset
+    except OSError:
+        return None
+    finally:
+        reader.close()
+
+
 def _features(image_key: str, label_key: str) -> dict[str, Any]:
     from ..io.example import FixedLenFeature
 
@@ -64,13 +119,21 @@ def _features(image_key: str, label_key: str) -> dict[str, Any]:
 
 def image_classification_dataset(files: Sequence[str], image_size: int | Sequence[int], *, training: bool,
                                  seed: int = 0, shuffle_buffer: int = 1024, image_key: str = IMAGE_KEY,
-                                 label_key: str = LABEL_KEY, cycle_length: int = 4) -> Dataset:
+                                 label_key: str = LABEL_KEY, cycle_length: int = 4, on_corrupt: str = "raise",
+                                 corrupt: CorruptRecords | None = None) -> Dataset:
     """Elements ``(image uint8 (height, width, 3), label int64)`` from TFRecord shards; ``image_size`` is
     ``S`` (``S x S``) or ``(height, width)``, at least 8 pixels a side.
 
     ``training=True`` shuffles the shard order (each epoch) and the records (``shuffle_buffer``);
     ``False`` reads in file order. Images are decoded and resized (bilinear, DCT-scaled JPEG decoding)
     in parallel threads. A record without the keys raises ``ValueError`` naming the key and the record.
+    ``on_corrupt``: ``"raise"`` or ``"skip"`` an undecodable image or corrupt record (module docstring);
+    skips are added to ``corrupt``.
+
+    Raises:
+        ValueError: a bad ``image_size`` or ``on_corrupt``, no files.
+        DataLossError: on iteration, an image that cannot be decoded (``on_corrupt="raise"``), naming the
+            shard file and the record's byte offset, or a corrupt record.
     """
     from .. import image
     from ..io.example import parse_single_example
@@ -80,21 +143,53 @@ def image_classification_dataset(files: Sequence[str], image_size: int | Sequenc
     files = list(files)
     if not files:
         raise ValueError("no TFRecord files given")
+    if on_corrupt not in ("raise", "skip"):
+        raise ValueError(f"on_corrupt={on_corrupt!r} must be 'raise' (stop at an undecodable record) or 'skip' "
+                         "(drop it and go on)")
     spec = _features(image_key, label_key)
+    skipped = corrupt if corrupt is not None else CorruptRecords()
+    blank = (np.zeros((*size, 3), np.uint8), np.int64(-1))
 
-    def decode(record: bytes) -> tuple[np.ndarray, np.int64]:
-        ex = parse_single_example(record, spec)
-        img = image.decode_and_resize(ex[image_key], size, channels=3)
-        return img, np.int64(ex[label_key])
+    def decode(name: Any, numbered: tuple[Any, bytes]) -> tuple[np.ndarray, np.int64]:
+        try:
+            ex = parse_single_example(numbered[1], spec)
+            return image.decode_and_resize(ex[image_key], size, channels=3), \
+                np.int64(ex[label_key])
+        except ImageDecodeError as exc:
+            path = name.decode() if isinstance(name, bytes) else str(name)
+            error = _undecodable(path, int(numbered[0]), exc, on_corrupt)
+        if on_corrupt == "raise":
+            raise error
+        from ..io.tfrecord import CorruptRecordWarning, SkippedRecord
+
+        skipped.add(SkippedRecord(error.path or "", error.offset or 0, "image_decode", str(error)))
+        warnings.warn(f"skipped: {error}", CorruptRecordWarning, stacklevel=2)
+        return blank
+
+    def records_of(name: Any) -> Dataset:
+        reader = skipped.watch(TFRecordDataset(name, on_corrupt=on_corrupt))
+        return Dataset.zip((Dataset.from_tensors(name).repeat(), reader.enumerate()))
 
     names = Dataset.from_tensor_slices(np.array(files, dtype=object))
     if training:
         names = names.shuffle(len(files), seed=seed)
-    records = names.interleave(lambda f: TFRecordDataset(f), cycle_length=min(cycle_length, len(files)),
+    records = names.interleave(records_of, cycle_length=min(cycle_length, len(files)),
                                num_parallel_calls=min(cycle_length, len(files)))
     if training:
         records = records.shuffle(shuffle_buffer, seed=seed)
-    return records.map(decode, num_parallel_calls=AUTOTUNE)
+    images = records.map(decode, num_parallel_calls=AUTOTUNE)
+    # (the filter also with "raise", where it drops nothing: a run stopped by a corrupt record resumes with "skip")
+    return images.filter(lambda img, label: label >= 0)
+
+
+def _undecodable(path: str, index: int, exc: Exception, on_corrupt: str) -> DataLossError:
+    offset = record_offset(path, index)
+    where = f"record {index} at byte offset {offset}" if offset is not None else f"record {index}"
+    fix = "" if on_corrupt == "skip" else ("; rewrite or remove that record, or skip such records with "
+                                           "on_corrupt='skip' (headrace train / bench --on-corrupt skip)")
+    reason = str(exc).split(": ", 1)[-1].split("; ")[0]
+    return DataLossError(f"{path}: {where}: cannot decode its image ({reason}){fix}", path=path, offset=offset,
+                         reason="image_decode")
 
 
 def count_classes(files: Sequence[str], label_key: str = LABEL_KEY) -> tuple[int, int]:
@@ -119,4 +214,5 @@ def count_classes(files: Sequence[str], label_key: str = LABEL_KEY) -> tuple[int
     return n, top + 1
 
 
-__all__ = ["IMAGE_KEY", "LABEL_KEY", "count_classes", "find_tfrecords", "image_classification_dataset", "image_hw"]
+__all__ = ["IMAGE_KEY", "LABEL_KEY", "CorruptRecords", "count_classes", "find_tfrecords",
+           "image_classification_dataset", "image_hw", "record_offset"]

@@ -121,6 +121,11 @@ class RankBatches:
         self.next_epoch += 1
         return it
 
+    def cardinality(self) -> int:
+        """Batches in a whole epoch: what every rank makes (the smallest rank share, ``len // world_size``
+        elements, in whole batches)."""
+        return len(self.data) // self.info.world_size // self.batch_size
+
     def peek(self) -> RankBatchIterator:
         """An iterator over the coming epoch that does not count as one (for a first look at the data)."""
         return RankBatchIterator(self, self.next_epoch)

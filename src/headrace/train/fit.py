@@ -24,18 +24,23 @@ unseen element. With an :class:`~headrace.train.elastic.ElasticDataset` the stat
 a global order, so the checkpoint resumes at any world size (:mod:`headrace.train.elastic`); any other
 pipeline resumes mid-epoch only at the world size that wrote it.
 
-Ctrl-C (SIGINT) while training finishes the step in progress, writes a checkpoint of that point (with a
-``checkpoint_dir``), prints where, and raises :class:`~headrace.train.interrupt.TrainingInterrupted` (a
-``KeyboardInterrupt``); a second Ctrl-C stops at once (:mod:`headrace.train.interrupt`).
+Ctrl-C (SIGINT) or SIGTERM (a preemption) while training finishes the step in progress, writes a checkpoint
+of that point (with a ``checkpoint_dir``), prints where, and raises
+:class:`~headrace.train.interrupt.TrainingInterrupted` (a ``KeyboardInterrupt``), in every rank; a second
+Ctrl-C stops at once, a second SIGTERM is ignored (:mod:`headrace.train.interrupt`). Corrupt data
+(:class:`~headrace.DataLossError`, :class:`~headrace.ImageDecodeError`) stops training the same way: a
+checkpoint of the step reached first (every rank), then the error, with a note naming the checkpoint.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .._errors import StateError
 from .._memory import parse_bytes
 from .._options import Options
 from ..distribute import ProcessInfo, process_info
@@ -45,7 +50,7 @@ from .accumulate import make_plan
 from .checkpoint import latest_checkpoint, load_checkpoint, restore_rng
 from .elastic import RankBatches, rank_data, resume_data_state
 from .gpu import available_gpu_bytes, check_memory_fraction, configure_gpu_memory
-from .interrupt import StopRequest
+from .interrupt import StopRequest, signal_name
 from .loop import FitResult, StepInfo, _loop
 from .memory import limit_heap_retention, release_free_memory, rss_bytes
 from .micro_batch import MicroBatchChoice, find_micro_batch_size, optimizer_state_bytes
@@ -160,10 +165,10 @@ def fit(model: Any, dataset: Any, *, loss_fn: Callable[[Any, Any], Any], optimiz
         ValueError: bad arguments, elements that are not ``(inputs, targets)``, a dataset with fewer
             elements than one per-rank batch.
         MemoryBudgetError: not even a micro-batch of 1 fits the budget.
-        StateError: a checkpoint from another pipeline, or one written mid-epoch by a different number
-            of ranks for a pipeline that is not an ``ElasticDataset`` (the message names both world sizes
-            and the fix).
-        TrainingInterrupted: Ctrl-C (module docstring); a ``KeyboardInterrupt``.
+        StateError: a checkpoint of another model (architecture, number of classes), from another
+            pipeline, or one written mid-epoch by a different number of ranks for a pipeline that is not an
+            ``ElasticDataset`` (the message names both world sizes and the fix).
+        TrainingInterrupted: Ctrl-C or SIGTERM (module docstring); a ``KeyboardInterrupt``.
     """
     _validate(global_batch_size, micro_batch_size, epochs, steps, checkpoint_every, data_memory_fraction,
               resume, checkpoint_dir, dataset_size)
@@ -223,6 +228,7 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
     # ---- resume -------------------------------------------------------------------------------------
     step, epoch, data_state, resumed_from = 0, 0, None, None
     saved_micro: int | None = None
+    carried: dict[str, Any] | None = None
     said: list[str] = []
     if resume and ckpt_dir is not None:
         path = latest_checkpoint(ckpt_dir)
@@ -231,7 +237,13 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
         else:
             ck = load_checkpoint(path, map_location=device)
             data_state = resume_data_state(ck, path, info, dataset)
-            model.load_state_dict(ck["model"])
+            try:
+                model.load_state_dict(ck["model"])
+            except RuntimeError as exc:  # another architecture or number of classes
+                detail = " ".join(str(exc).split())[:300]
+                raise StateError(f"{path}: its model state does not fit the model given to fit ({detail}); "
+                                 "resume with the model it was trained with, or point checkpoint_dir "
+                                 "elsewhere") from exc
             optimizer.load_state_dict(ck["optimizer"])
             if prec.scaler is not None and ck.get("scaler"):
                 prec.scaler.load_state_dict(ck["scaler"])
@@ -240,6 +252,7 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
             restore_rng(ck["rng"])
             step, epoch = int(ck["step"]), int(ck["epoch"])
             saved_micro = int(ck["micro_batch_size"])
+            carried = json.loads(ck["progress"]) if ck.get("progress") else None
             resumed_from = path
             where = f"in epoch {epoch + 1}" if data_state is not None else f"at the start of epoch {epoch + 1}"
             said.append(f"resumed from step {step} ({where}) of {path}")
@@ -294,7 +307,8 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
                          steps=steps, step=step, epoch=epoch, data_state=data_state, ckpt_dir=ckpt_dir,
                          checkpoint_every=checkpoint_every, keep=keep_checkpoints, callbacks=callbacks,
                          metrics=metrics, bar=bar, log_every=log_every, closers=closers, choice=choice,
-                         base_rss=base_rss, budget=budget, resumed_from=resumed_from, stop=stop)
+                         base_rss=base_rss, budget=budget, resumed_from=resumed_from, stop=stop,
+                         carried=carried)
     finally:
         bar.close()
 
@@ -303,7 +317,7 @@ def _total_steps(steps: int | None, max_epochs: int | None, train_ds: Any, datas
                  global_batch_size: int) -> int | None:
     """Optimizer steps of the whole run, when known: ``steps``, else epochs x steps per epoch (from the
     per-rank batched dataset's cardinality, or ``dataset_size``)."""
-    cardinality = getattr(train_ds, "cardinality", None)  # (an ElasticDataset's batches have none)
+    cardinality = getattr(train_ds, "cardinality", None)  # (an ElasticDataset's: its length)
     per_epoch = int(cardinality()) if cardinality is not None else -2
     if per_epoch < 0 and dataset_size is not None:
         per_epoch = dataset_size // global_batch_size
@@ -312,12 +326,13 @@ def _total_steps(steps: int | None, max_epochs: int | None, train_ds: Any, datas
     return min(known) if known else None
 
 
-def _stopping_notice(checkpoint_dir: str | None) -> Callable[[], None]:
+def _stopping_notice(checkpoint_dir: str | None) -> Callable[[int], None]:
     then = "writing a checkpoint" if checkpoint_dir is not None else "without a checkpoint (no checkpoint_dir)"
-    text = f"\nheadrace: Ctrl-C: stopping after this step, {then} (Ctrl-C again to stop at once)\n".encode()
 
-    def notice() -> None:  # in a signal handler: one write to the descriptor, no Python buffer (maybe mid-write)
-        os.write(sys.stderr.fileno(), text)
+    def notice(signum: int) -> None:  # in a signal handler: one write to the descriptor, no Python buffer
+        name = signal_name(signum)
+        again = " (Ctrl-C again to stop at once)" if name == "Ctrl-C" else ""
+        os.write(sys.stderr.fileno(), f"\nheadrace: {name}: stopping after this step, {then}{again}\n".encode())
 
     return notice
 

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._errors import DataLossError, ImageDecodeError
 from .._memory import format_bytes
 from ..distribute import ProcessInfo
 from ..torch import device_prefetch
 from ._deps import import_torch
 from .accumulate import AccumulationPlan
 from .checkpoint import capture_rng, save_checkpoint
-from .interrupt import StopRequest, TrainingInterrupted
+from .interrupt import StopRequest, TrainingInterrupted, signal_name
 from .memory import PeakRSS, peak_rss_bytes, release_free_memory, rss_bytes
 from .micro_batch import MicroBatchChoice
 from .process_group import process_group_active, sync_buffers
@@ -23,6 +25,9 @@ from .progress import MetricsLog, Progress
 from .steps import _all_reduce_min, _batches, _call, _evaluate, _train_step
 
 torch = import_torch()
+
+DATA_ERRORS = (DataLossError, ImageDecodeError)
+"""Errors of corrupt data that stop training after a checkpoint (the loop's ``stopped_on``)."""
 
 
 @dataclass
@@ -58,8 +63,10 @@ class FitResult:
 
 def _checkpoint(*, ckpt_dir: str, model: Any, optimizer: Any, scheduler: Any, prec: Any, step: int, epoch: int,
                 data_state: dict[str, Any] | None, info: ProcessInfo, plan: AccumulationPlan, keep: int,
-                callbacks: list[Any]) -> str | None:
-    """Write a checkpoint (all ranks take part); its path on rank 0, None on the others."""
+                callbacks: list[Any], progress: dict[str, Any]) -> str | None:
+    """Write a checkpoint (all ranks take part); its path on rank 0, None on the others. ``progress``: what
+    a resumed run's history and clock go on from (``elapsed_s``, ``history``, and mid-epoch the epoch's
+    ``epoch_steps``, ``epoch_loss``, ``epoch_samples``, ``epoch_time_s``), stored as a JSON string."""
     state_json = json.dumps(data_state) if data_state is not None else None
     if info.is_distributed:
         gathered: list[Any] = [None] * info.world_size
@@ -72,7 +79,7 @@ def _checkpoint(*, ckpt_dir: str, model: Any, optimizer: Any, scheduler: Any, pr
                "scaler": prec.scaler.state_dict() if prec.scaler is not None else None,
                "lr_scheduler": scheduler.state_dict() if scheduler is not None else None,
                "rng": capture_rng(), "data_states": gathered, "world_size": info.world_size,
-               "micro_batch_size": plan.micro_batch_size}
+               "micro_batch_size": plan.micro_batch_size, "progress": json.dumps(progress)}
     path = save_checkpoint(ckpt_dir, payload, keep=keep)
     _call(callbacks, "on_checkpoint", path, step)
     return path
@@ -83,7 +90,10 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
           steps: int | None, step: int, epoch: int, data_state: dict[str, Any] | None, ckpt_dir: str | None,
           checkpoint_every: int, keep: int, callbacks: list[Any], metrics: MetricsLog, bar: Progress,
           log_every: int, closers: list[Any], choice: MicroBatchChoice | None, base_rss: int,
-          budget: int | None, resumed_from: str | None, stop: StopRequest | None = None) -> FitResult:
+          budget: int | None, resumed_from: str | None, stop: StopRequest | None = None,
+          carried: dict[str, Any] | None = None) -> FitResult:
+    """The loop. ``carried``: the resumed checkpoint's ``progress`` (:func:`_checkpoint`): the history, the
+    clock (``time_s`` in ``metrics.jsonl``) and, mid-epoch, the epoch's counts go on from it."""
     ddp = None
     if process_group_active():  # also one rank under torchrun: the same DDP path as with more
         from torch.nn.parallel import DistributedDataParallel
@@ -94,7 +104,10 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
     result = FitResult(steps=step, epochs=epoch, micro_batch_size=plan.micro_batch_size,
                        accumulation_steps=plan.accumulation_steps, micro_batch_choice=choice,
                        base_rss_bytes=base_rss, memory_budget_bytes=budget, resumed_from=resumed_from)
-    t_start = time.perf_counter()
+    carried = carried or {}
+    result.history = list(carried.get("history", []))
+    t_start = time.perf_counter() - float(carried.get("elapsed_s", 0.0))  # the run's clock, across resumes
+    t_session = time.perf_counter()
     samples_total = 0
     wait_total = 0.0
 
@@ -102,20 +115,38 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
         return ckpt_dir is not None
 
     def save(data_state: Any) -> str | None:
+        now = time.perf_counter()
+        progress: dict[str, Any] = {"elapsed_s": now - t_start, "history": result.history}
+        if data_state is not None:  # mid-epoch
+            progress.update(epoch_steps=epoch_steps, epoch_loss=epoch_loss, epoch_samples=epoch_samples,
+                            epoch_time_s=now - t_epoch)
         return _checkpoint(ckpt_dir=ckpt_dir, model=model, optimizer=optimizer, scheduler=scheduler,  # type: ignore[arg-type]
                            prec=prec, step=step, epoch=epoch, data_state=data_state, info=info, plan=plan,
-                           keep=keep, callbacks=callbacks)
+                           keep=keep, callbacks=callbacks, progress=progress)
 
     def stop_requested() -> bool:  # every rank stops at the same step
         return _all_reduce_min(int(stop is None or not stop.requested), device, info) == 0
 
     def interrupted(data_state: Any) -> TrainingInterrupted:
         path = save(data_state) if ckpt_dir is not None else None
+        signum = stop.signum if stop is not None and stop.signum is not None else signal.SIGINT
+        how = "interrupted" if signum == signal.SIGINT else f"interrupted ({signal_name(signum)})"
         if path is not None:
-            bar.message(f"interrupted: checkpoint of step {step} (epoch {epoch + 1}) written to {path}")
+            bar.message(f"{how}: checkpoint of step {step} (epoch {epoch + 1}) written to {path}")
         else:
-            bar.message(f"interrupted after step {step} (epoch {epoch + 1}); no checkpoint_dir, nothing saved")
-        return TrainingInterrupted(step, path)
+            bar.message(f"{how} after step {step} (epoch {epoch + 1}); no checkpoint_dir, nothing saved")
+        return TrainingInterrupted(step, path, signum)
+
+    def stopped_on(error: BaseException | None, data_state: Any) -> BaseException:
+        path = save(data_state) if ckpt_dir is not None and step > 0 else None
+        if error is None:  # another rank's data error; that rank reports it
+            error = DataLossError(f"rank {info.rank}: stopped at step {step}: another rank hit corrupt data")
+        where = (f"checkpoint of step {step} (epoch {epoch + 1}) written to {path}: skip such records "
+                 "(on_corrupt='skip') or fix the data, then resume from it" if path is not None
+                 else f"no checkpoint written (step {step}{'' if ckpt_dir else ', no checkpoint_dir'})")
+        bar.message(f"stopped on a data error: {where}")
+        error.add_note(where)
+        return error
 
     last_state: Any = None
     ended_early = False
@@ -125,14 +156,25 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
             t_epoch = time.perf_counter()
             epoch_loss, epoch_steps, epoch_samples = 0.0, 0, 0
             fresh_epoch = data_state is None
+            if not fresh_epoch and "epoch_steps" in carried:  # resumed mid-epoch: its counts go on
+                epoch_loss, epoch_steps = float(carried["epoch_loss"]), int(carried["epoch_steps"])
+                epoch_samples = int(carried["epoch_samples"])
+                t_epoch -= float(carried["epoch_time_s"])
             source = _batches(train_ds, data_state, want_state, step, closers, epoch)
             data_state = None
             stream = device_prefetch(source, device)
             while steps is None or step < steps:
                 t0 = time.perf_counter()
-                item = next(stream, None)
+                data_error: BaseException | None = None
+                try:
+                    item = next(stream, None)
+                except DATA_ERRORS as exc:
+                    item, data_error = None, exc
                 wait = time.perf_counter() - t0
-                if _all_reduce_min(int(item is not None), device, info) == 0:
+                status = _all_reduce_min(0 if data_error is not None else 1 if item is None else 2, device, info)
+                if status == 0:  # a rank hit corrupt data: every rank checkpoints, then stops
+                    raise stopped_on(data_error, last_state)
+                if status == 1:
                     break
                 batch, snap = item  # type: ignore[misc]
                 loss = float(_train_step(model, ddp, batch, plan, loss_fn, optimizer, prec))
@@ -147,16 +189,17 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
                 epoch_samples += plan.global_batch_size
                 samples_total += plan.global_batch_size
                 wait_total += wait
-                elapsed = time.perf_counter() - t_start
-                sps = samples_total / max(elapsed, 1e-9)
+                now = time.perf_counter()
+                session = max(now - t_session, 1e-9)  # this process's rates; time_s is the run's clock
+                sps = samples_total / session
                 rss = rss_bytes()
-                info_step = StepInfo(step, epoch + 1, loss, batch, sps, wait_total / max(elapsed, 1e-9), rss)
+                info_step = StepInfo(step, epoch + 1, loss, batch, sps, wait_total / session, rss)
                 _call(callbacks, "on_step_end", info_step)
                 bar.update(step, loss, sps, info_step.data_wait_fraction, rss, epoch=epoch + 1)
                 if step % log_every == 0 or step == steps:
                     metrics.write({"event": "step", "step": step, "epoch": epoch + 1, "loss": loss,
                                    "samples_per_s": sps, "data_wait_fraction": info_step.data_wait_fraction,
-                                   "rss_bytes": rss, "time_s": elapsed})
+                                   "rss_bytes": rss, "time_s": now - t_start})
                 if snap.value is not None:
                     last_state = snap.value
                 if stop_requested():
@@ -199,14 +242,14 @@ def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, An
                 raise interrupted(None)
         if ckpt_dir is not None and step > result.steps and step % checkpoint_every != 0:
             save(last_state if ended_early else None)
-    elapsed = time.perf_counter() - t_start
+    now = time.perf_counter()
     result.steps = step
     result.epochs = epoch
-    result.samples_per_s = samples_total / max(elapsed, 1e-9)
+    result.samples_per_s = samples_total / max(now - t_session, 1e-9)
     result.peak_rss_bytes = peak.peak_bytes
     metrics.write({"event": "end", "steps": step, "epochs": epoch, "samples_per_s": result.samples_per_s,
                    "peak_rss_bytes": peak.peak_bytes, "base_rss_bytes": base_rss,
-                   "memory_budget_bytes": budget, "time_s": elapsed})
+                   "memory_budget_bytes": budget, "time_s": now - t_start})
     bar.message(f"done: {step} steps, {epoch} epoch(s), {result.samples_per_s:,.1f} samples/s, peak RSS "
                 f"{format_bytes(peak.peak_bytes)}" + (f" (base {format_bytes(base_rss)} + budget "
                                                        f"{format_bytes(budget)})" if budget else ""))
