@@ -617,13 +617,17 @@ class StageAccount:
         if not b._overdraft_warned:
             b._overdraft_warned = True
             holders = ", ".join(f"{a.stage}={format_bytes(a.held_bytes)}" for a in b._accounts if a.held_bytes)
-            w = self.warnings
-            where, fix = (w.budget, w.fix) if w is not None else (
-                f"{format_bytes(b.limit_bytes)}", "raise Options(memory_budget=...)")
+            where, fix = self._budget_words(f"{format_bytes(b.limit_bytes)}")
             self._warn(("over", self.stage),
                        f"headrace: {self.stage} needed {format_bytes(nbytes)} while the memory budget of "
                        f"{where} was held by buffers that cannot drain first ({holders}); it went over the "
                        f"budget instead of deadlocking. {fix[0].upper() + fix[1:]} or lower buffer sizes.")
+
+    def _budget_words(self, default: str) -> tuple[str, str]:
+        """How a warning names the budget and its fix: as the user set it (``self.warnings``, e.g. the CLI's
+        ``--memory-budget 384MiB``), else ``default`` and the Options fix."""
+        w = self.warnings
+        return (w.budget, w.fix) if w is not None else (default, "raise Options(memory_budget=...)")
 
     def _warn(self, key: tuple[str, str], message: str) -> None:
         if self.warnings is not None:
@@ -645,9 +649,7 @@ class StageAccount:
         if self._warned or not self.warn_shrink or self.demand is None:
             return
         self._warned = True
-        w = self.warnings
-        where, fix = (w.budget, w.fix) if w is not None else (
-            f"memory_budget={format_bytes(self.budget.limit_bytes)}", "raise Options(memory_budget=...)")
+        where, fix = self._budget_words(f"memory_budget={format_bytes(self.budget.limit_bytes)}")
         self._warn(("shrunk", self.stage),
                    f"headrace: {self.stage} was configured for {self.demand} elements but holds at most about "
                    f"{self.held_count} (elements up to {format_bytes(self.max_element_bytes)}) within {where}, "

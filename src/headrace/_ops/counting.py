@@ -18,14 +18,11 @@ inputs. Counts are memoized for the duration of one :func:`counting` block. ``le
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Generator, Iterator
 from contextvars import ContextVar
 from typing import Any
 
-from .._memory import budget_for
 from .._options import UNKNOWN_CARDINALITY
-from .base import JOIN_TIMEOUT_S, IteratorContext
 
 _MEMO: ContextVar[dict[int, tuple[Any, int]] | None] = ContextVar("headrace_counting", default=None)
 
@@ -80,18 +77,9 @@ def unknown_cause(node: Any) -> Any | None:
 
 def elements(node: Any) -> Generator[Any, None, None]:
     """The elements of one iteration of ``node`` (iteration path ``(0,)``); the iterator is closed after."""
-    options = node.options()
-    ctx = IteratorContext(options, budget_for(options.memory_budget_bytes() if options.memory_budget is not None
-                                              else None), (0,))
-    it = node.make_iterator(ctx)
-    try:
+    with node.one_iteration() as it:
         while True:
             try:
                 yield it.__next__()
             except StopIteration:
                 return
-    finally:
-        ctx.stop.set()
-        it.signal_stop()
-        it.join(time.monotonic() + JOIN_TIMEOUT_S)
-        it.close()

@@ -21,10 +21,11 @@ the facade; where a user hands a node a Dataset (``zip``, ``concatenate``, the f
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -124,26 +125,35 @@ class DatasetNode:
             self._element_spec = spec
         return self._element_spec
 
-    def _first_element_spec(self) -> Any:
+    @contextlib.contextmanager
+    def one_iteration(self) -> Iterator[DatasetIterator]:
+        """An iterator over one iteration (path ``(0,)``) of this node, with its own context and the budget
+        its options give; on exit it is stopped, joined (``JOIN_TIMEOUT_S``) and closed. For the engine's own
+        reads (the first element's spec, counting), not for users' iteration."""
         options = self.options()
-        budget = budget_for(options.memory_budget_bytes() if options.memory_budget is not None else None)
-        ctx = IteratorContext(options, budget, (0,))
+        ctx = IteratorContext(options, budget_for(options.memory_budget_bytes() if options.memory_budget is not None
+                                                  else None), (0,))
         it = self.make_iterator(ctx)
         try:
-            x = it.__next__()
-        except StopIteration:
-            raise ValueError(f"element_spec of {self.label}: nothing says what its elements are (no "
-                             "output_signature, a function that cannot be traced) and it produced no element to "
-                             "read it from; pass output_signature=") from None
-        except Exception as e:
-            e.add_note(f"while reading the first element of {self.label} for its element_spec (pass "
-                       "output_signature= to give it)")
-            raise
+            yield it
         finally:
             ctx.stop.set()
             it.signal_stop()
             it.join(time.monotonic() + JOIN_TIMEOUT_S)
             it.close()
+
+    def _first_element_spec(self) -> Any:
+        with self.one_iteration() as it:
+            try:
+                x = it.__next__()
+            except StopIteration:
+                raise ValueError(f"element_spec of {self.label}: nothing says what its elements are (no "
+                                 "output_signature, a function that cannot be traced) and it produced no element "
+                                 "to read it from; pass output_signature=") from None
+            except Exception as e:
+                e.add_note(f"while reading the first element of {self.label} for its element_spec (pass "
+                           "output_signature= to give it)")
+                raise
         return spec_of(x)
 
     # ---- sharding at the source (``headrace._ops.shard.shard_at_source``) --------------------------------
