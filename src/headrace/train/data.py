@@ -33,6 +33,7 @@ import numpy as np
 from .._args import image_hw
 from .._dataset import Dataset
 from .._errors import DataLossError, ImageDecodeError
+from .._ops.filter import FilterNode
 from .._options import AUTOTUNE
 from ..io import files as _files
 from ..io.tfrecord_index import INDEX_SUFFIX
@@ -178,8 +179,25 @@ def image_classification_dataset(files: Sequence[str], image_size: int | Sequenc
     if training:
         records = records.shuffle(shuffle_buffer, seed=seed)
     images = records.map(decode, num_parallel_calls=AUTOTUNE)
-    # (the filter also with "raise", where it drops nothing: a run stopped by a corrupt record resumes with "skip")
-    return images.filter(lambda img, label: label >= 0)
+    return Dataset(_DropSkipped(images._node, keeps_all=on_corrupt == "raise"))
+
+
+def _is_record(image: np.ndarray, label: np.int64) -> bool:
+    return bool(label >= 0)
+
+
+class _DropSkipped(FilterNode):
+    """``filter`` of the blanks ``on_corrupt="skip"`` puts in place of undecodable records. It is in the
+    pipeline with ``"raise"`` too, where it drops nothing (so its count is its input's, and ``len()`` / the
+    progress total stay known): both modes have the same stages and state, so a run stopped by a corrupt
+    record resumes from its checkpoint with ``"skip"``."""
+
+    def __init__(self, input_node: Any, *, keeps_all: bool) -> None:
+        super().__init__(input_node, _is_record, "drop_skipped")
+        self.keeps_all = keeps_all
+
+    def cardinality(self) -> int:
+        return self.inputs[0].cardinality() if self.keeps_all else super().cardinality()
 
 
 def _undecodable(path: str, index: int, exc: Exception, on_corrupt: str) -> DataLossError:

@@ -263,45 +263,47 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
     max_epochs = epochs if epochs is not None else (None if steps is not None else 1)
     bar = Progress(show, _total_steps(steps, max_epochs, train_ds, dataset_size, global_batch_size), budget,
                    base_rss, quiet=not main, epochs=max_epochs, plain_every=log_every)
-    for text in said:
-        bar.message(text)
-    try:
-        # ---- micro-batch ------------------------------------------------------------------------------
-        choice: MicroBatchChoice | None = None
-        if micro_batch_size == "auto" and saved_micro is not None:
-            micro = saved_micro
-        elif micro_batch_size == "auto":
-            peek = train_ds.peek() if isinstance(train_ds, RankBatches) else iter(train_ds)
-            try:
-                first = next(peek, None)
-            finally:
-                peek.close()
-            if first is None:
-                raise ValueError(f"the dataset has fewer than {per_rank} elements (one per-rank batch of "
-                                 f"global_batch_size={global_batch_size} / {info.world_size} rank(s)) on "
-                                 f"rank {info.rank}; use a smaller global_batch_size or more data")
-            sample = device_prefetch([element_to_torch(_check_element(first))], device).__next__()
-            del first
-            if device.type == "cuda":
-                search_budget = int(0.9 * available_gpu_bytes(device))
-                reserve = optimizer_state_bytes(optimizer)
+    # Ctrl-C / SIGTERM from here on (setup included: the micro-batch search, a resume's first batches) stop
+    # the run at the next step boundary with a checkpoint, never the default way
+    with StopRequest(on_request=_stopping_notice(ckpt_dir) if main else None) as stop:
+        for text in said:
+            bar.message(text)
+        try:
+            # ---- micro-batch ------------------------------------------------------------------------------
+            choice: MicroBatchChoice | None = None
+            if micro_batch_size == "auto" and saved_micro is not None:
+                micro = saved_micro
+            elif micro_batch_size == "auto":
+                peek = train_ds.peek() if isinstance(train_ds, RankBatches) else iter(train_ds)
+                try:
+                    first = next(peek, None)
+                finally:
+                    peek.close()
+                if first is None:
+                    raise ValueError(f"the dataset has fewer than {per_rank} elements (one per-rank batch of "
+                                     f"global_batch_size={global_batch_size} / {info.world_size} rank(s)) on "
+                                     f"rank {info.rank}; use a smaller global_batch_size or more data")
+                sample = device_prefetch([element_to_torch(_check_element(first))], device).__next__()
+                del first
+                if device.type == "cuda":
+                    search_budget = int(0.9 * available_gpu_bytes(device))
+                    reserve = optimizer_state_bytes(optimizer)
+                else:
+                    train_budget = (budget - data_budget if budget is not None    # type: ignore[operator]
+                                    else int(__import__("psutil").virtual_memory().available // 2))
+                    search_budget = int(train_budget * (1.0 - CPU_HEADROOM))
+                    reserve = optimizer_state_bytes(optimizer)
+                bar.message("auto micro-batch: measuring a few forward + backward passes...")
+                choice = find_micro_batch_size(model, sample, loss_fn, budget_bytes=search_budget, cap=per_rank,
+                                               precision=prec, base_rss_bytes=base_rss, reserve_bytes=reserve,
+                                               device=device)
+                del sample
+                micro = _all_reduce_min(choice.size, device, info)
             else:
-                train_budget = (budget - data_budget if budget is not None    # type: ignore[operator]
-                                else int(__import__("psutil").virtual_memory().available // 2))
-                search_budget = int(train_budget * (1.0 - CPU_HEADROOM))
-                reserve = optimizer_state_bytes(optimizer)
-            bar.message("auto micro-batch: measuring a few forward + backward passes...")
-            choice = find_micro_batch_size(model, sample, loss_fn, budget_bytes=search_budget, cap=per_rank,
-                                           precision=prec, base_rss_bytes=base_rss, reserve_bytes=reserve,
-                                           device=device)
-            del sample
-            micro = _all_reduce_min(choice.size, device, info)
-        else:
-            micro = int(micro_batch_size)
-        plan = make_plan(global_batch_size, info.world_size, micro)
-        bar.message(plan.describe() if choice is None else f"auto micro-batch: {plan.describe()}; "
-                    f"{choice.describe()}")
-        with StopRequest(on_request=_stopping_notice(ckpt_dir) if main else None) as stop:
+                micro = int(micro_batch_size)
+            plan = make_plan(global_batch_size, info.world_size, micro)
+            bar.message(plan.describe() if choice is None else f"auto micro-batch: {plan.describe()}; "
+                        f"{choice.describe()}")
             return _loop(model=model, train_ds=train_ds, eval_ds=eval_ds, loss_fn=loss_fn, optimizer=optimizer,
                          scheduler=lr_scheduler, plan=plan, prec=prec, device=device, info=info, epochs=epochs,
                          steps=steps, step=step, epoch=epoch, data_state=data_state, ckpt_dir=ckpt_dir,
@@ -309,8 +311,8 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
                          metrics=metrics, bar=bar, log_every=log_every, closers=closers, choice=choice,
                          base_rss=base_rss, budget=budget, resumed_from=resumed_from, stop=stop,
                          carried=carried)
-    finally:
-        bar.close()
+        finally:
+            bar.close()
 
 
 def _total_steps(steps: int | None, max_epochs: int | None, train_ds: Any, dataset_size: int | None,
