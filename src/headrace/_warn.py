@@ -104,8 +104,10 @@ class PipelineWarnings:
             return
         filename, lineno, module_globals = self.site
         registry = module_globals.setdefault("__warningregistry__", {})
+        # no module_globals: warnings would ask that module's loader for the source by the module's name, and
+        # a module run with `python -m pkg.mod` is named __main__, which its loader refuses (ImportError)
         warnings.warn_explicit(message, category, filename, lineno, module=module_globals.get("__name__"),
-                               registry=registry, module_globals=module_globals)
+                               registry=registry)
 
 
 __all__ = ["PipelineWarnings", "budget_words", "given", "share_options", "user_frame"]

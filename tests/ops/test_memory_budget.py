@@ -217,3 +217,24 @@ def test_the_data_pipeline_share_of_fit_names_fit_s_budget_as_given():
     assert "within 96.0 MiB (the data pipeline's 25% share (fit(data_memory_fraction=0.25)) of " \
            "memory_budget=384MiB; the rest holds the model" in text, text
     assert "Raise memory_budget" in text
+
+
+def test_a_budget_warning_from_a_module_run_with_python_m_does_not_crash(tmp_path):
+    """The warning points at the user's line in a module run as ``python -m pkg.mod`` (named ``__main__``):
+    asking its loader for the source by that name raised ImportError inside the pipeline (promise children)."""
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "userpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "job.py").write_text(
+        "import numpy as np\nimport headrace as hr\n"
+        "ds = (hr.Dataset.range(300).map(lambda i: np.zeros(16 * 1024, np.uint8)).shuffle(1024, seed=0)\n"
+        "      .with_options(hr.Options(memory_budget='384KiB')))\n"
+        "print(sum(1 for _ in ds))  # the user's line\n")
+    proc = subprocess.run([sys.executable, "-m", "userpkg.job"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "300"
+    assert "job.py:5: MemoryBudgetWarning" in proc.stderr and "384KiB" in proc.stderr, proc.stderr

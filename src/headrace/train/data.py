@@ -23,7 +23,6 @@ element instead of ``H*W*3`` bytes; models take the uint8 images as they are (se
 from __future__ import annotations
 
 import os
-import threading
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -35,6 +34,7 @@ from .._dataset import Dataset
 from .._errors import DataLossError, ImageDecodeError
 from .._ops.filter import FilterNode
 from .._options import AUTOTUNE
+from .._sync import Lock
 from ..io import files as _files
 from ..io.tfrecord_index import INDEX_SUFFIX
 
@@ -72,7 +72,7 @@ class CorruptRecords:
     message)``, undecodable images and corrupt TFRecord framing together."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = Lock("CorruptRecords")
         self._decode: list[Any] = []
         self._readers: list[Any] = []
 
