@@ -73,3 +73,10 @@ def _no_leaked_threads():
     gc.collect()
     leaked = wait_no_threads(2.0)
     assert not leaked, f"threads left running: {[t.name for t in leaked]}"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Every run names the machine it ran on (read at run time), so a suite time quoted from it names it too."""
+    from headrace._machine import machine_line
+
+    return machine_line()
