@@ -291,6 +291,9 @@ def test_demo_tiny_configuration(tmp_path: Path) -> None:
     info = _last_json(result.output)
     assert set(info) >= {"accuracy", "images_per_s", "peak_rss_bytes", "memory_budget_bytes"}
     assert info["memory_budget_bytes"] == 192 * 2**20 and len(info["accuracy_per_epoch"]) == 1
+    # the training set as the model reads it (44 uint8 images of 32x32x3), not the full-resolution photos
+    assert info["decoded_training_set_bytes"] == 44 * 32 * 32 * 3
+    assert "the decoded training set at 32x32 would take 132.0 KiB (uint8)" in result.output
     assert (tmp_path / "demo.png").stat().st_size > 1000
     # the shards are headrace convert's: 16 + 2 of them, each split with its manifest
     assert len(list((tmp_path / "data" / "train").glob("train-*-of-00016.tfrecord"))) == 16

@@ -297,10 +297,11 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
                                                         pct_start=0.25)
         recorder = _Recorder(budget, base)
         height, width = image_hw(cfg.image_size, minimum=16)
+        train_bytes = info["train_records"] * height * width * 3  # what the model reads: uint8 (H, W, 3)
         _say(f"training {cfg.model} on {info['train_records']} images at {width}x{height}, "
              f"{cfg.epochs} epoch(s), global batch {cfg.global_batch_size}; memory budget "
-             f"{format_bytes(budget)} above the base RSS {format_bytes(base)}; the decoded dataset would take "
-             f"{format_bytes(info['decoded_bytes'])}")
+             f"{format_bytes(budget)} above the base RSS {format_bytes(base)}; the decoded training set at "
+             f"{width}x{height} would take {format_bytes(train_bytes)} (uint8)")
         result = fit(model, train_ds, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=optimizer,
                      global_batch_size=cfg.global_batch_size, micro_batch_size="auto", epochs=cfg.epochs,
                      memory_budget=cfg.memory_budget, eval_dataset=eval_ds, callbacks=[recorder],
@@ -314,7 +315,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
               "within_budget": peak.peak_bytes <= base + budget,
               "accuracy_per_epoch": [round(r["eval_accuracy"], 4) for r in result.history],
               "micro_batch_size": result.micro_batch_size, "accumulation_steps": result.accumulation_steps,
-              "decoded_dataset_bytes": info["decoded_bytes"], "images": cfg.images, "epochs": cfg.epochs,
+              "decoded_training_set_bytes": train_bytes, "images": cfg.images, "epochs": cfg.epochs,
               "image_size": height if height == width else f"{width}x{height}", "plot": str(plot_path)}
     _say(f"accuracy {100 * accuracy:.1f}% after {cfg.epochs} epoch(s) (chance 8.3%); "
          f"{result.samples_per_s:.1f} images/s; peak RSS {format_bytes(peak.peak_bytes)} = base "
