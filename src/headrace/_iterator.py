@@ -104,6 +104,9 @@ class Iterator:
         self._closed_by = "a failed iter()"
         self._ctx.stop.set()
         self._ctx.close_resources()
+        self._close_accounts()
+
+    def _close_accounts(self) -> None:
         for acc in self._budget.accounts_of(self._ctx.owner):
             acc.close()
 
@@ -258,6 +261,8 @@ class Iterator:
         root.close()
         self._ctx.close_resources()  # worker processes: stopped and reaped
         alive = root.alive_threads() + [t for t in self._extra_threads() if t.is_alive()]
+        if not alive:  # and the accounts of stages no longer in the tree (a repeat epoch that failed to build)
+            self._close_accounts()
         if alive:
             self._threads_alive = [t.name for t in alive]
             warnings.warn(f"headrace: {len(alive)} pipeline thread(s) still running after close() (inside user "

@@ -265,3 +265,27 @@ def test_a_failed_build_gives_back_every_account_it_opened(monkeypatch):
         next(it)
         assert it.memory_stats()["stages"]["shuffle(1000000000)"]["cap_bytes"] == full_share
         assert len(list(it)) == 99
+
+
+def test_close_gives_back_the_accounts_of_a_repeat_epoch_that_failed_to_build(monkeypatch):
+    """The second epoch of repeat() fails while being built (its shuffle already opened an account): the
+    error reaches next(), and close() leaves no account of that epoch on the process budget."""
+    from headrace import _memory
+
+    monkeypatch.setattr(_memory, "_process_budget", None)
+    budget = _memory.process_budget()
+    calls = []
+
+    def source():
+        calls.append(1)
+        if len(calls) > 1:
+            _missing_shard()
+        return iter(D.range(3))
+
+    ds = D.zip(D.range(3).shuffle(10**9), D.from_source(source)).repeat(2)
+    it = iter(ds)
+    assert len(budget.accounts_of(it._ctx.owner)) == 1  # the first epoch's shuffle
+    with pytest.raises(FileNotFoundError, match=r"gone\.tfrecord"):
+        list(it)
+    it.close()
+    assert (budget._accounts, budget.total_bytes) == ([], 0)
