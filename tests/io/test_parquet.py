@@ -300,3 +300,22 @@ def test_ignore_errors_counts_every_element_of_a_lost_row_group(tmp_path: Path, 
     if batch_size is None:  # 10 of 100 rows lost: more than 5%
         with pytest.raises(hr.TooManyErrorsError, match=r"10 of 100 elements failed"):
             list(ds.ignore_errors(max_drop_ratio=0.05))
+
+
+@pytest.mark.parametrize(("batch_size", "taken", "lost"), [(None, 95, 5), (4, 28, 2)])
+def test_lost_elements_after_a_restore_counts_only_what_was_left(tmp_path: Path, batch_size: int | None,
+                                                                 taken: int, lost: int) -> None:
+    path = tmp_path / "groups.parquet"
+    pq.write_table(pa.table({"v": np.arange(100, dtype=np.int64)}), path, row_group_size=10,
+                   compression="snappy")
+    ds = ParquetDataset(str(path), batch_size=batch_size)
+    with iter(ds) as it:
+        for _ in range(taken):  # into row group 9: 5 of its rows, or 1 of its 3 batches
+            next(it)
+        state = it.get_state()
+    _smash_row_group(path, 9)
+    with iter(ds) as it:
+        it.set_state(state)
+        with pytest.raises(DataLossError, match=r"row group 9") as e:
+            next(it)
+    assert e.value.lost_elements == lost
