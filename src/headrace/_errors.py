@@ -59,14 +59,26 @@ class MemoryBudgetError(HeadraceError, MemoryError):
 
 
 class DataLossError(HeadraceError, OSError):
-    """A record is corrupt (CRC mismatch) or truncated. Names the file and the byte offset."""
+    """A record is corrupt (CRC mismatch) or truncated. Names the file and the byte offset.
+
+    ``lost_elements`` (an int >= 1, default 1) is how many elements the damage cost: a source that loses
+    several at once (a Parquet row group, the tail of a TFRecord file after a bad length field) says so,
+    and ``ignore_errors()`` counts that many as dropped (its warning and ``max_drop_ratio``).
+    ``lost_estimated`` is True where that number is an estimate (a TFRecord tail: the bytes left over the
+    mean record size read so far). Any exception may carry a ``lost_elements`` attribute the same way.
+    """
 
     def __init__(self, message: str, *, path: str | None = None, offset: int | None = None,
-                 reason: str | None = None) -> None:
+                 reason: str | None = None, lost_elements: int = 1, lost_estimated: bool = False) -> None:
         super().__init__(message)
+        if isinstance(lost_elements, bool) or not isinstance(lost_elements, int) or lost_elements < 1:
+            raise ValueError(f"DataLossError(lost_elements={lost_elements!r}): must be an int >= 1 (the "
+                             "elements the damage cost; 1 for a single record)")
         self.path = path
         self.offset = offset
         self.reason = reason
+        self.lost_elements = lost_elements
+        self.lost_estimated = bool(lost_estimated)
 
 
 class ImageDecodeError(HeadraceError, ValueError):

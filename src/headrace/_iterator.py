@@ -1,7 +1,8 @@
 """The iterator handed to users: one per ``iter(dataset)``, owning the stage tree and its threads.
 
 Budget: an iterator of a pipeline with ``Options(memory_budget=...)`` has its own budget; without one it
-shares the process budget with every other such iterator (``headrace._memory``).
+shares the process budget with every other such iterator (``headrace._memory``). An ``iter()`` that fails
+while building its stages closes every account the stages built so far opened (the budget is left as before).
 
 Iterations: every ``iter(ds)`` of one Dataset object takes the next iteration number (0, 1, ...), the root
 of the *iteration path* that seeds per-iteration randomness (``reshuffle_each_iteration``); ``repeat``
@@ -88,8 +89,26 @@ class Iterator:
         self._started_s = time.monotonic()
         self._tuner: Tuner | None = None
         self._autotune = options.autotune_enabled is not False
-        self._root = node.make_iterator(self._ctx)
+        try:
+            self._root = node.make_iterator(self._ctx)
+        except BaseException:
+            self._abandon_build()
+            raise
         _LIVE.add(self)
+
+    def _abandon_build(self) -> None:
+        """``make_iterator`` raised partway: the stages built before it are unreachable, so what they opened
+        is closed here - their threads are told to stop, worker processes stopped, and every budget account
+        of this iterator closed (a shared process budget would otherwise keep them, and every later
+        pipeline's share would stay smaller for the life of the process)."""
+        self._closed_by = "a failed iter()"
+        self._ctx.stop.set()
+        self._ctx.close_resources()
+        self._close_accounts()
+
+    def _close_accounts(self) -> None:
+        for acc in self._budget.accounts_of(self._ctx.owner):
+            acc.close()
 
     def __iter__(self) -> Iterator:
         return self
@@ -242,6 +261,8 @@ class Iterator:
         root.close()
         self._ctx.close_resources()  # worker processes: stopped and reaped
         alive = root.alive_threads() + [t for t in self._extra_threads() if t.is_alive()]
+        if not alive:  # and the accounts of stages no longer in the tree (a repeat epoch that failed to build)
+            self._close_accounts()
         if alive:
             self._threads_alive = [t.name for t in alive]
             warnings.warn(f"headrace: {len(alive)} pipeline thread(s) still running after close() (inside user "

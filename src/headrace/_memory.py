@@ -218,6 +218,11 @@ class MemoryBudget:
             self._recompute_caps()
         return acc
 
+    def accounts_of(self, owner: object) -> list[StageAccount]:
+        """The open accounts of ``owner`` (an iterator's ``IteratorContext.owner``)."""
+        with self._cv:
+            return [a for a in self._accounts if a.owner is owner]
+
     def sizes_unknown(self, other_than: StageAccount) -> bool:
         """Whether a stage other than ``other_than`` has not sized an element yet (its share is a guess)."""
         return any(not a.seen for a in self._accounts if a is not other_than)

@@ -272,3 +272,50 @@ def test_row_mode_blocks_shrink_to_fit_small_budgets(tmp_path: Path) -> None:
         assert sum(1 for _ in it) == 100
         stage = next(v for k, v in it.memory_stats()["stages"].items() if k.startswith("parquet"))
         assert 0 < stage["peak_bytes"] <= 512 * 1024 // 16 + 20_000  # one block: at most 1/16 of the budget
+
+
+def _smash_row_group(path: Path, group: int) -> None:
+    """Overwrite the page data of one row group's column chunk (offsets from the footer) so decoding fails."""
+    data = bytearray(path.read_bytes())
+    md = pq.ParquetFile(path).metadata.row_group(group).column(0)
+    end = (md.dictionary_page_offset or md.data_page_offset) + md.total_compressed_size
+    data[md.data_page_offset + 30: end] = b"\xff" * (end - md.data_page_offset - 30)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(("batch_size", "lost", "total"), [(None, 10, 100), (4, 3, 30)])
+def test_ignore_errors_counts_every_element_of_a_lost_row_group(tmp_path: Path, batch_size: int | None,
+                                                                lost: int, total: int) -> None:
+    path = tmp_path / "groups.parquet"
+    pq.write_table(pa.table({"v": np.arange(100, dtype=np.int64)}), path, row_group_size=10,
+                   compression="snappy")
+    _smash_row_group(path, 9)
+    ds = ParquetDataset(str(path), batch_size=batch_size)
+    with pytest.raises(DataLossError, match=r"row group 9") as e:
+        list(ds)
+    assert e.value.lost_elements == lost
+    with pytest.warns(hr.IgnoredErrorsWarning, match=rf"dropped {lost} of {total} elements"):
+        got = list(ds.ignore_errors())
+    assert len(got) == total - lost
+    if batch_size is None:  # 10 of 100 rows lost: more than 5%
+        with pytest.raises(hr.TooManyErrorsError, match=r"10 of 100 elements failed"):
+            list(ds.ignore_errors(max_drop_ratio=0.05))
+
+
+@pytest.mark.parametrize(("batch_size", "taken", "lost"), [(None, 95, 5), (4, 28, 2)])
+def test_lost_elements_after_a_restore_counts_only_what_was_left(tmp_path: Path, batch_size: int | None,
+                                                                 taken: int, lost: int) -> None:
+    path = tmp_path / "groups.parquet"
+    pq.write_table(pa.table({"v": np.arange(100, dtype=np.int64)}), path, row_group_size=10,
+                   compression="snappy")
+    ds = ParquetDataset(str(path), batch_size=batch_size)
+    with iter(ds) as it:
+        for _ in range(taken):  # into row group 9: 5 of its rows, or 1 of its 3 batches
+            next(it)
+        state = it.get_state()
+    _smash_row_group(path, 9)
+    with iter(ds) as it:
+        it.set_state(state)
+        with pytest.raises(DataLossError, match=r"row group 9") as e:
+            next(it)
+    assert e.value.lost_elements == lost

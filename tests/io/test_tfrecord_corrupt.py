@@ -150,3 +150,19 @@ def test_check_crc_false_returns_the_damaged_record_unchecked():
 def test_public_names():
     assert hr.io.CorruptRecordWarning is CorruptRecordWarning
     assert hr.io.SkippedRecord._fields == ("path", "offset", "reason", "message")
+
+
+def test_ignore_errors_counts_the_tail_lost_after_a_bad_length_field(tmp_path):
+    records = [b"%019d" % i for i in range(100)]  # 100 records of 19 bytes: 35 bytes each on disk
+    path = Path(write_records(tmp_path / "tail.tfrecord", records))
+    data = bytearray(path.read_bytes())
+    data[60 * 35 + 9] ^= 0xFF  # record 60's length CRC: the reader cannot find any record after it
+    path.write_bytes(bytes(data))
+    ds = TFRecordDataset(str(path))
+    with pytest.raises(hr.DataLossError, match="length field") as e:
+        list(ds)
+    assert (e.value.lost_elements, e.value.lost_estimated) == (40, True)
+    with pytest.warns(hr.IgnoredErrorsWarning, match=r"dropped about 40 of 100 elements"):
+        assert list(ds.ignore_errors()) == records[:60]
+    with pytest.raises(hr.TooManyErrorsError, match=r"about 40 of 100 elements failed"):
+        list(ds.ignore_errors(max_drop_ratio=0.1))

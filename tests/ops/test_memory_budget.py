@@ -238,3 +238,54 @@ def test_a_budget_warning_from_a_module_run_with_python_m_does_not_crash(tmp_pat
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "300"
     assert "job.py:5: MemoryBudgetWarning" in proc.stderr and "384KiB" in proc.stderr, proc.stderr
+
+
+def _missing_shard():
+    raise FileNotFoundError("no such shard: gone.tfrecord")
+
+
+def test_a_failed_build_gives_back_every_account_it_opened(monkeypatch):
+    """iter() failing in a late stage (after a shuffle opened its account on the shared process budget) leaves
+    the budget as it was: no account, no byte, no smaller share for the pipelines built after it."""
+    from headrace import _memory
+
+    monkeypatch.setattr(_memory, "_process_budget", None)  # a fresh process budget, restored afterwards
+    budget = _memory.process_budget()
+    good = D.range(100).shuffle(10**9, seed=1)
+    with iter(good) as it:
+        next(it)  # an element sized: the shares are in bytes
+        full_share = it.memory_stats()["stages"]["shuffle(1000000000)"]["cap_bytes"]
+    bad = D.zip(D.range(100).shuffle(10**9, seed=1).batch(4), D.from_source(_missing_shard))
+    before = (list(budget._accounts), budget.total_bytes)
+    for _ in range(5):
+        with pytest.raises(FileNotFoundError, match=r"gone\.tfrecord"):
+            iter(bad)
+    assert (list(budget._accounts), budget.total_bytes) == before
+    with iter(good) as it:
+        next(it)
+        assert it.memory_stats()["stages"]["shuffle(1000000000)"]["cap_bytes"] == full_share
+        assert len(list(it)) == 99
+
+
+def test_close_gives_back_the_accounts_of_a_repeat_epoch_that_failed_to_build(monkeypatch):
+    """The second epoch of repeat() fails while being built (its shuffle already opened an account): the
+    error reaches next(), and close() leaves no account of that epoch on the process budget."""
+    from headrace import _memory
+
+    monkeypatch.setattr(_memory, "_process_budget", None)
+    budget = _memory.process_budget()
+    calls = []
+
+    def source():
+        calls.append(1)
+        if len(calls) > 1:
+            _missing_shard()
+        return iter(D.range(3))
+
+    ds = D.zip(D.range(3).shuffle(10**9), D.from_source(source)).repeat(2)
+    it = iter(ds)
+    assert len(budget.accounts_of(it._ctx.owner)) == 1  # the first epoch's shuffle
+    with pytest.raises(FileNotFoundError, match=r"gone\.tfrecord"):
+        list(it)
+    it.close()
+    assert (budget._accounts, budget.total_bytes) == ([], 0)

@@ -115,6 +115,23 @@ def test_ignore_errors_drops_only_failing_elements(caplog):
     assert "bad value 5" in caplog.text and "at element 5" in caplog.text
 
 
+def _lost_at(x):
+    if int(x) in (3, 7):
+        e = OSError(f"block at {int(x)} unreadable")
+        e.lost_elements = 4 if int(x) == 3 else "many"  # not an int >= 1: counts as one
+        raise e
+    return x
+
+
+def test_ignore_errors_counts_the_lost_elements_an_error_carries(caplog):
+    with pytest.warns(hr.IgnoredErrorsWarning, match=r"dropped 5 of 13 elements \(OSError x5\)"), \
+            caplog.at_level("WARNING", logger="headrace"):
+        assert [int(x) for x in D.range(10).map(_lost_at).ignore_errors(log_warning=True)] == [0, 1, 2, 4, 5,
+                                                                                               6, 8, 9]
+    assert "dropped 4 elements: OSError: block at 3" in caplog.text
+    assert "dropped an element: OSError: block at 7" in caplog.text
+
+
 @pytest.mark.parametrize("parallel", [None, 2, hr.AUTOTUNE])
 def test_stop_iteration_inside_map_is_an_error_not_the_end(parallel):
     def stop(x):

@@ -11,6 +11,11 @@ resource errors (``MemoryBudgetError``, ``StateError``, ``IteratorClosedError``,
 ``SyntaxError``, ``ImportError``, ``NotImplementedError``, ``RecursionError``). Interrupts
 (``KeyboardInterrupt``) are never caught.
 
+Counting: an error that cost several elements at once carries ``lost_elements`` (an int >= 1, e.g.
+:class:`~headrace.DataLossError` for a damaged Parquet row group: its rows, or its batches with
+``batch_size``); it counts as that many dropped elements, in the warning and in ``max_drop_ratio``. Others
+count as one.
+
 Reporting: when the iteration ends (or the iterator is closed) after dropping anything, one
 :class:`~headrace.IgnoredErrorsWarning` gives the counts per exception type and the first error with its note
 (stage, element). ``max_drop_ratio`` (headrace's addition, like Grain's ``filter_raise_threshold_ratio``):
@@ -42,6 +47,13 @@ log = logging.getLogger("headrace")
 MIN_ELEMENTS_FOR_RATIO = 100
 _PROGRAMMING_ERRORS = (NameError, SyntaxError, ImportError, NotImplementedError, RecursionError)
 _DATA_HEADRACE_ERRORS = (DataLossError, ImageDecodeError)
+
+
+def lost_elements(e: BaseException) -> int:
+    """How many elements the error ``e`` cost: its ``lost_elements`` attribute when that is an int >= 1,
+    else 1."""
+    n = getattr(e, "lost_elements", 1)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
 
 
 def is_data_error(e: BaseException) -> bool:
@@ -85,6 +97,7 @@ class _IgnoreErrorsIterator(UnaryIterator):
         self._by_type: Counter[str] = Counter()
         self._first: str | None = None
         self._reported = False
+        self._estimated = False  # some count was an estimate (a TFRecord tail): the reports say "about"
 
     def __next__(self) -> Any:
         while True:
@@ -102,21 +115,26 @@ class _IgnoreErrorsIterator(UnaryIterator):
             return x
 
     def _drop(self, e: Exception) -> None:
-        self.dropped += 1
-        self._by_type[type(e).__name__] += 1
+        lost = lost_elements(e)
+        self.dropped += lost
+        self._estimated = self._estimated or bool(getattr(e, "lost_estimated", False))
+        self._by_type[type(e).__name__] += lost
         notes = "; ".join(getattr(e, "__notes__", []))
         described = f"{type(e).__name__}: {e}" + (f" ({notes})" if notes else "")
         if self._first is None:
             self._first = described
         if self._log:
-            log.warning("ignore_errors: dropped an element: %s", described)
+            log.warning("ignore_errors: dropped %s: %s", "an element" if lost == 1 else f"{lost} elements", described)
         seen = self.dropped + self.passed
         if self._ratio is not None and seen >= MIN_ELEMENTS_FOR_RATIO and self.dropped > self._ratio * seen:
             self._reported = True
             raise TooManyErrorsError(
-                f"ignore_errors(max_drop_ratio={self._ratio}): {self.dropped} of {seen} elements failed "
+                f"ignore_errors(max_drop_ratio={self._ratio}): {self._about()}{self.dropped} of {seen} elements failed "
                 f"({self.dropped / seen:.1%}; {self._counts()}); the first: {self._first}. Fix the data or the "
                 "function, or raise max_drop_ratio") from e
+
+    def _about(self) -> str:
+        return "about " if self._estimated else ""
 
     def _counts(self) -> str:
         return ", ".join(f"{name} x{n}" for name, n in self._by_type.most_common())
@@ -124,9 +142,9 @@ class _IgnoreErrorsIterator(UnaryIterator):
     def _report(self) -> None:
         if self.dropped and not self._reported:
             self._reported = True
-            warnings.warn(f"headrace: ignore_errors dropped {self.dropped} of {self.dropped + self.passed} "
-                          f"elements ({self._counts()}); the first: {self._first}", IgnoredErrorsWarning,
-                          stacklevel=4)
+            warnings.warn(f"headrace: ignore_errors dropped {self._about()}{self.dropped} of "
+                          f"{self.dropped + self.passed} elements ({self._counts()}); the first: {self._first}",
+                          IgnoredErrorsWarning, stacklevel=4)
 
     def _close_self(self) -> None:
         self._report()

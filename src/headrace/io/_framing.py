@@ -204,9 +204,20 @@ class RecordReader:
     def _fail(self, reason: str, message: str, dead: bool) -> DataLossError:
         self.dead = self.dead or dead
         tail = ("the rest of this file cannot be read" if dead else "the reader continues with the next record")
+        lost = self._lost_tail() if reason == LENGTH_CRC else None  # a truncated tail is one record
+        if lost is not None:
+            tail += f" (about {lost} records, from the bytes left and the mean record size)"
         return DataLossError(f"{message} in {self.path} at byte {self.offset} (record {self.index} of the "
                              f"file); {tail}. Re-create the file, or read past it with on_corrupt='skip' or "
-                             ".ignore_errors()", path=self.path, offset=self.offset, reason=reason)
+                             ".ignore_errors()", path=self.path, offset=self.offset, reason=reason,
+                             lost_elements=lost or 1, lost_estimated=lost is not None)
+
+    def _lost_tail(self) -> int | None:
+        """Records estimated lost from here to the end of the file: the bytes left over the mean size of
+        the records read so far (``None`` when unknown: a compressed stream, no record read yet)."""
+        if self._size is None or self.index <= 0 or self.offset <= 0 or self._size <= self.offset:
+            return None
+        return max(1, round((self._size - self.offset) / (self.offset / self.index)))
 
     def next_record(self) -> bytes | None:
         if self.dead:

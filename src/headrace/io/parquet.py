@@ -278,9 +278,12 @@ class _ParquetIterator(BlockRowIterator):
                 self._gen, self._u, self._next_row, self._block_start = None, self._u + 1, 0, 0
                 continue
             except (pa.ArrowException, OSError) as e:
+                lost = self._lost_in_unit()
                 raise DataLossError(f"{_WHAT}: cannot read {self._where()}: {e}; the file is corrupt or was "
-                                    "changed while being read", path=self._meta[self._units[self._u][0]].path,
-                                    reason="bad row group") from e
+                                    f"changed while being read; the rest of the row group ({lost} "
+                                    f"{'rows' if self._ds.batch_size is None else 'batches'}) is skipped",
+                                    path=self._meta[self._units[self._u][0]].path, reason="bad row group",
+                                    lost_elements=lost) from e
             if self._skip:
                 cut = min(self._skip, batch.num_rows)
                 self._skip -= cut
@@ -292,6 +295,15 @@ class _ParquetIterator(BlockRowIterator):
             self._next_row += batch.num_rows
             return {name: _to_numpy(batch.column(i), name, self._where(), self._ds.batch_size is not None)
                     for i, name in enumerate(batch.schema.names)}
+
+    def _lost_in_unit(self) -> int:
+        """Elements of the current row group not yet produced (nor to be skipped): rows, or batches of
+        ``batch_size`` rows (a row group's batches start at its row 0); at least 1."""
+        f, g = self._units[self._u]
+        rows, done = self._meta[f].rg_rows[g], self._next_row + self._skip
+        bs = self._ds.batch_size
+        left = rows - done if bs is None else -(-rows // bs) - done // bs
+        return max(1, left)
 
     # ---- state ---------------------------------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
