@@ -1,4 +1,4 @@
-"""A shuffle behind a zip of ``deterministic=False`` interleaves restores exactly the rest of the stream.
+"""A shuffle behind a zip (or a batch) of ``deterministic=False`` interleaves restores exactly the rest.
 
 Re-reading such a zip pairs other elements (each input's order differs from pass to pass), so the
 shuffle's content hashes cannot find its buffered pairs again (it raised ``StateError``); it saves its
@@ -28,11 +28,13 @@ def _inner(x):
     return hr.Dataset.range(x * 10, x * 10 + PER).map(_slow)
 
 
+def _side(start: int) -> hr.Dataset:
+    return hr.Dataset.range(start, start + N_OUTER).interleave(_inner, cycle_length=2, num_parallel_calls=2,
+                                                              deterministic=False)
+
+
 def _pipeline() -> hr.Dataset:
-    def side(start):
-        return hr.Dataset.range(start, start + N_OUTER).interleave(_inner, cycle_length=2, num_parallel_calls=2,
-                                                                  deterministic=False)
-    return hr.Dataset.zip((side(0), side(100))).shuffle(8, seed=0)
+    return hr.Dataset.zip((_side(0), _side(100))).shuffle(8, seed=0)
 
 
 def _values(start: int) -> list[int]:
@@ -51,3 +53,16 @@ def test_restore_yields_exactly_the_rest(position):
     assert len(before) + len(rest) == N_OUTER * PER
     for c, start in ((0, 0), (1, 100)):
         assert sorted([e[c] for e in before] + [e[c] for e in rest]) == _values(start)
+
+
+@pytest.mark.parametrize("position", [1, 4, 8])
+def test_a_shuffle_of_batches_of_a_nondeterministic_stage_restores(position):
+    """Batches group consecutive elements: a re-read in another order groups others (same StateError)."""
+    ds = _side(0).batch(3).shuffle(4, seed=0)
+    with iter(ds) as it:
+        before = [[int(v) for v in next(it)] for _ in range(position)]
+        state = json.loads(json.dumps(it.get_state()))
+    with iter(ds) as it2:
+        it2.set_state(state)
+        rest = [[int(v) for v in x] for x in it2]
+    assert sorted(v for b in before + rest for v in b) == _values(0)

@@ -43,7 +43,8 @@ buffered element. Hash keys need a set-deterministic input (the same elements on
 a map drawing unseeded random numbers is not, and restoring it raises ``StateError``.
 
 Behind a stage that combines elements of a ``deterministic=False`` input by position (a ``zip`` of it with
-another input: each re-read pairs other elements, ``replays_same_elements()`` is False), no key can find a
+another input, a ``batch`` of it: each re-read pairs or groups other elements, ``replays_same_elements()``
+is False), no key can find a
 buffered element again, so the state holds the buffered elements by value (``keys_by: "value"``,
 :mod:`by_value`) and the input's state now; the restore is exact, the state as large as the buffer.
 """
