@@ -148,18 +148,24 @@ def test_saves_in_the_old_layout_load_and_are_replaced(tmp_path):
 
 
 def test_a_live_writer_s_version_is_kept(tmp_path):
-    """Versions that other saves are writing (their lock held, or not yet locked by a live process) stay;
-    one whose lock is free (a finished save's, superseded) goes."""
+    """Versions that other saves are writing (their lock held, or no lock file and a live writer) stay;
+    one whose lock is free (a finished save's, superseded) goes, and so do dead writers' temporaries."""
     path = tmp_path / "saved"
     save(0, path)
     writing, starting, done = (path / f"v-{os.getpid()}-abcdef0{i}" for i in range(3))
     for d in (writing, starting, done):
         d.mkdir()
     (done / ".lock").touch()
+    pid = dead_pid()
+    killed = [path / f"v-{pid}-0a", path / f".new-v-{pid}-0b", path / f"dataset.json.tmp-v-{pid}-0c"]
+    killed[0].mkdir()
+    killed[1].mkdir()
+    killed[2].write_text("{}")
     with open(writing / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         save(100, path)
     assert writing.is_dir() and starting.is_dir() and not done.exists()
+    assert not any(p.exists() for p in killed)
     assert load(path) == expected(100)
 
 

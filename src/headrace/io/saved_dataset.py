@@ -20,8 +20,9 @@ fsynced, the new ``dataset.json`` is written to ``dataset.json.tmp-v-<pid>-<hex>
 ``os.replace``-d over the old one: the one atomic step. A ``load`` (or a kill of the writer) at any moment
 sees the old dataset or the new one, complete, never nothing and never a mix. Then the superseded version is
 deleted, and so are the leftovers of killed saves: version directories no manifest names whose lock is
-free, manifest temporaries whose writer's process is dead, shard files no manifest names, and the
-``<path>.tmp-<pid>`` / ``<path>.old-<pid>`` siblings of dead processes that saves before this layout left.
+free, manifest temporaries and ``.new-v-...`` directories (a version before it is locked) whose writer's
+process is dead, shard files no manifest names, and the ``<path>.tmp-<pid>`` / ``<path>.old-<pid>``
+siblings of dead processes that saves before this layout left.
 ``load`` ignores them; other files in ``path`` are left alone. A pipeline that raises stops the save and
 leaves ``path`` as it was. Local paths only (the atomic step is POSIX ``rename``); a Dataset loaded before
 a later save replaced ``path`` reads files that save deleted (``FileNotFoundError``): load again after a
@@ -60,7 +61,7 @@ META = "dataset.json"
 LOCK = ".lock"
 _LEN = struct.Struct("<Q")
 _VERSION_DIR = re.compile(r"v-(\d+)-[0-9a-f]+")
-_MANIFEST_TMP = re.compile(re.escape(META) + r"\.tmp-v-(\d+)-[0-9a-f]+")
+_TEMP = re.compile(re.escape(META) + r"\.tmp-v-(\d+)-[0-9a-f]+|\.new-v-(\d+)-[0-9a-f]+")
 _LEGACY_SHARD = re.compile(r"shard-\d{5}\.tfrecord")
 _step: Callable[[str], None] | None = None  # tests: called with the name of each step of save (kill points)
 
@@ -146,9 +147,11 @@ def save(dataset: Any, path: str | os.PathLike[str], compression: str | None = N
     created = not os.path.isdir(path)
     version = f"v-{os.getpid()}-{secrets.token_hex(4)}"
     vdir = os.path.join(path, version)
-    os.makedirs(vdir)
-    lock = os.open(os.path.join(vdir, LOCK), os.O_CREAT | os.O_RDWR, 0o644)
+    staging = os.path.join(path, f".new-{version}")  # locked before it gets a name other saves clean
+    os.makedirs(staging)
+    lock = os.open(os.path.join(staging, LOCK), os.O_CREAT | os.O_RDWR, 0o644)
     fcntl.flock(lock, fcntl.LOCK_EX)  # "still writing" for other saves' cleaning; the kernel drops it on a kill
+    os.rename(staging, vdir)
     tmp = os.path.join(path, f"{META}.tmp-{version}")
     writers: dict[int, TFRecordWriter] = {}
     try:
@@ -237,8 +240,8 @@ def _rmdir_if_empty(p: str) -> None:
 
 
 def _writing(vdir: str, pid: int) -> bool:
-    """Whether a save is still writing the version directory ``vdir``: its lock is held (or, in the instant
-    between the directory's creation and its lock, its writer's process ``pid`` is alive)."""
+    """Whether a save is still writing the version directory ``vdir``: its lock is held (the directory gets
+    its name only once locked; without a lock file it is judged by whether its writer ``pid`` is alive)."""
     try:
         fd = os.open(os.path.join(vdir, LOCK), os.O_RDWR)
     except FileNotFoundError:
@@ -258,8 +261,8 @@ def _leftover(p: str, name: str) -> bool:
     """Whether the entry ``name`` (at ``p``) of a save directory, named by no manifest, is a leftover."""
     if m := _VERSION_DIR.fullmatch(name):
         return not _writing(p, int(m[1]))
-    if m := _MANIFEST_TMP.fullmatch(name):
-        return not _pid_alive(int(m[1]))
+    if m := _TEMP.fullmatch(name):
+        return not _pid_alive(int(m[1] or m[2]))
     return _LEGACY_SHARD.fullmatch(name) is not None
 
 
