@@ -147,11 +147,7 @@ def save(dataset: Any, path: str | os.PathLike[str], compression: str | None = N
     created = not os.path.isdir(path)
     version = f"v-{os.getpid()}-{secrets.token_hex(4)}"
     vdir = os.path.join(path, version)
-    staging = os.path.join(path, f".new-{version}")  # locked before it gets a name other saves clean
-    os.makedirs(staging)
-    lock = os.open(os.path.join(staging, LOCK), os.O_CREAT | os.O_RDWR, 0o644)
-    fcntl.flock(lock, fcntl.LOCK_EX)  # "still writing" for other saves' cleaning; the kernel drops it on a kill
-    os.rename(staging, vdir)
+    lock = _new_version(path, version)
     tmp = os.path.join(path, f"{META}.tmp-{version}")
     writers: dict[int, TFRecordWriter] = {}
     try:
@@ -195,6 +191,22 @@ def save(dataset: Any, path: str | os.PathLike[str], compression: str | None = N
     _at("switched")
     _clean(path)
     _at("cleaned")
+
+
+def _new_version(path: str, version: str) -> int:
+    """Make the version directory ``path/version`` holding its ``.lock`` locked (the lock's descriptor):
+    made as ``.new-<version>`` and renamed once locked, so other saves never see it unlocked."""
+    staging = os.path.join(path, f".new-{version}")
+    os.makedirs(staging)
+    lock = os.open(os.path.join(staging, LOCK), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # "writing", for other saves; dropped on a kill
+        os.rename(staging, os.path.join(path, version))
+    except BaseException:
+        os.close(lock)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return lock
 
 
 def _fsync(path: str) -> None:
