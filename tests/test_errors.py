@@ -13,7 +13,7 @@ from headrace import _errors
     (hr.MemoryBudgetError, MemoryError), (hr.DataLossError, OSError), (hr.ImageDecodeError, ValueError),
     (hr.StateError, ValueError), (hr.MissingDependencyError, ImportError), (hr.ManifestError, ValueError),
     (hr.ConvertError, RuntimeError), (hr.SchemaConflictError, ValueError), (hr.WorkerError, RuntimeError),
-    (hr.SharedMemoryError, OSError),
+    (hr.SharedMemoryError, OSError), (hr.StaleIndexError, ValueError),
 ])
 def test_every_error_is_a_headrace_error_and_its_builtin(cls: type, builtin: type) -> None:
     assert issubclass(cls, hr.HeadraceError) and issubclass(cls, builtin)

@@ -491,7 +491,8 @@ class Dataset:
              checkpoint_args: Any = None, name: str | None = None) -> None:
         """Write the dataset to the directory ``path`` in headrace's documented format
         (``headrace/io/saved_dataset.py``: TFRecord shards of ``.npy``-encoded components and a JSON
-        metadata file with the element_spec), streaming, atomically (``path`` is replaced when complete).
+        metadata file with the element_spec), streaming, atomically (a save already at ``path`` is replaced
+        in one step when the new one is complete: a kill at any moment leaves the old or the new dataset).
         ``compression``: None, "GZIP" or "ZLIB"; ``shard_func(element)``: the shard file index (default 0).
         ``checkpoint_args`` (tf.data's periodic save checkpoints) raises ``TypeError``."""
         if checkpoint_args is not None:

@@ -10,6 +10,8 @@ standard library would catch (the second base).
         ├── DataLossError          (also OSError)       a record failed its CRC or was truncated
         ├── ImageDecodeError       (also ValueError)    bytes that are not a decodable image
         ├── StateError             (also ValueError)    get_state / set_state mismatch or bad checkpoint
+        ├── StaleIndexError        (also ValueError)    a TFRecord ``.idx`` index that does not match its
+        │                                               file (stale) or is not an index; names both files
         ├── IteratorClosedError    (also RuntimeError)  next() / get_state() on an iterator after close()
         ├── TooManyErrorsError     (also RuntimeError)  ignore_errors(max_drop_ratio=...) dropped too many
         ├── InternalTimeoutError   (also RuntimeError)  an internal lock held too long (a leaked lock)
@@ -87,6 +89,18 @@ class ImageDecodeError(HeadraceError, ValueError):
 
 class StateError(HeadraceError, ValueError):
     """An iterator state that does not match the pipeline it is restored into."""
+
+
+class StaleIndexError(HeadraceError, ValueError):
+    """A TFRecord index (``.idx``) that does not match its file: it covers another number of bytes than the
+    file has (the file was rewritten or appended to after the index was built), or its text is not an index.
+    The message names the index, the file and the fix (``headrace.io.build_index(<file>)``); ``path`` is
+    the TFRecord file (``None`` when unknown) and ``index`` the index file."""
+
+    def __init__(self, message: str, *, path: str | None = None, index: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.index = index
 
 
 class IteratorClosedError(HeadraceError, RuntimeError):
@@ -193,6 +207,7 @@ __all__ = [
     "RemoteTraceback",
     "SchemaConflictError",
     "SharedMemoryError",
+    "StaleIndexError",
     "StateError",
     "TooManyErrorsError",
     "WorkerError",

@@ -56,13 +56,16 @@ def test_index_errors(tmp_path):
     with pytest.raises(ValueError, match="one index per file"):
         TFRecordRandomAccess([path], index_files=[])
     Path(path + ".idx").write_text("0 17\n")  # covers only the first record
-    with pytest.raises(ValueError, match="stale"):
+    with pytest.raises(hr.StaleIndexError, match="stale") as e:
         TFRecordRandomAccess(path)
+    assert isinstance(e.value, hr.HeadraceError) and isinstance(e.value, ValueError)
+    assert path + ".idx" in str(e.value) and path in str(e.value) and "build_index" in str(e.value)
+    assert e.value.path == path and e.value.index == path + ".idx"
     Path(path + ".idx").write_text("0 17\nabc\n")
-    with pytest.raises(ValueError, match="line 2"):
+    with pytest.raises(hr.StaleIndexError, match="line 2"):
         TFRecordRandomAccess(path)
     Path(path + ".idx").write_text("0 17\n20 17\n")
-    with pytest.raises(ValueError, match="not a consistent"):
+    with pytest.raises(hr.StaleIndexError, match="not a consistent"):
         TFRecordRandomAccess(path)
 
 

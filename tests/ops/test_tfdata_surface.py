@@ -222,8 +222,10 @@ def test_save_and_load(tmp_path):
             assert got["s"].tolist() == e["s"].tolist() and got["s"].dtype == object
             assert got["f"].dtype == np.float32 and got["f"].shape == e["f"].shape
             assert got["n"] is None and got["b"] == b"x\x00y"
-        assert sorted(os.listdir(path)) == ["dataset.json", "shard-00000.tfrecord", "shard-00001.tfrecord",
-                                            "shard-00002.tfrecord"]
+        version = next(n for n in os.listdir(path) if n.startswith("v-"))  # one version beside its manifest
+        assert sorted(os.listdir(path)) == ["dataset.json", version]
+        assert sorted(os.listdir(path / version)) == [".lock", "shard-00000.tfrecord", "shard-00001.tfrecord",
+                                                      "shard-00002.tfrecord"]
     assert py(D.load(str(tmp_path / "saved-None")).map(lambda e: e["a"])) == [0, 3, 6, 1, 4, 2, 5]  # shard order
     assert list(D.load(str(tmp_path / "saved-None"), compression=None).take(1))
     # a failing pipeline leaves nothing; a second save replaces the first

@@ -292,6 +292,12 @@ class DatasetIterator:
         """Whether re-reading after ``set_state`` yields the same elements in the same order."""
         return all(child.replays_deterministically() for child in self._children() if child is not None)
 
+    def replays_same_elements(self) -> bool:
+        """Whether re-reading after ``set_state`` yields the same elements, in any order (a shuffle's hash
+        keys need it); False where a stage combines elements of a ``deterministic=False`` input by position
+        (a zip pairs other elements on each pass)."""
+        return all(child.replays_same_elements() for child in self._children() if child is not None)
+
     def skip_ahead(self, n: int) -> None:
         """Advance ``n`` positions (an element that raises counts as one); sources override it to seek."""
         for _ in range(n):

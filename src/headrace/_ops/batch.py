@@ -280,5 +280,9 @@ class _BatchIterator(DatasetIterator):
         self._drop_items()
         self._account.close()
 
+    def replays_same_elements(self) -> bool:
+        # a batch groups consecutive elements: re-reading an input that delivers in another order groups others
+        return self._source.replays_deterministically()
+
     def _children(self) -> list[DatasetIterator]:
         return [self._source]

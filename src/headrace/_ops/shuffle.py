@@ -22,7 +22,8 @@ caps afresh: that would draw from a buffer of another length and skip other elem
 delivered (found by ``bench/promises.py``: a restore from a state saved after an earlier restore lost and
 repeated batches).
 
-State (bounded restore, exactly-once also below ``deterministic=False`` stages; never a copy of the data):
+State (bounded restore, exactly-once also below ``deterministic=False`` stages; a copy of the data only in
+the one case below):
 
 - the input's state at a *checkpoint*: the input is checkpointed every ``max(64, buffer_size // 2)`` pulls,
   and the state names the latest checkpoint at or before the oldest element still buffered;
@@ -40,6 +41,12 @@ checkpoint (the oldest of ``B`` buffered elements is typically about ``B ln B`` 
 the position in the epoch or of an upstream ``repeat``. State size: one int or one 16-hex-digit string per
 buffered element. Hash keys need a set-deterministic input (the same elements on every pass, in any order):
 a map drawing unseeded random numbers is not, and restoring it raises ``StateError``.
+
+Behind a stage that combines elements of a ``deterministic=False`` input by position (a ``zip`` of it with
+another input, a ``batch`` of it: each re-read pairs or groups other elements, ``replays_same_elements()``
+is False), no key can find a
+buffered element again, so the state holds the buffered elements by value (``keys_by: "value"``,
+:mod:`by_value`) and the input's state now; the restore is exact, the state as large as the buffer.
 """
 
 from __future__ import annotations
@@ -129,6 +136,7 @@ class _ShuffleIterator(DatasetIterator):
         self._buffer_size = node.buffer_size
         self._account = ctx.account(stage, node.buffer_size)
         self._by_hash = not source.replays_deterministically()
+        self._by_value = not source.replays_same_elements()  # hashes cannot find them again: keep the values
         self._every = max(64, node.buffer_size // 2)
         self._seed = node.seed
         self._iteration: tuple[int, ...] = tuple(ctx.iteration) if node.reshuffle else ()
@@ -267,24 +275,27 @@ class _ShuffleIterator(DatasetIterator):
         # in the same order: not below a deterministic=False stage, nor across an event below (a shuffle
         # capped by the budget) that a replay may not repeat. Then content hashes do.
         by_hash = self._by_hash or self._source.replay_epoch() != epoch
-        if by_hash:
+        if self._by_value:
+            keys_by, keys = "value", [by_value.Deferred(e.value) for e in self._buf]
+        elif by_hash:
             for e in self._buf:
                 if e.key is None:
                     e.key = content_hash(e.value)
-            keys: list[Any] = [e.key for e in self._buf]
+            keys_by, keys = "hash", [e.key for e in self._buf]
         else:
-            keys = [e.pull - base_pull for e in self._buf]
+            keys_by, keys = "pull", [e.pull - base_pull for e in self._buf]
         return {"kind": self.kind, "buffer_size": self._buffer_size, "seed": self._seed,
                 "iteration": list(self._iteration), "draws": self._draws, "byte_capacity": self._byte_capacity,
                 "largest": self._largest,
-                "keys_by": "hash" if by_hash else "pull", "keys": keys, "base": base,
+                "keys_by": keys_by, "keys": keys, "base": base,
                 "base_pull": base_pull, "pulls": self._pulls, "input_done": self._input_done,
-                "input": self._source.get_state() if by_hash else None}
+                "input": self._source.get_state() if keys_by != "pull" else None}
 
     def set_state(self, state: dict[str, Any]) -> None:
         check_state(state, self.kind, buffer_size=self._buffer_size)
-        if state["keys_by"] not in ("hash", "pull"):
-            raise StateError(f"{self._stage}: keys_by={state['keys_by']!r} in the state; expected 'hash' or 'pull'")
+        if state["keys_by"] not in ("hash", "pull", "value"):
+            raise StateError(f"{self._stage}: keys_by={state['keys_by']!r} in the state; expected 'hash', 'pull' "
+                             "or 'value'")
         self._seed = check_seed(self._stage, state, self._node.seed, self._node.seed_given)
         self._iteration = tuple(int(i) for i in state["iteration"])
         self._drop_buffer()
@@ -293,7 +304,10 @@ class _ShuffleIterator(DatasetIterator):
         keys = state["keys"]
         base_pull = int(state["base_pull"])
         self._buf = [None] * len(keys)  # type: ignore[list-item]
-        if state["keys_by"] == "hash":  # (a state saved in either way restores into either kind of input)
+        if state["keys_by"] == "value":
+            self._restore_by_value(keys, base_pull)
+            self._source.set_state(state["input"])
+        elif state["keys_by"] == "hash":  # (a state saved in either way restores into either kind of input)
             self._restore_by_hash(state["base"], keys, base_pull)
             self._source.set_state(state["input"])
         else:
@@ -315,6 +329,14 @@ class _ShuffleIterator(DatasetIterator):
                 raise StateError(f"{self._stage}: the input ended before element {pull} of the saved buffer; "
                                  "the state does not belong to this input")
         fast_forward(source, pulls - self._pulls)
+
+    def _restore_by_value(self, saved: list[Any], base_pull: int) -> None:
+        for slot, text in enumerate(saved):
+            x = by_value.decode(text, self._stage)
+            n = nbytes(x)
+            self._account.hold(n)
+            self._buf[slot] = _Entry(x, n, base_pull)
+            self._held += n
 
     def _restore_by_hash(self, base: Any, keys: list[str], base_pull: int) -> None:
         """Scan a replay of the input (every parallel stage in order) for the buffered elements' hashes."""

@@ -98,6 +98,13 @@ class _ZipIterator(MultiInputIterator):
             raise StopIteration
         return pack_as(self._structure, values)
 
+    def replays_same_elements(self) -> bool:
+        # each input's order may differ on a re-read below deterministic=False: the pairs differ then
+        sources = self._sources
+        if len(sources) > 1 and not all(s.replays_deterministically() for s in sources):
+            return False
+        return super().replays_same_elements()
+
     def _counters(self) -> dict[str, Any]:
         return {"ended": self._ended}
 

@@ -3,26 +3,42 @@
 Format (version 1), a directory:
 
 - ``dataset.json``: ``{"format": "headrace-saved-dataset", "version": 1, "element_spec": <_spec.to_json>,
-  "compression": "" | "GZIP" | "ZLIB", "shards": [{"file": "shard-00000.tfrecord", "elements": n}, ...],
-  "cardinality": total}``; written last, so a directory without it is not a saved dataset.
-- ``shard-NNNNN.tfrecord``: TFRecord files (length and data CRC32C per record, optionally GZIP / ZLIB), one
-  record per element: its components in ``flatten`` order (``None`` components take no space), each as an
-  8-byte little-endian length and a payload: numbers and bools in ``.npy`` format (``allow_pickle=False``,
-  so loading never runs code); strings as ``.npy`` of their int64 lengths followed by the bytes.
-  Ragged and dataset components cannot be saved (``TypeError`` when ``save`` starts).
+  "compression": "" | "GZIP" | "ZLIB", "shards": [{"file": "v-<pid>-<hex>/shard-00000.tfrecord", "elements": n},
+  ...], "cardinality": total}``: the one pointer to the current version; ``file`` is relative to the directory
+  (saves by headrace before 0.1 put the shards beside ``dataset.json``: ``"file": "shard-00000.tfrecord"``;
+  they load unchanged, and the next save over them replaces them).
+- ``v-<pid>-<hex>/shard-NNNNN.tfrecord``: one version's TFRecord files (length and data CRC32C per record,
+  optionally GZIP / ZLIB), one record per element: its components in ``flatten`` order (``None`` components
+  take no space), each as an 8-byte little-endian length and a payload: numbers and bools in ``.npy`` format
+  (``allow_pickle=False``, so loading never runs code); strings as ``.npy`` of their int64 lengths followed by
+  the bytes. Ragged and dataset components cannot be saved (``TypeError`` when ``save`` starts). Beside
+  them an empty ``.lock``, ``flock``-ed by the save while it writes the version.
 
 ``save`` streams: each element is written as it is produced (the pipeline runs inside its own memory
-budget; nothing is gathered), into ``<path>.tmp-<pid>`` which replaces ``path`` when complete (a crash
-leaves no half-written dataset under ``path``). ``shard_func(element)`` (an integer) picks the shard file
-(default: all in shard 0); shards are read back in shard order, each in its written order. ``load`` gives a
-Dataset with the saved element_spec and cardinality whose state is the shard and the position in it.
+budget; nothing is gathered) into a fresh version directory ``v-<pid>-<hex>``; when every shard is closed and
+fsynced, the new ``dataset.json`` is written to ``dataset.json.tmp-v-<pid>-<hex>``, fsynced, and
+``os.replace``-d over the old one: the one atomic step. A ``load`` (or a kill of the writer) at any moment
+sees the old dataset or the new one, complete, never nothing and never a mix. Then the superseded version is
+deleted, and so are the leftovers of killed saves: version directories no manifest names whose lock is
+free, manifest temporaries and ``.new-v-...`` directories (a version before it is locked) whose writer's
+process is dead, shard files no manifest names, and the ``<path>.tmp-<pid>`` / ``<path>.old-<pid>``
+siblings of dead processes that saves before this layout left.
+``load`` ignores them; other files in ``path`` are left alone. A pipeline that raises stops the save and
+leaves ``path`` as it was. Local paths only (the atomic step is POSIX ``rename``); a Dataset loaded before
+a later save replaced ``path`` reads files that save deleted (``FileNotFoundError``): load again after a
+save. ``shard_func(element)`` (an integer) picks the shard file (default: all in shard 0); shards are read
+back in shard order, each in its written order. ``load`` gives a Dataset with the saved element_spec and
+cardinality whose state is the shard and the position in it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
+import re
+import secrets
 import shutil
 import struct
 from collections.abc import Callable
@@ -32,6 +48,7 @@ import numpy as np
 
 from .._args import as_int
 from .._ops.base import DatasetIterator, IteratorContext, check_state, note_error
+from .._ops.cache import _pid_alive
 from .._ops.node import DatasetNode, SpecOf
 from .._spec import STRING, NoneTensorSpec, TensorSpec, from_json, most_specific_compatible, to_json
 from .._structure import flatten, pack_as
@@ -41,7 +58,17 @@ from .tfrecord_writer import TFRecordWriter
 FORMAT = "headrace-saved-dataset"
 VERSION = 1
 META = "dataset.json"
+LOCK = ".lock"
 _LEN = struct.Struct("<Q")
+_VERSION_DIR = re.compile(r"v-(\d+)-[0-9a-f]+")
+_TEMP = re.compile(re.escape(META) + r"\.tmp-v-(\d+)-[0-9a-f]+|\.new-v-(\d+)-[0-9a-f]+")
+_LEGACY_SHARD = re.compile(r"shard-\d{5}\.tfrecord")
+_step: Callable[[str], None] | None = None  # tests: called with the name of each step of save (kill points)
+
+
+def _at(step: str) -> None:
+    if _step is not None:
+        _step(step)
 
 
 def _check_spec(spec: Any) -> list[Any]:
@@ -106,10 +133,10 @@ def decode(record: bytes, spec: Any, leaves: list[Any]) -> Any:
 
 def save(dataset: Any, path: str | os.PathLike[str], compression: str | None = None,
          shard_func: Callable[..., Any] | None = None) -> None:
-    """See the module docstring. Raises ``TypeError`` for components the format cannot hold and
-    ``ValueError`` for a negative shard index; what the pipeline raises stops the save (nothing is
-    left under ``path``)."""
-    path = os.fspath(path)
+    """See the module docstring: replaces the save at ``path`` (a local directory, created if missing)
+    atomically. Raises ``TypeError`` for components the format cannot hold and ``ValueError`` for a negative
+    shard index; what the pipeline raises stops the save (``path`` is left as it was)."""
+    path = os.fspath(path).rstrip(os.sep) or os.sep
     ctype = (compression or "").upper()
     if ctype not in ("", "GZIP", "ZLIB"):
         raise ValueError(f"save(compression={compression!r}): use None, 'GZIP' or 'ZLIB'")
@@ -117,11 +144,14 @@ def save(dataset: Any, path: str | os.PathLike[str], compression: str | None = N
         raise TypeError(f"save(shard_func={shard_func!r}): shard_func must be callable element -> shard index")
     spec = dataset.element_spec
     leaves = _check_spec(spec)
-    tmp = f"{path.rstrip(os.sep)}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    created = not os.path.isdir(path)
+    version = f"v-{os.getpid()}-{secrets.token_hex(4)}"
+    vdir = os.path.join(path, version)
+    lock = _new_version(path, version)
+    tmp = os.path.join(path, f"{META}.tmp-{version}")
     writers: dict[int, TFRecordWriter] = {}
     try:
+        _at("start")
         with iter(dataset) as it:
             for i, x in enumerate(it):
                 shard = 0
@@ -130,26 +160,138 @@ def save(dataset: Any, path: str | os.PathLike[str], compression: str | None = N
                     shard = as_int(shard_func(*args), f"save(shard_func) at element {i}", minimum=0)
                 w = writers.get(shard)
                 if w is None:
-                    w = writers[shard] = TFRecordWriter(os.path.join(tmp, f"shard-{shard:05d}.tfrecord"), ctype)
+                    w = writers[shard] = TFRecordWriter(os.path.join(vdir, f"shard-{shard:05d}.tfrecord"), ctype)
                 w.write(encode(x, leaves))
+                _at(f"element-{i}")
         shards = []
         for shard in sorted(writers):
+            name = f"shard-{shard:05d}.tfrecord"
             writers[shard].close()
-            shards.append({"file": f"shard-{shard:05d}.tfrecord", "elements": writers[shard].records})
+            _fsync(os.path.join(vdir, name))
+            shards.append({"file": f"{version}/{name}", "elements": writers[shard].records})
         meta = {"format": FORMAT, "version": VERSION, "element_spec": to_json(spec), "compression": ctype,
                 "shards": shards, "cardinality": sum(s["elements"] for s in shards)}
-        with open(os.path.join(tmp, META), "w") as f:
+        with open(tmp, "w") as f:
             json.dump(meta, f)
+            f.flush()
+            os.fsync(f.fileno())
+        _at("manifest-written")
+        os.replace(tmp, os.path.join(path, META))
     except BaseException:
         for w in writers.values():
             w.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(vdir, ignore_errors=True)
+        _remove(tmp)
+        if created:
+            _rmdir_if_empty(path)
         raise
-    old = f"{path.rstrip(os.sep)}.old-{os.getpid()}"
-    if os.path.exists(path):
-        os.replace(path, old)
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
+    finally:
+        os.close(lock)
+    _fsync(path)
+    _at("switched")
+    _clean(path)
+    _at("cleaned")
+
+
+def _new_version(path: str, version: str) -> int:
+    """Make the version directory ``path/version`` holding its ``.lock`` locked (the lock's descriptor):
+    made as ``.new-<version>`` and renamed once locked, so other saves never see it unlocked."""
+    staging = os.path.join(path, f".new-{version}")
+    os.makedirs(staging)
+    lock = os.open(os.path.join(staging, LOCK), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # "writing", for other saves; dropped on a kill
+        os.rename(staging, os.path.join(path, version))
+    except BaseException:
+        os.close(lock)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return lock
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_meta(path: str) -> dict[str, Any] | None:
+    """The manifest at ``path``, or None where there is none (or it cannot be read)."""
+    try:
+        with open(os.path.join(path, META)) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _top_names(meta: dict[str, Any] | None) -> set[str]:
+    """The entries of the save directory a manifest uses: its version directory (or legacy shard files)."""
+    if meta is None:
+        return set()
+    return {str(s.get("file", "")).split("/")[0] for s in meta.get("shards", []) if isinstance(s, dict)}
+
+
+def _remove(p: str) -> None:
+    if os.path.isdir(p) and not os.path.islink(p):
+        shutil.rmtree(p, ignore_errors=True)
+        return
+    try:
+        os.remove(p)
+    except OSError:
+        pass
+
+
+def _rmdir_if_empty(p: str) -> None:
+    try:
+        os.rmdir(p)
+    except OSError:
+        pass
+
+
+def _writing(vdir: str, pid: int) -> bool:
+    """Whether a save is still writing the version directory ``vdir``: its lock is held (the directory gets
+    its name only once locked; without a lock file it is judged by whether its writer ``pid`` is alive)."""
+    try:
+        fd = os.open(os.path.join(vdir, LOCK), os.O_RDWR)
+    except FileNotFoundError:
+        return _pid_alive(pid)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _leftover(p: str, name: str) -> bool:
+    """Whether the entry ``name`` (at ``p``) of a save directory, named by no manifest, is a leftover."""
+    if m := _VERSION_DIR.fullmatch(name):
+        return not _writing(p, int(m[1]))
+    if m := _TEMP.fullmatch(name):
+        return not _pid_alive(int(m[1] or m[2]))
+    return _LEGACY_SHARD.fullmatch(name) is not None
+
+
+def _clean(path: str) -> None:
+    """After a switch: delete what no manifest names and no save is writing: the version the switch
+    superseded, versions and manifest temporaries of killed saves, legacy shards and siblings (module docstring).
+    """
+    used = _top_names(_read_meta(path))
+    for name in os.listdir(path):
+        if name not in used and _leftover(os.path.join(path, name), name):
+            _remove(os.path.join(path, name))
+    parent, base = os.path.split(path)
+    sibling = re.compile(re.escape(base) + r"\.(?:tmp|old)-(\d+)")
+    for name in os.listdir(parent or "."):
+        m = sibling.fullmatch(name)
+        if m and not _pid_alive(int(m[1])):
+            _remove(os.path.join(parent, name))
 
 
 class SavedNode(DatasetNode):
@@ -258,5 +400,11 @@ def load(path: str | os.PathLike[str], element_spec: Any = None, compression: st
     if compression is not None and (compression or "").upper() != meta["compression"]:
         raise ValueError(f"load({path!r}, compression={compression!r}): the dataset was saved with "
                          f"compression {meta['compression'] or None!r}")
-    names = [os.path.join(path, s["file"]) for s in meta["shards"]]
+    names = []
+    for s in meta["shards"]:
+        rel = str(s["file"])
+        if os.path.isabs(rel) or ".." in rel.split("/"):
+            raise ValueError(f"load({path!r}): {META} names the shard {rel!r} outside the save directory; it is "
+                             "not a manifest written by Dataset.save (save the dataset again)")
+        names.append(os.path.join(path, rel))
     return SavedNode(names, meta["compression"], spec, int(meta["cardinality"]))

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import DataLossError
+from .._errors import DataLossError, StaleIndexError
 from . import files
 from ._framing import FOOTER, HEADER, HEADER_BYTES, OVERHEAD_BYTES, RecordReader, masked_crc32c
 
@@ -68,7 +68,8 @@ def build_index(path: str | bytes | os.PathLike[str], index_file: str | None = N
 def read_index(path: str | bytes | os.PathLike[str]) -> np.ndarray:
     """The ``(n, 2)`` int64 array (offset, framed length) of an index file (``path`` is the index itself).
 
-    Raises ``ValueError`` naming the file and line for text that is not an index.
+    Raises :class:`~headrace.StaleIndexError` (a ``ValueError``) naming the file and line for text that is not
+    an index.
     """
     p = files.to_str_path(path)
     with files.open_file(p, "rb") as f:
@@ -81,13 +82,14 @@ def read_index(path: str | bytes | os.PathLike[str]) -> np.ndarray:
         lines = text.decode("ascii", "replace").splitlines()
         bad = next((i for i, line in enumerate(lines) if len(line.split()) != 2 or
                     not all(t.isdigit() for t in line.split())), len(lines))
-        raise ValueError(f"{p} is not a TFRecord index: line {bad + 1} is not '<offset> <length>'; rebuild it "
-                         "with headrace.io.build_index(<the .tfrecord file>)")
+        raise StaleIndexError(f"{p} is not a TFRecord index: line {bad + 1} is not '<offset> <length>'; rebuild "
+                              "it with headrace.io.build_index(<the .tfrecord file>)", index=p)
     rows = arr.reshape(-1, 2)
     if len(rows) and (rows.min() < 0 or np.any(rows[:, 1] < OVERHEAD_BYTES)
                       or np.any(rows[1:, 0] != rows[:-1, 0] + rows[:-1, 1]) or rows[0, 0] != 0):
-        raise ValueError(f"{p} is not a consistent TFRecord index (records must be contiguous from byte 0, each "
-                         f">= {OVERHEAD_BYTES} bytes); rebuild it with headrace.io.build_index")
+        raise StaleIndexError(f"{p} is not a consistent TFRecord index (records must be contiguous from byte 0, "
+                              f"each >= {OVERHEAD_BYTES} bytes); rebuild it with headrace.io.build_index(<the "
+                              ".tfrecord file>)", index=p)
     return rows
 
 
@@ -103,7 +105,8 @@ class TFRecordRandomAccess:
     ``len(source)`` is the total record count; ``source[i]`` (``-len <= i < len``) reads and returns the
     record's ``bytes``, checking both CRCs (:class:`~headrace.DataLossError` with file and offset if they
     fail). Thread-safe (local files use ``os.pread``); picklable (file handles reopen lazily), so it can
-    go to worker processes. Raises ``ValueError`` on open if an index does not match its file's size.
+    go to worker processes. Raises :class:`~headrace.StaleIndexError` (a ``ValueError``) on open if an
+    index does not match its file's size.
     """
 
     def __init__(self, paths: Any, index_files: list[str] | None = None, build_missing: bool = False) -> None:
@@ -122,8 +125,9 @@ class TFRecordRandomAccess:
             size = files.file_size(path)
             end = int(rows[-1, 0] + rows[-1, 1]) if len(rows) else 0
             if end != size:
-                raise ValueError(f"the index {idx} covers {end} bytes but {path} has {size}; the index is stale, "
-                                 f"rebuild it with headrace.io.build_index({path!r})")
+                raise StaleIndexError(f"the index {idx} covers {end} bytes but {path} has {size}; the index is "
+                                      f"stale, rebuild it with headrace.io.build_index({path!r})", path=path,
+                                      index=idx)
             self._offsets.append(rows)
             starts.append(starts[-1] + len(rows))
         self._starts = starts
