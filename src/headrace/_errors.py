@@ -59,14 +59,19 @@ class MemoryBudgetError(HeadraceError, MemoryError):
 
 
 class DataLossError(HeadraceError, OSError):
-    """A record is corrupt (CRC mismatch) or truncated. Names the file and the byte offset."""
+    """A record is corrupt (CRC mismatch) or truncated. Names the file and the byte offset.
+
+    ``elements``: how many elements of the source the failure cost (a damaged HDF5 chunk read row by row
+    loses all its rows; the source continues after them). ``ignore_errors`` counts that many as dropped.
+    """
 
     def __init__(self, message: str, *, path: str | None = None, offset: int | None = None,
-                 reason: str | None = None) -> None:
+                 reason: str | None = None, elements: int = 1) -> None:
         super().__init__(message)
         self.path = path
         self.offset = offset
         self.reason = reason
+        self.elements = max(1, int(elements))
 
 
 class ImageDecodeError(HeadraceError, ValueError):

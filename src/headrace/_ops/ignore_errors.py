@@ -3,7 +3,9 @@
 Skipped (counted, logged with ``log_warning=True``): exceptions that describe one bad element - corrupt or
 truncated records (``DataLossError``), undecodable images (``ImageDecodeError``), and whatever a user
 function raises for an element (``ValueError``, ``KeyError``, ``TypeError``, ``OSError`` ...). Sources that
-hit corrupt data continue after the bad record, so ``ignore_errors`` yields every good record.
+hit corrupt data continue after the bad record, so ``ignore_errors`` yields every good record; a
+``DataLossError`` that cost several elements (``elements``: the rows of a damaged HDF5 chunk) counts as that
+many drops.
 
 Re-raised (they are not about one element, and dropping would hide them): headrace's own configuration and
 resource errors (``MemoryBudgetError``, ``StateError``, ``IteratorClosedError``, ``InternalTimeoutError``,
@@ -102,8 +104,9 @@ class _IgnoreErrorsIterator(UnaryIterator):
             return x
 
     def _drop(self, e: Exception) -> None:
-        self.dropped += 1
-        self._by_type[type(e).__name__] += 1
+        lost = getattr(e, "elements", 1) if isinstance(e, DataLossError) else 1  # a whole HDF5 chunk's rows
+        self.dropped += lost
+        self._by_type[type(e).__name__] += lost
         notes = "; ".join(getattr(e, "__notes__", []))
         described = f"{type(e).__name__}: {e}" + (f" ({notes})" if notes else "")
         if self._first is None:
