@@ -212,3 +212,24 @@ def test_corrupt_jpegs_in_image_folder_are_skipped_and_counted(tmp_path: Path) -
         if not decodable:
             with pytest.raises(ImageDecodeError, match=re.escape(str(root / "a" / "2.jpg"))):
                 _within(partial(_read_all, ds), what)
+
+
+@pytest.mark.parametrize("batch_size", [None, 30])
+def test_damaged_parquet_row_group_is_skipped_and_its_rows_counted(tmp_path: Path, batch_size: int | None) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "d.parquet"
+    data = np.arange(300, dtype=np.int64) * 7919 % 10007
+    pq.write_table(pa.table({"x": data}), path, row_group_size=100, compression="gzip")
+    page = pq.ParquetFile(path).metadata.row_group(1).column(0).data_page_offset
+    raw = bytearray(path.read_bytes())
+    raw[page + 30:page + 60] = b"\xab" * 30
+    path.write_bytes(bytes(raw))
+    ds = hr.io.ParquetDataset(path, batch_size=batch_size)
+    with pytest.raises(DataLossError, match=rf"{re.escape(str(path))} \(row group 1\)"):
+        _within(partial(_read_all, ds), "parquet")
+    got, dropped = _within(partial(_skipping, ds), "parquet, skipping")
+    rows = np.concatenate([b["x"] for b in got]) if batch_size else np.array([r["x"] for r in got])
+    np.testing.assert_array_equal(rows, np.r_[data[:100], data[200:]])
+    assert dropped == (4 if batch_size else 100)  # the row group's 100 rows: 4 batches of <= 30

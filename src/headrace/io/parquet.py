@@ -278,9 +278,14 @@ class _ParquetIterator(BlockRowIterator):
                 self._gen, self._u, self._next_row, self._block_start = None, self._u + 1, 0, 0
                 continue
             except (pa.ArrowException, OSError) as e:
-                raise DataLossError(f"{_WHAT}: cannot read {self._where()}: {e}; the file is corrupt or was "
-                                    "changed while being read", path=self._meta[self._units[self._u][0]].path,
-                                    reason="bad row group") from e
+                # Continue with the next row group: the rest of this one is lost (its rows, or its batches).
+                where, (f, g) = self._where(), self._units[self._u]
+                left = max(1, self._meta[f].rg_rows[g] - self._next_row - self._skip)
+                lost = -(-left // self._ds.batch_size) if self._ds.batch_size else left
+                self._gen, self._u, self._next_row, self._block_start, self._skip = None, self._u + 1, 0, 0, 0
+                raise DataLossError(f"{_WHAT}: cannot read {where}: {e}; the file is corrupt or was "
+                                    "changed while being read", path=self._meta[f].path,
+                                    reason="bad row group", elements=lost) from e
             if self._skip:
                 cut = min(self._skip, batch.num_rows)
                 self._skip -= cut
