@@ -233,3 +233,16 @@ def test_damaged_parquet_row_group_is_skipped_and_its_rows_counted(tmp_path: Pat
     rows = np.concatenate([b["x"] for b in got]) if batch_size else np.array([r["x"] for r in got])
     np.testing.assert_array_equal(rows, np.r_[data[:100], data[200:]])
     assert dropped == (4 if batch_size else 100)  # the row group's 100 rows: 4 batches of <= 30
+
+
+class _Stuck(hr.DatasetIterator):
+    """A user source that raises the same error forever without moving past it."""
+
+    def __next__(self) -> Any:
+        raise DataLossError("stuck.bin: bad record at offset 8", path="stuck.bin", offset=8)
+
+
+def test_a_source_that_repeats_the_same_error_stops_ignore_errors_instead_of_spinning() -> None:
+    ds = hr.Dataset.from_source(_Stuck)
+    with pytest.raises(hr.TooManyErrorsError, match=r"same error .* times in a row.*stuck\.bin"):
+        _within(partial(_skipping, ds), "stuck source")

@@ -42,6 +42,10 @@ from .node import DatasetNode
 log = logging.getLogger("headrace")
 
 MIN_ELEMENTS_FOR_RATIO = 100
+MAX_SAME_ERROR_IN_A_ROW = 10_000
+"""A source that raises the very same ``DataLossError`` (same message: same file and offset or rows) this many
+times in a row, with nothing passing in between, is not moving past its bad data: ``TooManyErrorsError``
+instead of spinning forever. (A user function raising one message for many elements is left alone.)"""
 _PROGRAMMING_ERRORS = (NameError, SyntaxError, ImportError, NotImplementedError, RecursionError)
 _DATA_HEADRACE_ERRORS = (DataLossError, ImageDecodeError)
 
@@ -87,6 +91,8 @@ class _IgnoreErrorsIterator(UnaryIterator):
         self._by_type: Counter[str] = Counter()
         self._first: str | None = None
         self._reported = False
+        self._last: tuple[str, str] | None = None
+        self._repeats = 0
 
     def __next__(self) -> Any:
         while True:
@@ -101,6 +107,7 @@ class _IgnoreErrorsIterator(UnaryIterator):
                 self._drop(e)
                 continue
             self.passed += 1
+            self._last, self._repeats = None, 0
             return x
 
     def _drop(self, e: Exception) -> None:
@@ -111,6 +118,15 @@ class _IgnoreErrorsIterator(UnaryIterator):
         described = f"{type(e).__name__}: {e}" + (f" ({notes})" if notes else "")
         if self._first is None:
             self._first = described
+        key = (type(e).__name__, str(e))
+        self._repeats = self._repeats + 1 if key == self._last and isinstance(e, DataLossError) else 1
+        self._last = key
+        if self._repeats >= MAX_SAME_ERROR_IN_A_ROW:  # a source stuck on one record
+            self._reported = True
+            raise TooManyErrorsError(
+                f"ignore_errors: the input raised the same error {self._repeats} times in a row without "
+                f"yielding anything ({key[0]}: {key[1]}); its source does not move past the bad data (a "
+                "from_source iterator must advance before it raises)") from e
         if self._log:
             log.warning("ignore_errors: dropped an element: %s", described)
         seen = self.dropped + self.passed
