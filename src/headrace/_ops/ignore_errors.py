@@ -3,7 +3,9 @@
 Skipped (counted, logged with ``log_warning=True``): exceptions that describe one bad element - corrupt or
 truncated records (``DataLossError``), undecodable images (``ImageDecodeError``), and whatever a user
 function raises for an element (``ValueError``, ``KeyError``, ``TypeError``, ``OSError`` ...). Sources that
-hit corrupt data continue after the bad record, so ``ignore_errors`` yields every good record.
+hit corrupt data continue after the bad record, so ``ignore_errors`` yields every good record; a
+``DataLossError`` that cost several elements (``elements``: the rows of a damaged HDF5 chunk) counts as that
+many drops.
 
 Re-raised (they are not about one element, and dropping would hide them): headrace's own configuration and
 resource errors (``MemoryBudgetError``, ``StateError``, ``IteratorClosedError``, ``InternalTimeoutError``,
@@ -45,6 +47,10 @@ from .node import DatasetNode
 log = logging.getLogger("headrace")
 
 MIN_ELEMENTS_FOR_RATIO = 100
+MAX_SAME_ERROR_IN_A_ROW = 10_000
+"""A source that raises the very same ``DataLossError`` (same message: same file and offset or rows) this many
+times in a row, with nothing passing in between, is not moving past its bad data: ``TooManyErrorsError``
+instead of spinning forever. (A user function raising one message for many elements is left alone.)"""
 _PROGRAMMING_ERRORS = (NameError, SyntaxError, ImportError, NotImplementedError, RecursionError)
 _DATA_HEADRACE_ERRORS = (DataLossError, ImageDecodeError)
 
@@ -98,6 +104,8 @@ class _IgnoreErrorsIterator(UnaryIterator):
         self._first: str | None = None
         self._reported = False
         self._estimated = False  # some count was an estimate (a TFRecord tail): the reports say "about"
+        self._last: tuple[str, str] | None = None
+        self._repeats = 0
 
     def __next__(self) -> Any:
         while True:
@@ -112,6 +120,7 @@ class _IgnoreErrorsIterator(UnaryIterator):
                 self._drop(e)
                 continue
             self.passed += 1
+            self._last, self._repeats = None, 0
             return x
 
     def _drop(self, e: Exception) -> None:
@@ -123,6 +132,15 @@ class _IgnoreErrorsIterator(UnaryIterator):
         described = f"{type(e).__name__}: {e}" + (f" ({notes})" if notes else "")
         if self._first is None:
             self._first = described
+        key = (type(e).__name__, str(e))
+        self._repeats = self._repeats + 1 if key == self._last and isinstance(e, DataLossError) else 1
+        self._last = key
+        if self._repeats >= MAX_SAME_ERROR_IN_A_ROW:  # a source stuck on one record
+            self._reported = True
+            raise TooManyErrorsError(
+                f"ignore_errors: the input raised the same error {self._repeats} times in a row without "
+                f"yielding anything ({key[0]}: {key[1]}); its source does not move past the bad data (a "
+                "from_source iterator must advance before it raises)") from e
         if self._log:
             log.warning("ignore_errors: dropped %s: %s", "an element" if lost == 1 else f"{lost} elements", described)
         seen = self.dropped + self.passed

@@ -75,8 +75,16 @@ class HDF5Dataset(Dataset):
 
     Iterator state: ``{"row": next row to read}`` plus the settings, checked on restore.
 
+    Damaged chunks: a chunk that cannot be read (gzip that does not decompress, a ``fletcher32`` checksum
+    mismatch) raises ``DataLossError`` naming the file, the keys and the rows; the reader continues after
+    those rows, so ``ignore_errors()`` drops them (counted as that many elements, one per batch with
+    ``batch_size``) and goes on. HDF5's Fletcher-32 sums 16-bit words in one's complement: it cannot tell a
+    word ``0x0000`` from ``0xFFFF`` (nor other damage that leaves both sums equal mod 65535), so such damage
+    comes back as wrong values; uncompressed chunks without ``fletcher32`` have no check at all.
+
     Raises:
-        FileNotFoundError: the file does not exist. DataLossError: not a readable HDF5 file.
+        FileNotFoundError: the file does not exist. DataLossError: not a readable HDF5 file, or a chunk that
+            cannot be read (see above).
         ValueError: a key that is missing (naming the file, the key and the datasets the file has), a group
             or a scalar, datasets of different lengths (naming each key's length), bad arguments.
     """
@@ -167,8 +175,13 @@ class _HDF5Iterator(BlockRowIterator):
         try:
             block = {key: self._file[key][start:end] for key in ds.keys}
         except (OSError, RuntimeError) as e:
-            raise DataLossError(f"{_WHAT}: cannot read rows {start}..{end} of {ds.keys} in {ds.path}: {e}",
-                                path=ds.path, reason="bad chunk") from e
+            # Continue after the failed rows (ignore_errors would otherwise re-read them forever); they are
+            # lost: one element (a batch) or end - start rows.
+            self._block_start, self._next = end, end
+            raise DataLossError(f"{_WHAT}: cannot read rows {start}..{end} of {ds.keys} in {ds.path}: {e}; "
+                                "the chunk is corrupt (those rows are skipped under ignore_errors)",
+                                path=ds.path, reason="bad chunk",
+                                lost_elements=1 if ds.batch_size is not None else end - start) from e
         self._block_start, self._next = start, end
         return block
 
