@@ -149,7 +149,9 @@ class _MemorySink:
         self._total = 0
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (``kill(pid, 0)``); a live process of another user counts as alive.
+    Used by the cache's lock files and by ``Dataset.save``'s cleanup of killed writers."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -175,7 +177,7 @@ def take_lock(path: str) -> str:
                     pid = int(f.read().strip() or 0)
             except (OSError, ValueError):
                 pid = 0
-            if pid and not _pid_alive(pid):
+            if pid and not pid_alive(pid):
                 try:
                     os.remove(lock)
                 except FileNotFoundError:

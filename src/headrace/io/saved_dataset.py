@@ -48,7 +48,7 @@ import numpy as np
 
 from .._args import as_int
 from .._ops.base import DatasetIterator, IteratorContext, check_state, note_error
-from .._ops.cache import _pid_alive
+from .._ops.cache import pid_alive
 from .._ops.node import DatasetNode, SpecOf
 from .._spec import STRING, NoneTensorSpec, TensorSpec, from_json, most_specific_compatible, to_json
 from .._structure import flatten, pack_as
@@ -257,7 +257,7 @@ def _writing(vdir: str, pid: int) -> bool:
     try:
         fd = os.open(os.path.join(vdir, LOCK), os.O_RDWR)
     except FileNotFoundError:
-        return _pid_alive(pid)
+        return pid_alive(pid)
     except OSError:
         return True
     try:
@@ -274,7 +274,7 @@ def _leftover(p: str, name: str) -> bool:
     if m := _VERSION_DIR.fullmatch(name):
         return not _writing(p, int(m[1]))
     if m := _TEMP.fullmatch(name):
-        return not _pid_alive(int(m[1] or m[2]))
+        return not pid_alive(int(m[1] or m[2]))
     return _LEGACY_SHARD.fullmatch(name) is not None
 
 
@@ -290,7 +290,7 @@ def _clean(path: str) -> None:
     sibling = re.compile(re.escape(base) + r"\.(?:tmp|old)-(\d+)")
     for name in os.listdir(parent or "."):
         m = sibling.fullmatch(name)
-        if m and not _pid_alive(int(m[1])):
+        if m and not pid_alive(int(m[1])):
             _remove(os.path.join(parent, name))
 
 
