@@ -148,6 +148,9 @@ def _one_line_warnings(flags: Mapping[str, str]) -> Iterator[None]:
         typer.echo(f"headrace: warning: {_one_line(translate(text, flags))}", err=True)
 
     with warnings.catch_warnings():
+        # every command starts afresh: Python's once-per-location registry must not hide a warning an earlier
+        # command in this process printed (the CLI run in-process, e.g. by tests); `seen` dedups per command
+        warnings.simplefilter("always", UserWarning)
         warnings.showwarning = show
         yield
 
