@@ -197,6 +197,24 @@ def test_worker_error_arrives_within_five_seconds_of_the_death():
     _no_leaks(before, shm)
 
 
+def test_a_worker_killed_before_it_reads_its_function_raises_worker_error(monkeypatch):
+    """A worker killed between its start and the parent's first message (the OOM killer, a test's SIGKILL):
+    the parent's send meets a closed socket; the user gets WorkerError "killed by SIGKILL while starting",
+    not a BrokenPipeError from inside multiprocessing (seen once in CI)."""
+    real = proc_pool.subprocess.Popen
+
+    def killed_at_start(*args, **kwargs):
+        p = real(*args, **kwargs)
+        p.kill()
+        p.wait(timeout=10)
+        return p
+
+    monkeypatch.setattr(proc_pool.subprocess, "Popen", killed_at_start)
+    with pytest.raises(hr.WorkerError, match="SIGKILL while starting") as info:
+        list(D.range(3).map(times_three, num_parallel_calls=1, executor="process"))
+    assert info.value.signal == signal.SIGKILL
+
+
 def test_exceptions_keep_the_worker_traceback_as_cause():
     before, shm = _children(), _shm_entries()
     with iter(D.range(10).map(_raise_at_4, num_parallel_calls=2, executor="process")) as it:

@@ -205,7 +205,10 @@ class _Proc:
         self.ready = False
         self.cpu_s = 0.0
         self._measured_s = 0.0
-        self.conn.send_bytes(pickle.dumps(("init", list(sys.path), owner.fn_bytes, owner.stage), protocol=5))
+        try:
+            self.conn.send_bytes(pickle.dumps(("init", list(sys.path), owner.fn_bytes, owner.stage), protocol=5))
+        except OSError:
+            pass  # it died while starting (killed, OOM): wait_ready's receive sees the EOF and says how
 
     # -- messages -------------------------------------------------------------------------------------
     def _recv(self, stop: Any, index: int | None, deadline: float | None = None) -> Any:
@@ -247,8 +250,9 @@ class _Proc:
                               stage=self.owner.stage)
         self.ready = True
 
-    def send_segment(self, role: str, size: int, stop: Any) -> None:
-        """Replace the ``role`` segment by a new one of ``size`` bytes (reserved first)."""
+    def send_segment(self, role: str, size: int, stop: Any, index: int) -> None:
+        """Replace the ``role`` segment by a new one of ``size`` bytes (reserved first); a worker that died
+        meanwhile raises its WorkerError (for element ``index``)."""
         old = self.segments.get(role)
         grow = size - (old[1] if old else 0)
         self.owner.charge(self, grow, stop)
@@ -257,8 +261,13 @@ class _Proc:
         except BaseException:
             self.owner.uncharge(self, grow)
             raise
-        self.conn.send_bytes(pickle.dumps(("seg", role, size), protocol=5))
-        socket.send_fds(self.sock, [b"S"], [fd])
+        try:
+            self.conn.send_bytes(pickle.dumps(("seg", role, size), protocol=5))
+            socket.send_fds(self.sock, [b"S"], [fd])
+        except OSError:
+            os.close(fd)
+            self.owner.uncharge(self, grow)
+            raise self._died(index) from None
         self.segments[role] = (fd, size)
         if old is not None:
             os.close(old[0])
@@ -268,7 +277,7 @@ class _Proc:
         header, places, frames, parts, need = encode(x)
         seg = self.segments.get("in")
         if need and (seg is None or seg[1] < need):
-            self.send_segment("in", segment_size(need), stop)
+            self.send_segment("in", segment_size(need), stop, index)
             seg = self.segments["in"]
         for off, data in parts:
             _write_all(seg[0], data, off)  # type: ignore[index]
@@ -282,7 +291,7 @@ class _Proc:
             msg = self._recv(stop, index)
             tag = msg[0]
             if tag == "grow":
-                self.send_segment("out", segment_size(msg[1]), stop)
+                self.send_segment("out", segment_size(msg[1]), stop, index)
                 continue
             if tag == "error":
                 self._account_cpu(msg[5])
