@@ -13,8 +13,9 @@ stop flag is set and its threads woken (``signal_stop``, never blocks), (2) ever
 one shared deadline, (3) files and memory accounts are released. A thread still inside user code after the
 deadline (a map function that sleeps) is left running as a daemon, reported in a ``ResourceWarning``
 naming it and in ``memory_stats()["threads_alive"]``; the stage it reads from is not closed under it.
-``close()`` runs on ``with`` exit, on garbage collection (``__del__``) and at interpreter exit (``atexit``
-over a weak set of live iterators), and may be called from another thread: a ``next()`` waiting at that
+``close()`` runs on ``with`` exit, on garbage collection (``__del__``; in a moment, from the reaper thread,
+where the collecting thread may hold the shared budget's lock: ``headrace._reaper``) and at interpreter exit
+(``atexit`` over a weak set of live iterators), and may be called from another thread: a ``next()`` waiting at that
 moment raises :class:`~headrace.IteratorClosedError`, as does every later ``next()``/``get_state()``.
 
 Interrupts: a ``KeyboardInterrupt`` (or any other ``BaseException`` that is not an ``Exception``) raised
@@ -32,6 +33,7 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from . import _reaper
 from ._errors import IteratorClosedError, StateError
 from ._malloc import tune_for_pipelines
 from ._memory import Cancelled, budget_for, rss_bytes
@@ -276,8 +278,15 @@ class Iterator:
         self.close()
 
     def __del__(self) -> None:
+        # Garbage collection may run this in a thread holding the shared budget's lock: close later, in
+        # the reaper, wherever closing here could wait on it (headrace._reaper).
         try:
-            self._close("garbage collection")
+            if self._root is None:
+                return
+            if _reaper.may_close_here(self._budget._cv.lock):
+                self._close("garbage collection")
+            else:
+                _reaper.defer(lambda: self._close("garbage collection"))
         except Exception:  # pragma: no cover - interpreter teardown
             pass
 
@@ -301,3 +310,4 @@ def _close_all() -> None:
             it._close("interpreter exit")
         except Exception:  # pragma: no cover
             pass
+    _reaper.drain()

@@ -190,3 +190,23 @@ def test_non_deterministic_map_yields_every_element_once():
 
     got = [int(x) for x in D.range(200).map(slow_on_even, num_parallel_calls=4, deterministic=False)]
     assert sorted(got) == list(range(200))
+
+
+def test_garbage_collection_while_this_thread_holds_the_budget_lock_does_not_hang():
+    """The collector may drop an iterator inside a thread that holds the shared process budget's lock (a
+    pipeline thread reserving memory, an allocation inside another iterator's next()). Closing there waited
+    30 s on that lock, then gave up with the iterator's threads still running; now the close is deferred to
+    the reaper thread, which finishes it once the lock is free."""
+    from headrace._memory import process_budget
+
+    it = iter(_busy_pipeline())
+    next(it)
+    lock = process_budget()._cv.lock
+    t0 = time.monotonic()
+    with process_budget()._cv:
+        del it
+        gc.collect()
+        held_s = time.monotonic() - t0
+    assert held_s < 5.0, f"garbage collection waited {held_s:.1f} s on the budget lock"
+    assert not lock.locked()
+    assert wait_no_threads(5.0) == [], "the deferred close never stopped the pipeline's threads"
