@@ -5,7 +5,6 @@ count is what was lost; without it the error names the file."""
 
 from __future__ import annotations
 
-import gc
 import io
 import random
 import re
@@ -29,12 +28,7 @@ N, CHUNK = 60, 10
 
 
 def _within(fn: Callable[[], Any], what: str) -> Any:
-    """``fn()`` in a daemon thread; fail (not hang) if it does not return within ``DEADLINE_S``.
-
-    Earlier tests' unclosed iterators are collected here first, in this thread: an ``Iterator.__del__`` run by
-    a collection inside the worker thread while it holds the process budget's lock waits 30 s for that same
-    lock (InternalTimeoutError; an engine issue reported separately, not what these tests are about)."""
-    gc.collect()
+    """``fn()`` in a daemon thread; fail (not hang) if it does not return within ``DEADLINE_S``."""
     out: dict[str, Any] = {}
 
     def run() -> None:
