@@ -63,6 +63,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import StateError
+from .._handoff import delivers_charged, hand_off, taking
 from .._memory import WAIT_SLICE_S, Cancelled, StageAccount
 from .._structure import nbytes
 from .._sync import Condition, Flag
@@ -171,6 +172,7 @@ class ParallelApplier:
         self.input_charged = input_charged
         self.release_input = release_input
         self.record_state = record_state
+        self.delivers_as: Any = self  # the iterator a reader above pulls from (PoolIterator sets itself)
         self._cv = Condition(f"{stage} results")            # the consumer waits here for a result
         self._room = Condition(f"{stage} room", self._cv.lock)  # a worker (holding the input lock) waits for room
         self._consumer_waiting = False
@@ -322,6 +324,7 @@ class ParallelApplier:
             if not self._acquire_input(stop):
                 return
             reserved = 0
+            opened = False
             try:
                 t1 = clock()
                 with cv:
@@ -339,16 +342,30 @@ class ParallelApplier:
                 if self._inline_dirty:
                     self._resnapshot_after_inline(seq)
                 t2 = clock()
-                reserved = self.account.reserve(self._estimate(), stop, urgent=self._urgent(seq),
-                                                headroom=self.headroom, partial=True)
+                estimate = self._estimate()
+                # an input that delivers its element charged hands it into this reservation (_handoff):
+                # room for it is checked against this stage's share only, not taken from the budget again
+                charged = (estimate if self.identity else self._in_max) if (
+                    not self.input_charged and delivers_charged(self.source)) else None
+                reserved = self.account.reserve(estimate - (charged or 0), stop, urgent=self._urgent(seq),
+                                                headroom=self.headroom, partial=True, charged_in=charged or 0)
+                opened = True
                 t3 = clock()
-                x, error, ended = self._pull(gen, stop, seq)
+                if charged is None:
+                    x, error, ended = self._pull(gen, stop, seq)
+                else:
+                    with taking(self.account, self.source) as taker:
+                        try:
+                            x, error, ended = self._pull(gen, stop, seq)
+                        finally:
+                            reserved += taker.nbytes
                 if ended:
+                    opened = False
                     self.account.cancel(reserved)
                     reserved = 0
                     return
             except BaseException:
-                if reserved:
+                if opened:
                     self.account.cancel(reserved)
                 raise
             finally:
@@ -577,7 +594,7 @@ class ParallelApplier:
         self.delivered += 1
         if result.error is None:
             self.delivered_bytes += result.nbytes
-            self.account.release(result.nbytes)
+            hand_off(self.account, result.nbytes, self.delivers_as)
             return result.value
         error, result = result.error, None
         try:
@@ -944,6 +961,7 @@ class PoolIterator(DatasetIterator):
                                      account=account, stage=stage, thread_name=stage, **pool_options)
         # the stage downstream binds ``source.__next__`` once (UnaryIterator): give it the pool's directly
         self.__next__ = self._pool.next  # type: ignore[method-assign]
+        self._pool.delivers_as = self
         self._tuning: Any = None
         if autotune and ctx.options.autotune_enabled is not False:
             self._tune(ctx, workers, window)
@@ -1004,6 +1022,10 @@ class PoolIterator(DatasetIterator):
 
     def has_ready(self) -> bool:
         return self._pool.has_ready()
+
+    def delivers_charged(self) -> bool:
+        """Results are charged until taken, except on the inline path (no workers: ``headrace._handoff``)."""
+        return self._pool.active > 0
 
     def get_state(self) -> dict[str, Any]:
         return {"kind": self.kind, **self._pool.state()}
