@@ -22,7 +22,7 @@ takes only from the iterator it named. If nothing was handed off (the stage belo
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +85,24 @@ def hand_off(account: StageAccount, nbytes: int, source: Any, count: int = 1) ->
         taker.source = None
         return
     account.release(nbytes, count)
+
+
+@contextmanager
+def pulling_for(urgent: Callable[[], bool]) -> Iterator[None]:
+    """Around a pool worker's pull: whether the consumer waits for this element (``urgent()``). A pool
+    below whose consumer is this thread is urgent only when this is (:func:`waiter_urgency`): a reader
+    reading ahead does not make the stage below it read ahead with the consumer's priority."""
+    prev = getattr(_local, "urgent", None)
+    _local.urgent = urgent
+    try:
+        yield
+    finally:
+        _local.urgent = prev
+
+
+def waiter_urgency() -> Callable[[], bool] | None:
+    """The urgency of the pull this thread is inside (None: the consumer's own thread, always urgent)."""
+    return getattr(_local, "urgent", None)
 
 
 def delivers_charged(it: Any) -> bool:

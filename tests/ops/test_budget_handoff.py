@@ -90,6 +90,44 @@ def test_a_batch_that_cannot_fit_even_alone_is_refused_naming_stage_sizes_and_fi
 
 
 # ---- item 6: nested interleaves under a budget of one element ----------------------------------------
+def _nested_case(seed: int) -> tuple[hr.Dataset, int, int, dict]:
+    rng = random.Random(seed)
+    element = rng.choice([2, 3]) * MiB
+    budget = element + rng.choice([1, 2]) * MiB // 2          # room for one element, not two
+    outer_calls, inner_calls = rng.choice([(2, 2), (hr.AUTOTUNE, hr.AUTOTUNE), (2, None), (None, 2),
+                                           (2, hr.AUTOTUNE)])
+    co, ci, per_leaf = rng.choice([2, 3]), rng.choice([1, 2]), rng.choice([1, 2])
+    deterministic = rng.choice([True, False, None])
+    from_generator = rng.random() < 0.5
+
+    def leaf(j):
+        if from_generator:
+            def gen():
+                for k in range(per_leaf):
+                    yield np.full(element, k, np.uint8)
+            return D.from_generator(gen, output_signature=hr.TensorSpec((element,), np.uint8))
+        return D.range(per_leaf).map(lambda k: np.full(element, int(k), np.uint8))
+
+    def inner(i):
+        return D.range(2).interleave(leaf, cycle_length=ci, num_parallel_calls=inner_calls,
+                                     deterministic=deterministic)
+
+    ds = D.range(3).interleave(inner, cycle_length=co, num_parallel_calls=outer_calls, deterministic=deterministic)
+    if rng.random() < 0.3:
+        ds = ds.prefetch(1)
+    case = {"seed": seed, "element": element, "budget": budget, "calls": (outer_calls, inner_calls),
+            "cycle": (co, ci), "per_leaf": per_leaf, "deterministic": deterministic, "generator": from_generator}
+    return ds.with_options(hr.Options(memory_budget=budget)), budget, 3 * 2 * per_leaf, case
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_nested_parallel_interleaves_run_inside_a_budget_of_one_element(seed):
+    ds, budget, n, case = _nested_case(seed)
+    out, stats = _run(ds)
+    assert len(out) == n, case
+    _assert_inside(stats, budget, case)
+
+
 def test_the_issue_s_nested_interleave_runs_inside_16_mib():
     # the issue's shape: 4 x 3 x 2 elements of 12 MiB, both levels parallel, under 16 MiB
     def leaf(j):

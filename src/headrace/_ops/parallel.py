@@ -63,7 +63,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import StateError
-from .._handoff import delivers_charged, hand_off, taking
+from .._handoff import delivers_charged, hand_off, pulling_for, taking, waiter_urgency
 from .._memory import WAIT_SLICE_S, Cancelled, StageAccount
 from .._structure import nbytes
 from .._sync import Condition, Flag
@@ -176,6 +176,7 @@ class ParallelApplier:
         self._cv = Condition(f"{stage} results")            # the consumer waits here for a result
         self._room = Condition(f"{stage} room", self._cv.lock)  # a worker (holding the input lock) waits for room
         self._consumer_waiting = False
+        self._waiter_urgent: Callable[[], bool] | None = None  # the waiting consumer's own urgency (_handoff)
         self._room_waiting = False
         self._input_lock = TimedLock(f"{stage} input")  # held around source.__next__ (timed acquisitions)
         self._raw_input_lock = self._input_lock.raw  # the inline path's untimed try (see _next_lean)
@@ -274,10 +275,15 @@ class ParallelApplier:
 
     def _urgent(self, seq: int) -> Callable[[], bool]:
         if self.urgent_when_waited:
-            return lambda: self._consumer_waiting and self._prefix == seq
+            return lambda: self._consumer_waiting and self._prefix == seq and self._waited_urgently()
         if self.deterministic:
             return lambda: self._prefix == seq
-        return lambda: self._consumer_waiting and not self._results
+        return lambda: self._consumer_waiting and not self._results and self._waited_urgently()
+
+    def _waited_urgently(self) -> bool:
+        """Whether the consumer waiting on this pool pulls for an element its own consumer waits for."""
+        w = self._waiter_urgent
+        return w is None or w()
 
     def _estimate(self) -> int:
         out = self.account.estimate()
@@ -347,18 +353,21 @@ class ParallelApplier:
                 # room for it is checked against this stage's share only, not taken from the budget again
                 charged = (estimate if self.identity else self._in_max) if (
                     not self.input_charged and delivers_charged(self.source)) else None
-                reserved = self.account.reserve(estimate - (charged or 0), stop, urgent=self._urgent(seq),
-                                                headroom=self.headroom, partial=True, charged_in=charged or 0)
+                urgent = self._urgent(seq)
+                reserved = self.account.reserve(estimate - (charged or 0), stop, urgent=urgent,
+                                                headroom=self.headroom, partial=True, charged_in=charged or 0,
+                                                speculative=True)
                 opened = True
                 t3 = clock()
-                if charged is None:
-                    x, error, ended = self._pull(gen, stop, seq)
-                else:
-                    with taking(self.account, self.source) as taker:
-                        try:
-                            x, error, ended = self._pull(gen, stop, seq)
-                        finally:
-                            reserved += taker.nbytes
+                with pulling_for(urgent):
+                    if charged is None:
+                        x, error, ended = self._pull(gen, stop, seq)
+                    else:
+                        with taking(self.account, self.source) as taker:
+                            try:
+                                x, error, ended = self._pull(gen, stop, seq)
+                            finally:
+                                reserved += taker.nbytes
                 if ended:
                     opened = False
                     self.account.cancel(reserved)
@@ -579,6 +588,7 @@ class ParallelApplier:
                     raise RuntimeError(f"{self.stage}: worker threads stopped unexpectedly (a headrace defect; "
                                        "please report it with the pipeline)")
                 self._consumer_waiting = True
+                self._waiter_urgent = waiter_urgency()
                 w0 = time.perf_counter()
                 try:
                     cv.wait(WAIT_SLICE_S)
