@@ -17,7 +17,10 @@ its bytes (:meth:`StageAccount.reserve`: the largest such element the stage has 
 exists it **settles** the reservation to the element's real size (:meth:`StageAccount.settle`), and it
 **releases** the bytes when it hands the element on. So an element is counted from before it exists until
 the next stage has reserved room for it: results waiting for room, a function's input while the function
-runs, a batch while it is stacked are all counted. Sizes are :func:`headrace._structure.nbytes`.
+runs, a batch while it is stacked are all counted. Sizes are :func:`headrace._structure.nbytes`. A reader
+whose input *delivers charged* (a prefetch, an interleave's readers, a parallel map's results, a stacked batch)
+does not reserve the element a second time: it checks its share only (``reserve(charged_in=...)``) and the
+input moves the element's bytes into its reservation as it hands it on (:mod:`headrace._handoff`).
 
 Invariant (under one lock): ``sum(account.held_bytes) <= limit_bytes``, with one exception that is counted
 and reported: an element *larger than every element its stage saw before* is only known once it exists; its
@@ -53,6 +56,11 @@ consumer is blocked and no byte was released for ``STALL_S`` seconds, it takes i
 **overdraft** (``memory_stats()["overdraft_bytes"]``, warned once, naming the holders) instead of
 hanging. With a budget that has room for every stage's minimum this does not happen (the promise suite
 checks ``overdraft_bytes == 0``).
+
+A pool's worker reading ahead (``reserve(speculative=True)``, not the element the consumer waits for) is
+not privileged even holding nothing, and leaves room for one element of the largest size seen: under a
+budget of one element only the element the consumer waits for is read (urgency passes down through the
+readers: :func:`headrace._handoff.pulling_for`).
 
 A stage whose cap holds fewer elements than configured is *shrunk*: it warns once
 (:class:`~headrace.MemoryBudgetWarning`) unless sized by AUTOTUNE. An element larger than the whole budget,
@@ -319,6 +327,7 @@ class StageAccount:
         self.seen = False            # has settled at least one element
         self.cap_bytes: float = float(budget.limit_bytes)
         self.warn_shrink = True      # AUTOTUNE-sized stages shrink silently
+        self.min_what: str | None = None  # what its min_units are, in a MemoryBudgetError (default "N elements")
         self._warned = False
         self.warnings: Any = None    # headrace._warn.PipelineWarnings (at the user's line, once per pipeline)
         self._probe_s = 0.0
@@ -358,7 +367,7 @@ class StageAccount:
         return self.held_bytes + nbytes + spare <= self.cap_bytes
 
     def _admit(self, nbytes: int, urgent: bool, headroom: bool, ignore_cap: bool = False,
-               top_up: bool = False) -> bool:
+               top_up: bool = False, charged_in: int = 0, speculative: bool = False) -> bool:
         b = self.budget
         if (not top_up and not self.seen and self.outstanding > 0
                 and time.monotonic() - self._probe_s < PROBE_WAIT_S):
@@ -367,28 +376,36 @@ class StageAccount:
         # progress without (the stage holds nothing, it is the element the consumer waits for, or the stage
         # cannot emit part of what it holds) may use it, so stages that filled up before the others'
         # element sizes were known (over their share after the shares are recomputed) cannot starve them.
-        privileged = urgent or self.mandatory or self.held_bytes == 0
-        room = b.limit_bytes if privileged else b.limit_bytes - b.reserve_bytes
-        return b.total_bytes + nbytes <= room and (ignore_cap or self._fits_cap(nbytes, urgent, headroom))
+        # A reader reading ahead (``speculative``, not the element the consumer waits for) leaves room for
+        # one element of the largest size seen, even holding nothing: two readers that each took the last
+        # element's room ahead of the consumer left none for the one it waits for (nested interleaves under
+        # a budget of one element stalled until the stall breaker overdrew, issue 22).
+        privileged = urgent or self.mandatory or (self.held_bytes == 0 and not speculative)
+        keep = max(b.reserve_bytes, b.assumed_element_bytes) if speculative else b.reserve_bytes
+        room = b.limit_bytes if privileged else b.limit_bytes - keep
+        return b.total_bytes + nbytes <= room and (ignore_cap or self._fits_cap(nbytes + charged_in, urgent,
+                                                                                 headroom))
 
     def cap_reached(self, nbytes: int) -> bool:
         """Whether ``nbytes`` more would take this stage past its share (not just the budget past full)."""
         return self.held_bytes > 0 and self.held_bytes + nbytes > self.cap_bytes
 
-    def _stalled(self, urgent: bool) -> bool:
-        """Holding nothing (or urgent, or a stage that cannot emit part of what it holds), blocked by the
-        global limit, the consumer waiting, nothing released for ``STALL_S``: the pipeline cannot progress
-        without this element."""
+    def _stalled(self, urgent: bool, speculative: bool = False) -> bool:
+        """Holding nothing (or urgent, or a stage that cannot emit part of what it holds; not a read-ahead),
+        blocked by the global limit, the consumer waiting, nothing released for ``STALL_S``: the pipeline
+        cannot progress without this element."""
         b = self.budget
-        return ((self.held_bytes == 0 or urgent or self.mandatory) and b.consumer_waiting > 0
+        idle = self.held_bytes == 0 and not speculative
+        return ((idle or urgent or self.mandatory) and b.consumer_waiting > 0
                 and time.monotonic() - b.last_release_s >= STALL_S)
 
     def _check_possible(self, nbytes: int) -> None:
         limit = self.budget.limit_bytes
         if self.mandatory and self.seen and self.min_bytes() > limit:
             need = self.min_bytes()
+            what = self.min_what or f"{self.min_units} elements"
             raise MemoryBudgetError(
-                f"{self.stage}: needs room for {self.min_units} elements of up to "
+                f"{self.stage}: needs room for {what} of up to "
                 f"{format_bytes(self.unit_bytes())} at once ({format_bytes(need)}), more than the whole memory "
                 f"budget of {format_bytes(limit)} ({limit} bytes); raise Options(memory_budget=...) or {self.hint}")
         if self.mandatory and self.held_bytes + nbytes > limit:
@@ -435,7 +452,7 @@ class StageAccount:
 
     def reserve(self, nbytes: int, stop: Any = None, *, urgent: Callable[[], bool] | None = None,
                 headroom: bool = False, unit: bool = True, ignore_cap: bool = False, top_up: bool = False,
-                partial: bool = False) -> int:
+                partial: bool = False, charged_in: int = 0, speculative: bool = False) -> int:
         """Wait (in timed slices) until ``nbytes`` fit, reserve them and return the reservation.
 
         ``headroom``: keep one unit of this stage's cap free for an urgent reservation; ``urgent()`` true
@@ -449,7 +466,11 @@ class StageAccount:
         an element that ``settle`` sizes later; when the stall breaker fires, only what still fits in the
         budget is reserved and ``settle`` charges any real excess, so the budget is exceeded by real bytes only,
         not by an estimate the element may never reach (found by ``bench/promises.py``: 256 B / 12 MiB records
-        went 11 KB over for a 12 MiB estimate). ``stop``: anything with ``is_set()``.
+        went 11 KB over for a 12 MiB estimate). ``charged_in``: this many more bytes will be handed into the
+        reservation by the stage below, charged already (``headrace._handoff``): they count against this
+        stage's share, not against the budget again. ``speculative``: a read-ahead (a pool's worker); unless
+        urgent it leaves room for one element of the largest size seen (see ``_admit``) and never
+        overdraws. ``stop``: anything with ``is_set()``.
         Raises ``MemoryBudgetError`` if they can never fit, ``Cancelled`` if ``stop`` is set meanwhile.
         """
         b = self.budget
@@ -457,12 +478,12 @@ class StageAccount:
             self._check_possible(nbytes)
             while True:
                 is_urgent = urgent is not None and urgent()
-                if self._admit(nbytes, is_urgent, headroom, ignore_cap, top_up):
+                if self._admit(nbytes, is_urgent, headroom, ignore_cap, top_up, charged_in, speculative):
                     break
                 self._maybe_warn_shrunk()
                 if stop is not None and stop.is_set():
                     raise Cancelled()
-                if (self.seen or self.outstanding == 0) and self._stalled(is_urgent):
+                if (self.seen or self.outstanding == 0) and self._stalled(is_urgent, speculative):
                     fit = min(nbytes, max(0, b.limit_bytes - b.total_bytes))
                     if partial and fit < nbytes:
                         b.stalls += 1
@@ -563,6 +584,19 @@ class StageAccount:
                 b._recompute_caps()
                 if b.waiters:
                     b._cv.notify_all()
+
+    def move_to(self, other: StageAccount, nbytes: int, count: int = 1) -> None:
+        """Hand ``count`` held elements of ``nbytes`` to ``other``'s open reservation (same budget; the total
+        does not change: ``headrace._handoff``)."""
+        b = self.budget
+        with b._cv:
+            self.held_bytes -= nbytes
+            self.held_count -= count
+            other.held_bytes += nbytes
+            if other.held_bytes > other.peak_bytes:
+                other.peak_bytes = other.held_bytes
+            if b.waiters:
+                b._cv.notify_all()
 
     def merge_reservation(self) -> None:
         """The last ``reserve`` adds to an outstanding reservation (one ``settle`` / ``cancel`` for both)."""

@@ -223,7 +223,7 @@ def test_11_a_stage_waiting_for_memory_is_stopped_by_close(tail, monkeypatch):
     next(it)
     # From now on the budget never has room (and the stall breaker never fires): the stage waits...
     monkeypatch.setattr(StageAccount, "_admit", lambda self, *args: False)
-    monkeypatch.setattr(StageAccount, "_stalled", lambda self, urgent: False)
+    monkeypatch.setattr(StageAccount, "_stalled", lambda self, *args: False)
     errors: list[BaseException] = []
 
     def consume():

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._args import count_arg, parallel_calls_arg
+from .._handoff import hand_off
 from .._memory import StageAccount
 from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import batch_spec
@@ -91,6 +92,7 @@ def make_batcher(ctx: IteratorContext, node: DatasetNode, source: DatasetIterato
     if num_parallel_calls is None:
         account = ctx.account(f"{stage} assembly", 2 * bs, mandatory=True, min_units=2 * bs,
                               hint="use a smaller batch_size")
+        account.min_what = f"its {bs} elements and the batch stacked from them, {2 * bs} elements"
         return _BatchIterator(ctx, source, account, bs, drop, stage, combine)
     workers = parallelism(num_parallel_calls, ctx)
     account = ctx.account(f"{stage} assembly", (workers + 1) * bs, mandatory=True, min_units=bs,
@@ -216,8 +218,12 @@ class _BatchIterator(DatasetIterator):
         n_out = nbytes(out)
         self._out_max = max(self._out_max, n_out)
         acc.settle(reserved, n_out, unit=False)
-        acc.release(n_out, count=1)
+        hand_off(acc, n_out, self)
         return out
+
+    def delivers_charged(self) -> bool:
+        """A stacked batch is charged until it is returned (``headrace._handoff``); a group is not."""
+        return self._combine is not None
 
     def skip_ahead(self, n: int) -> None:
         """Skip ``n`` batches (a restore's fast-forward); a skipped group gives its bytes back."""

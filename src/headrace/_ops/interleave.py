@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._args import count_arg, parallel_calls_arg
+from .._handoff import delivers_charged, passing, taker_of
 from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from . import by_value
 from .autotune import cpu_count
@@ -158,6 +159,7 @@ class _InterleaveIterator(DatasetIterator):
         self._account = None
         self._read_ahead = max(SLOT_BUFFER, self._block_length)
         self._parallel_slots = cycle_length
+        self._slots_charged = False  # whether the last slot opened delivers charged (delivers_charged)
         self._tuning: Any = None
         if parallel:
             self._account = ctx.account(stage, cycle_length * self._read_ahead)
@@ -227,6 +229,8 @@ class _InterleaveIterator(DatasetIterator):
                               urgent_when_waited=True, headroom=self._cycle_length > 1)
             if slot >= self._parallel_slots:
                 it.pool.set_workers(0)  # AUTOTUNE: this slot is read in the consumer's thread
+        else:
+            self._slots_charged = delivers_charged(it)
         return _Slot(it, before, x, epoch)
 
     def _advance(self) -> None:
@@ -249,7 +253,11 @@ class _InterleaveIterator(DatasetIterator):
                     self._prefer_ready_slot()
                     slot = slots[self._cycle_index] or slot
                 try:
-                    x = slot.iterator.__next__()
+                    if taker_of(self) is None:
+                        x = slot.iterator.__next__()
+                    else:  # a reader above takes the slot's element as it is handed off (_handoff)
+                        with passing(self, slot.iterator):
+                            x = slot.iterator.__next__()
                 except StopIteration:
                     self._close_slot(self._cycle_index)
                     self._advance()
@@ -333,6 +341,14 @@ class _InterleaveIterator(DatasetIterator):
 
     def replays_deterministically(self) -> bool:
         return (self._deterministic or not self._parallel) and super().replays_deterministically()
+
+    def delivers_charged(self) -> bool:
+        """Every slot is read by a thread, or (sequential) every slot is open and delivers charged: the
+        elements are charged until handed on (``headrace._handoff``)."""
+        if self._parallel:
+            return self._parallel_slots >= self._cycle_length
+        # a slot opened during the pull is taken to be like the last one opened
+        return self._slots_charged and all(s is None or delivers_charged(s.iterator) for s in self._slots)
 
     def _children(self) -> list[DatasetIterator]:
         return [self._source, *(s.iterator for s in self._slots if s is not None)]

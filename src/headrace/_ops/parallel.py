@@ -63,6 +63,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import StateError
+from .._handoff import delivers_charged, hand_off, pulling_for, taking, waiter_urgency
 from .._memory import WAIT_SLICE_S, Cancelled, StageAccount
 from .._structure import nbytes
 from .._sync import Condition, Flag
@@ -171,9 +172,11 @@ class ParallelApplier:
         self.input_charged = input_charged
         self.release_input = release_input
         self.record_state = record_state
+        self.delivers_as: Any = self  # the iterator a reader above pulls from (PoolIterator sets itself)
         self._cv = Condition(f"{stage} results")            # the consumer waits here for a result
         self._room = Condition(f"{stage} room", self._cv.lock)  # a worker (holding the input lock) waits for room
         self._consumer_waiting = False
+        self._waiter_urgent: Callable[[], bool] | None = None  # the waiting consumer's own urgency (_handoff)
         self._room_waiting = False
         self._input_lock = TimedLock(f"{stage} input")  # held around source.__next__ (timed acquisitions)
         self._raw_input_lock = self._input_lock.raw  # the inline path's untimed try (see _next_lean)
@@ -272,10 +275,15 @@ class ParallelApplier:
 
     def _urgent(self, seq: int) -> Callable[[], bool]:
         if self.urgent_when_waited:
-            return lambda: self._consumer_waiting and self._prefix == seq
+            return lambda: self._consumer_waiting and self._prefix == seq and self._waited_urgently()
         if self.deterministic:
             return lambda: self._prefix == seq
-        return lambda: self._consumer_waiting and not self._results
+        return lambda: self._consumer_waiting and not self._results and self._waited_urgently()
+
+    def _waited_urgently(self) -> bool:
+        """Whether the consumer waiting on this pool pulls for an element its own consumer waits for."""
+        w = self._waiter_urgent
+        return w is None or w()
 
     def _estimate(self) -> int:
         out = self.account.estimate()
@@ -322,6 +330,7 @@ class ParallelApplier:
             if not self._acquire_input(stop):
                 return
             reserved = 0
+            opened = False
             try:
                 t1 = clock()
                 with cv:
@@ -339,16 +348,33 @@ class ParallelApplier:
                 if self._inline_dirty:
                     self._resnapshot_after_inline(seq)
                 t2 = clock()
-                reserved = self.account.reserve(self._estimate(), stop, urgent=self._urgent(seq),
-                                                headroom=self.headroom, partial=True)
+                estimate = self._estimate()
+                # an input that delivers its element charged hands it into this reservation (_handoff):
+                # room for it is checked against this stage's share only, not taken from the budget again
+                charged = (estimate if self.identity else self._in_max) if (
+                    not self.input_charged and delivers_charged(self.source)) else None
+                urgent = self._urgent(seq)
+                reserved = self.account.reserve(estimate - (charged or 0), stop, urgent=urgent,
+                                                headroom=self.headroom, partial=True, charged_in=charged or 0,
+                                                speculative=True)
+                opened = True
                 t3 = clock()
-                x, error, ended = self._pull(gen, stop, seq)
+                with pulling_for(urgent):
+                    if charged is None:
+                        x, error, ended = self._pull(gen, stop, seq)
+                    else:
+                        with taking(self.account, self.source) as taker:
+                            try:
+                                x, error, ended = self._pull(gen, stop, seq)
+                            finally:
+                                reserved += taker.nbytes
                 if ended:
+                    opened = False
                     self.account.cancel(reserved)
                     reserved = 0
                     return
             except BaseException:
-                if reserved:
+                if opened:
                     self.account.cancel(reserved)
                 raise
             finally:
@@ -562,6 +588,7 @@ class ParallelApplier:
                     raise RuntimeError(f"{self.stage}: worker threads stopped unexpectedly (a headrace defect; "
                                        "please report it with the pipeline)")
                 self._consumer_waiting = True
+                self._waiter_urgent = waiter_urgency()
                 w0 = time.perf_counter()
                 try:
                     cv.wait(WAIT_SLICE_S)
@@ -577,7 +604,7 @@ class ParallelApplier:
         self.delivered += 1
         if result.error is None:
             self.delivered_bytes += result.nbytes
-            self.account.release(result.nbytes)
+            hand_off(self.account, result.nbytes, self.delivers_as)
             return result.value
         error, result = result.error, None
         try:
@@ -944,6 +971,7 @@ class PoolIterator(DatasetIterator):
                                      account=account, stage=stage, thread_name=stage, **pool_options)
         # the stage downstream binds ``source.__next__`` once (UnaryIterator): give it the pool's directly
         self.__next__ = self._pool.next  # type: ignore[method-assign]
+        self._pool.delivers_as = self
         self._tuning: Any = None
         if autotune and ctx.options.autotune_enabled is not False:
             self._tune(ctx, workers, window)
@@ -1004,6 +1032,10 @@ class PoolIterator(DatasetIterator):
 
     def has_ready(self) -> bool:
         return self._pool.has_ready()
+
+    def delivers_charged(self) -> bool:
+        """Results are charged until taken, except on the inline path (no workers: ``headrace._handoff``)."""
+        return self._pool.active > 0
 
     def get_state(self) -> dict[str, Any]:
         return {"kind": self.kind, **self._pool.state()}
