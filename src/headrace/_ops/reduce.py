@@ -18,9 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 from .._options import INFINITE_CARDINALITY
-from .._spec import most_specific_compatible, spec_of
+from .._spec import spec_of
 from .._structure import normalize_tensors
 from .base import note_error
+from .calls import check_state_kept, guarded_apply
 
 
 def reduce_dataset(dataset: Any, initial_state: Any, reduce_func: Callable[[Any, Any], Any]) -> Any:
@@ -35,13 +36,11 @@ def reduce_dataset(dataset: Any, initial_state: Any, reduce_func: Callable[[Any,
     with iter(dataset) as it:
         for i, x in enumerate(it):
             try:
-                state = normalize_tensors(reduce_func(state, x), "reduce(reduce_func)")
+                state = normalize_tensors(guarded_apply(reduce_func, "reduce", state, x), "reduce(reduce_func)")
             except Exception as e:
                 note_error(e, "reduce", i)
                 raise
-            if most_specific_compatible(first_spec, spec_of(state)) is None:
-                raise TypeError(f"reduce(): reduce_func changed the state from {first_spec!r} to {spec_of(state)!r} "
-                                f"at element {i}; the state must keep its structure and dtypes (cast it)")
+            check_state_kept(first_spec, state, f"reduce(): reduce_func (at element {i})")
     return state
 
 
