@@ -56,3 +56,24 @@ def test_reduce_refuses_a_stop_iteration_of_its_function():
     with pytest.raises(RuntimeError, match=r"reduce: the function raised StopIteration") as info:
         D.range(3).reduce(np.int64(0), stop)
     assert "in reduce at element 0" in "".join(getattr(info.value, "__notes__", []))
+
+
+@pytest.mark.parametrize("empty", [(), [], {}], ids=["tuple", "list", "dict"])
+def test_a_map_function_returning_no_component_is_refused_with_the_fix(empty):
+    ds = D.range(3).map(lambda x: empty)
+    with pytest.raises(ValueError, match=r"map\(<lambda>\): the function returned .* no component.*filter\(\)"):
+        ds.element_spec  # noqa: B018  (the traced spec: what a stage built on it asks for)
+    for parallel in (None, 2, hr.AUTOTUNE):
+        with pytest.raises(ValueError, match="no component"):
+            list(D.range(3).map(lambda x: empty, num_parallel_calls=parallel))
+
+
+def test_a_map_function_returning_no_component_is_refused_from_a_worker_process():
+    with pytest.raises(ValueError, match="no component"):
+        list(D.range(3).map(lambda x: (), num_parallel_calls=1, executor="process"))
+
+
+def test_an_empty_structure_inside_a_result_stays_allowed_as_in_tf_data():
+    ds = D.range(2).map(lambda x: (x, ()))
+    assert ds.element_spec == (hr.TensorSpec([], "int64"), ())
+    assert [(int(a), b) for a, b in ds] == [(0, ()), (1, ())]

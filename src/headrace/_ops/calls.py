@@ -9,7 +9,10 @@
 - ``StopIteration``: raised by a user function it would end the dataset silently where the stage calls it
   inside ``__next__``; every call here turns it into ``RuntimeError`` naming the stage
   (:func:`stop_iteration_error`).
-- Results: ``map``'s are normalized (:func:`element_caller` with ``normalize_result``); a result must fit
+- Results: ``map``'s are normalized (:func:`element_caller` with ``normalize_result``) and must have a
+  component: ``()``, ``[]`` or ``{}`` raises ``ValueError`` (:func:`refuse_empty`), when the traced spec
+  says so (the spec is asked for: ``element_spec``, a stage built on it), else at the first result, where
+  tf.data refuses the function when ``map()`` traces it. A result must fit
   the spec the pipeline was built with (:func:`traced_guard`); a running state (``scan``, ``reduce``) must
   keep its structure and dtypes (:func:`check_state_kept`).
 
@@ -71,8 +74,22 @@ def element_caller(fn: Callable[..., Any], stage: str, *, normalize_result: bool
             y = fn(*x) if type(x) is tuple else fn(x)
         except StopIteration as e:
             raise stop_iteration_error(stage) from e
-        return y if type(y) in SCALAR_TYPES else normalize(y, stage)
+        if type(y) in SCALAR_TYPES:
+            return y
+        return normalize(refuse_empty(y, stage), stage)
     return call_normalized
+
+
+_CONTAINERS = (tuple, list, dict)
+
+
+def refuse_empty(y: Any, stage: str) -> Any:
+    """``y``, unless it is an element with no component (``()``, ``[]``, ``{}``): ``ValueError`` then."""
+    if type(y) in _CONTAINERS and not y:
+        raise ValueError(f"{stage}: the function returned {y!r}, an element with no component (tf.data refuses "
+                         "such a map too); return at least one value, e.g. the input or np.int64(0), or drop "
+                         "elements with filter()")
+    return y
 
 
 def traced_guard(spec: Any, stage: str) -> Callable[[Any], Any] | None:

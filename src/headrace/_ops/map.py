@@ -35,6 +35,7 @@ from .calls import (
     call_with_element,
     element_caller,
     guarded_call,  # noqa: F401  (interleave.py imports it from here)
+    refuse_empty,
     traced_guard,
 )
 from .executor import AutoExecutor, ProcessExecutor, validate_executor
@@ -67,7 +68,10 @@ class MapNode(DatasetNode):
     def compute_spec(self, spec_of: SpecOf) -> Any:
         if self.signature is not None:
             return self.signature
-        return trace(lambda x: normalize(call_with_element(self.fn, x), self.label), spec_of(self.inputs[0]))
+        spec = trace(lambda x: normalize(call_with_element(self.fn, x), self.label), spec_of(self.inputs[0]))
+        if type(spec) in (tuple, dict) and not spec:
+            refuse_empty(spec, self.label)
+        return spec
 
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         source = self.inputs[0].make_iterator(ctx)
@@ -91,6 +95,9 @@ class MapNode(DatasetNode):
         elif kind == "auto":
             executor = ctx.resource(stage, lambda: AutoExecutor(fn, thread_fn, stage, ctx, workers, ctx.cpu_budget))
         apply = thread_fn
+        if kind == "process":  # results normalized by the executor: refuse () here ("auto" first calls on threads)
+            after = finish
+            finish = (lambda y: refuse_empty(y, stage)) if after is None else (lambda y: after(refuse_empty(y, stage)))
         if finish is not None:
             if executor is not None:
                 executor = _Finishing(executor, finish)
