@@ -143,7 +143,10 @@ class IteratorContext:
     def stage_name(self, node: object, base: str) -> str:
         """A stable, unique name for ``node``'s stage: ``"map(parse)"``, then ``"map(parse)#2"`` for a
         second node with the same name. The same node keeps its name across re-created iterators
-        (``repeat`` epochs)."""
+        (``repeat`` epochs). A node the user named (``name=``: ``node.given_name``) is ``kind(name)``."""
+        given = getattr(node, "given_name", None)
+        if given is not None:
+            base = f"{base.partition('(')[0]}({given})"
         with self._lock:
             name = self._names.get((id(node), base))
             if name is None:

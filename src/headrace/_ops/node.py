@@ -57,9 +57,29 @@ class DatasetNode:
     Subclasses set ``label`` (a readable name for errors, stage names and ``repr``), call
     ``super().__init__(inputs)`` and implement ``make_iterator``; they override ``cardinality`` when it
     is known and ``own_options`` when they attach options.
+
+    ``named(name)`` gives the stage the user's ``name=`` (tf.data's argument of every method): the label
+    becomes ``kind(name)`` (``batch(train_batch)``), and so the stage's name in errors, ``explain()``,
+    ``memory_stats()`` and the tuner (``IteratorContext.stage_name``); a stage that has no name of its own
+    gets it as its iterator's ``stage`` (what ``explain()`` shows).
     """
 
     label = "dataset"
+    given_name: str | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        make = cls.__dict__.get("make_iterator")
+        if make is not None and not getattr(make, "_names_stage", False):
+            cls.make_iterator = _naming(make)  # type: ignore[method-assign]
+
+    def named(self, name: str | None) -> DatasetNode:
+        """This node with the user's ``name=`` (``None``: unchanged); see the class docstring."""
+        if name is None:
+            return self
+        self.label = stage_label(self.label.partition("(")[0], name)
+        self.given_name = name
+        return self
 
     def __init__(self, inputs: Sequence[DatasetNode] = ()) -> None:
         for i, node in enumerate(inputs):
@@ -171,6 +191,35 @@ class DatasetNode:
         """This node reading only its share ``index`` of ``num_shards`` from its source (files or records);
         ``None`` when it cannot (the caller then shards above it)."""
         return None
+
+
+def stage_label(kind: str, name: str | None, default: str | None = None) -> str:
+    """``kind(name)`` for the user's ``name=`` (``kind(default)`` / ``kind`` without it); ``TypeError`` for a
+    name that is not a non-empty str."""
+    if name is None:
+        return kind if default is None else f"{kind}({default})"
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{kind}(name={name!r}): name must be a non-empty str (the stage's name in errors, "
+                        "explain() and memory_stats()) or None")
+    return f"{kind}({name})"
+
+
+_MakeIterator = Callable[[Any, IteratorContext], DatasetIterator]
+
+
+def _naming(make: _MakeIterator) -> _MakeIterator:
+    """``make_iterator`` that gives a named node's iterator the stage name where the stage has none."""
+
+    def make_iterator(self: DatasetNode, ctx: IteratorContext) -> DatasetIterator:
+        it = make(self, ctx)
+        if self.given_name is not None and getattr(it, "stage", None) is None \
+                and getattr(it, "_stage", None) is None:
+            it.stage = ctx.stage_name(self, self.label)  # type: ignore[attr-defined]
+        return it
+
+    make_iterator._names_stage = True  # type: ignore[attr-defined]
+    make_iterator.__doc__ = make.__doc__
+    return make_iterator
 
 
 def trace(call: Callable[[Any], Any], input_spec: Any, to_spec: Callable[[Any], Any] = spec_of) -> Any:
