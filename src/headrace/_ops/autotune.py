@@ -26,20 +26,16 @@ a tight budget still shrinks the window.
 
 from __future__ import annotations
 
-import os
+from typing import TYPE_CHECKING
 
+from .._machine import cpu_count
 from .._options import AUTOTUNE
-from .base import IteratorContext
+
+if TYPE_CHECKING:
+    from .base import IteratorContext
 
 PREFETCH_AUTOTUNE_BUFFER = 4
 MAP_WINDOW_PER_WORKER = 8
-
-
-def cpu_count() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def parallelism(value: int | None, ctx: IteratorContext) -> int:

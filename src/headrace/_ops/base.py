@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import StateError
+from .._machine import cpu_count
 from .._memory import MemoryBudget, StageAccount
 from .._options import Options
 from .._sync import Flag
@@ -122,8 +123,6 @@ class IteratorContext:
 
     @property
     def cpu_budget(self) -> int:
-        from .autotune import cpu_count
-
         return self.options.cpu_budget or cpu_count()
 
     def for_iteration(self, *epoch: int) -> IteratorContext:

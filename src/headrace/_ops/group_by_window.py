@@ -26,8 +26,7 @@ from .._structure import nbytes
 from . import by_value
 from .base import DatasetIterator, IteratorContext, UnaryIterator, check_state, fn_name, note_error, stop_flag
 from .calls import guarded_apply, guarded_call
-from .elements import ElementsNode
-from .node import DatasetNode, SpecOf, node_of, wrap
+from .node import DatasetNode, ElementsNode, SpecOf, node_of, wrap
 
 
 def _key(value: Any, stage: str) -> int:

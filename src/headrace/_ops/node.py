@@ -33,7 +33,7 @@ import numpy as np
 from .._memory import budget_for
 from .._options import UNKNOWN_CARDINALITY, Options
 from .._spec import NotTraceable, example, relax, spec_of
-from .base import JOIN_TIMEOUT_S, DatasetIterator, IteratorContext
+from .base import JOIN_TIMEOUT_S, DatasetIterator, IteratorContext, check_state
 
 
 class _Unset:
@@ -222,6 +222,55 @@ def _naming(make: _MakeIterator) -> _MakeIterator:
     return make_iterator
 
 
+class ElementsNode(DatasetNode):
+    """A dataset over elements already in memory, with a known spec: the windows of ``window`` and
+    ``group_by_window`` (a ``headrace.Dataset`` per window, as tf.data yields one), and the example
+    dataset :func:`trace` gives a function of windows. State: the index of the next element (the elements
+    belong to the stage that made the window)."""
+
+    label = "window"
+
+    def __init__(self, elements: list[Any], spec: Any) -> None:
+        super().__init__()
+        self.elements = elements
+        self.spec = spec
+
+    def cardinality(self) -> int:
+        return len(self.elements)
+
+    def compute_spec(self, spec_of: SpecOf) -> Any:
+        return self.spec
+
+    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+        return _ElementsIterator(ctx, self.elements)
+
+
+class _ElementsIterator(DatasetIterator):
+    kind = "window_elements"
+
+    def __init__(self, ctx: IteratorContext, elements: list[Any]) -> None:
+        super().__init__(ctx)
+        self._elements = elements
+        self._i = 0
+
+    def __next__(self) -> Any:
+        i = self._i
+        if i >= len(self._elements):
+            raise StopIteration
+        self._i = i + 1
+        return self._elements[i]
+
+    def skip_ahead(self, n: int) -> None:
+        self._i = min(len(self._elements), self._i + n)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"kind": self.kind, "length": len(self._elements), "next": self._i}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, self.kind, length=len(self._elements))
+        self._i = int(state["next"])
+
+
 def trace(call: Callable[[Any], Any], input_spec: Any, to_spec: Callable[[Any], Any] = spec_of) -> Any:
     """The spec of ``call(x)`` for spec-shaped examples ``x`` of ``input_spec`` (zeros, ``False``, ``b""``);
     ``None`` when that is not safe to say: an unknown input spec or rank, a function that raises on the
@@ -236,8 +285,6 @@ def trace(call: Callable[[Any], Any], input_spec: Any, to_spec: Callable[[Any], 
     """
     if input_spec is None:
         return None
-    from .elements import ElementsNode  # a window's example: an empty dataset of its spec (no cycle at import)
-
     specs = []
     for size, fill in ((2, 1), (3, 2)):
         try:
