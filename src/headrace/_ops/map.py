@@ -28,7 +28,7 @@ from typing import Any
 from .._args import parallel_calls_arg
 from .._options import AUTOTUNE
 from .._spec import from_user
-from .._structure import normalize
+from .._structure import SCALAR_TYPES, normalize
 from .autotune import MAP_WINDOW_PER_WORKER, parallelism
 from .base import DatasetIterator, IteratorContext, UnaryIterator, fn_name, note_error
 from .calls import (
@@ -36,6 +36,7 @@ from .calls import (
     element_caller,
     guarded_call,  # noqa: F401  (interleave.py imports it from here)
     refuse_empty,
+    stop_iteration_error,
     traced_guard,
 )
 from .executor import AutoExecutor, ProcessExecutor, validate_executor
@@ -86,7 +87,7 @@ class MapNode(DatasetNode):
                 return convert_to_spec(sig, y, f"{stage}: output_signature")
 
         if self.num_parallel_calls is None and kind == "thread":
-            return _MapIterator(ctx, source, thread_fn, stage, finish)
+            return _MapIterator(ctx, source, self.fn, stage, finish)
         workers = parallelism(self.num_parallel_calls, ctx)
         fn = self.fn
         executor: Any = None
@@ -135,15 +136,17 @@ class _Finishing:
 
 
 class _MapIterator(UnaryIterator):
-    """``map`` in the consumer's thread: ``call`` (``calls.element_caller``: the calling convention and
-    normalization), then ``finish`` (the ``output_signature`` conversion or the traced-spec check)."""
+    """``map`` in the consumer's thread: the calling convention of ``calls.element_caller`` written out in
+    ``__next__`` (a call less per element than calling it: ``bench/overhead.py``'s path; the StopIteration
+    and no-component tests of ``tests/ops/test_user_functions.py`` cover both), then ``finish`` (the
+    ``output_signature`` conversion or the traced-spec check)."""
 
     kind = "map"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, call: Callable[[Any], Any], stage: str,
+    def __init__(self, ctx: IteratorContext, source: DatasetIterator, fn: Callable[..., Any], stage: str,
                  finish: Callable[[Any], Any] | None = None) -> None:
         super().__init__(ctx, source)
-        self._call = call
+        self._fn = fn
         self._stage = stage
         self._index = 0
         self._finish = finish
@@ -153,8 +156,12 @@ class _MapIterator(UnaryIterator):
         i = self._index
         self._index = i + 1
         try:
-            y = self._call(x)
+            y = self._fn(*x) if type(x) is tuple else self._fn(x)
+            if type(y) not in SCALAR_TYPES:
+                y = normalize(refuse_empty(y, self._stage), self._stage)
             return y if self._finish is None else self._finish(y)
+        except StopIteration as e:
+            raise note_error(stop_iteration_error(self._stage), self._stage, i) from e
         except Exception as e:
             note_error(e, self._stage, i)
             raise
