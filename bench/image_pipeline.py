@@ -131,7 +131,7 @@ def _pool_limit(fn: Any, datas: list[Any]) -> dict[str, Any]:
     """Images/s of ``fn`` over ``datas`` in a thread pool (best of cpu_count and 2 * cpu_count threads)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from headrace._ops.autotune import cpu_count
+    from headrace._machine import cpu_count
 
     best: dict[str, Any] = {"img_s": 0.0}
     for threads in (cpu_count(), 2 * cpu_count()):
@@ -272,7 +272,7 @@ def _ideal_batches(records: list[bytes], fn: Any, threads: int) -> Any:
 
 
 def run_ideal(info: dict[str, Any]) -> dict[str, Any]:
-    from headrace._ops.autotune import cpu_count
+    from headrace._machine import cpu_count
 
     records = _records(info)
     best: dict[str, Any] = {"img_s": 0.0}
@@ -304,7 +304,7 @@ def run_torch(info: dict[str, Any]) -> dict[str, Any]:
     import torch
     from PIL import Image
 
-    from headrace._ops.autotune import cpu_count
+    from headrace._machine import cpu_count
 
     paths = sorted(str(p) for p in Path(info["folder"]).rglob("*.jpg"))
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ._options import AUTOTUNE
+
 
 def as_int(value: Any, what: str, *, minimum: int | None = None, fix: str = "") -> int:
     """``value`` as a Python ``int``: an ``int``, a numpy integer or a 0-d integer array (anything with
@@ -49,7 +51,6 @@ def as_seed(value: Any, what: str) -> int | None:
     return as_optional_int(value, what)
 
 
-AUTOTUNE = -1  # headrace.AUTOTUNE (``_options`` re-exports this value)
 
 
 def count_arg(value: Any, what: str, *, minimum: int, allow_autotune: bool = False, fix: str = "") -> int:

@@ -29,7 +29,7 @@ from ._ops.ignore_errors import IgnoreErrorsNode
 from ._ops.interleave import InterleaveNode
 from ._ops.list_files import list_files
 from ._ops.map import MapNode
-from ._ops.node import DatasetNode, node_of, set_wrapper
+from ._ops.node import DatasetNode, node_of, set_wrapper, stage_label
 from ._ops.options import OptionsNode
 from ._ops.padded_batch import PaddedBatchNode
 from ._ops.prefetch import PrefetchNode
@@ -56,9 +56,10 @@ from .io import files as _files
 from .io import saved_dataset
 
 
-def _wrap(node: DatasetNode) -> Dataset:
-    """A plain ``Dataset`` holding ``node`` (transformations of a reader are plain Datasets)."""
-    return Dataset(node)
+def _wrap(node: DatasetNode, name: str | None = None) -> Dataset:
+    """A plain ``Dataset`` holding ``node`` (transformations of a reader are plain Datasets), named by the
+    user's ``name=`` (tf.data's argument of every method; ``DatasetNode.named``)."""
+    return Dataset(node.named(name))
 
 
 class Dataset:
@@ -131,7 +132,7 @@ class Dataset:
 
     def with_options(self, options: Options, name: str | None = None) -> Dataset:
         """Attach ``Options``; fields it sets override the same fields set upstream."""
-        return _wrap(OptionsNode(self._node, options))
+        return _wrap(OptionsNode(self._node, options), name)
 
     def apply(self, transformation_func: Callable[[Dataset], Dataset]) -> Dataset:
         """``transformation_func(self)``, which must return a Dataset."""
@@ -148,13 +149,13 @@ class Dataset:
         keyword; ``dtype`` is an alias). Arguments are integers (numpy integers and 0-d arrays too)."""
         if output_type is not None and dtype is not None:
             raise TypeError("range(): pass output_type (tf.data's name) or dtype, not both")
-        return _wrap(RangeNode(*args, dtype=output_type if output_type is not None else dtype))
+        return _wrap(RangeNode(*args, dtype=output_type if output_type is not None else dtype), name)
 
     @staticmethod
     def from_tensors(tensors: Any, name: str | None = None) -> Dataset:
         """A dataset of exactly one element, ``tensors`` (lists become arrays)."""
 
-        return _wrap(TensorsNode(tensors))
+        return _wrap(TensorsNode(tensors), name)
 
     @staticmethod
     def from_tensor_slices(tensors: Any, name: str | None = None) -> Dataset:
@@ -165,7 +166,7 @@ class Dataset:
         Raises ``ValueError`` if a leaf is a scalar, if the leaves disagree in ``N``, or for ragged lists.
         """
 
-        return _wrap(TensorSlicesNode(tensors))
+        return _wrap(TensorSlicesNode(tensors), name)
 
     @staticmethod
     def from_generator(generator: Callable[..., Any], output_types: Any = None, output_shapes: Any = None,
@@ -180,14 +181,14 @@ class Dataset:
         """
 
         return _wrap(GeneratorNode(generator, output_types=output_types, output_shapes=output_shapes,
-                                   args=args, output_signature=output_signature))
+                                   args=args, output_signature=output_signature), name)
 
     @staticmethod
     def list_files(file_pattern: str | Sequence[str], shuffle: bool | None = None, seed: int | None = None,
                    name: str | None = None) -> Dataset:
         """File names (``bytes``) matching glob pattern(s); sorted, then shuffled unless ``shuffle=False``."""
 
-        return _wrap(list_files(file_pattern, shuffle=shuffle, seed=seed, fs=_files))
+        return _wrap(list_files(file_pattern, shuffle=shuffle, seed=seed, fs=_files), name)
 
     @staticmethod
     def zip(*args: Any, datasets: Any = None, name: str | None = None) -> Dataset:
@@ -199,10 +200,10 @@ class Dataset:
         if datasets is not None:
             if args:
                 raise TypeError("zip(): pass the datasets as positional arguments or as datasets=, not both")
-            return _wrap(ZipNode(datasets))
+            return _wrap(ZipNode(datasets), name)
         if len(args) == 1:
-            return _wrap(ZipNode(args[0]))
-        return _wrap(ZipNode(tuple(args)))
+            return _wrap(ZipNode(args[0]), name)
+        return _wrap(ZipNode(tuple(args)), name)
 
     @staticmethod
     def sample_from_datasets(datasets: Sequence[Dataset], weights: Sequence[float] | Dataset | None = None,
@@ -241,7 +242,7 @@ class Dataset:
     @staticmethod
     def counter(start: int = 0, step: int = 1, dtype: Any = "int64", name: str | None = None) -> Dataset:
         """``start, start + step, ...`` forever (int64 scalars, or ``dtype``); cardinality infinite."""
-        return _wrap(CounterNode(start, step, dtype))
+        return _wrap(CounterNode(start, step, dtype), name)
 
     @staticmethod
     def random(seed: int | None = None, rerandomize_each_iteration: bool | None = None,
@@ -249,7 +250,7 @@ class Dataset:
         """Pseudorandom int64 scalars in ``[0, 2**32)``, forever (tf.data's values are 32-bit too; the
         sequence is not TensorFlow's). Every iteration repeats the sequence unless
         ``rerandomize_each_iteration=True``; ``seed`` makes it reproducible across runs."""
-        return _wrap(RandomNode(seed, rerandomize_each_iteration))
+        return _wrap(RandomNode(seed, rerandomize_each_iteration), name)
 
     @staticmethod
     def from_source(make_iterator: Callable[[], Any], *, cardinality: int = UNKNOWN_CARDINALITY,
@@ -301,18 +302,18 @@ class Dataset:
         """
 
         return _wrap(MapNode(self._node, map_func, num_parallel_calls, deterministic, name, output_signature,
-                             executor))
+                             executor), name)
 
     def filter(self, predicate: Callable[..., Any], name: str | None = None) -> Dataset:
         """Keep the elements for which ``predicate`` returns a true scalar bool."""
 
-        return _wrap(FilterNode(self._node, predicate, name))
+        return _wrap(FilterNode(self._node, predicate, name), name)
 
     def flat_map(self, map_func: Callable[..., Dataset], name: str | None = None) -> Dataset:
         """``map_func`` returns a Dataset per element; their elements are concatenated."""
 
         return _wrap(InterleaveNode(self._node, map_func, cycle_length=1, block_length=1, num_parallel_calls=None,
-                                    deterministic=None, name=name, kind="flat_map"))
+                                    deterministic=None, name=name, kind="flat_map"), name)
 
     def interleave(self, map_func: Callable[..., Dataset], cycle_length: int | None = None,
                    block_length: int | None = None, num_parallel_calls: int | None = None,
@@ -326,7 +327,7 @@ class Dataset:
         """
 
         return _wrap(InterleaveNode(self._node, map_func, cycle_length, block_length, num_parallel_calls,
-                                    deterministic, name))
+                                    deterministic, name), name)
 
     def shuffle(self, buffer_size: int, seed: int | None = None,
                 reshuffle_each_iteration: bool | None = None, name: str | None = None) -> Dataset:
@@ -337,7 +338,7 @@ class Dataset:
         one ``MemoryBudgetWarning``, when it cannot fit. Raises ``ValueError`` for ``buffer_size < 1``.
         """
 
-        return _wrap(ShuffleNode(self._node, buffer_size, seed, reshuffle_each_iteration))
+        return _wrap(ShuffleNode(self._node, buffer_size, seed, reshuffle_each_iteration), name)
 
     def batch(self, batch_size: int, drop_remainder: bool = False, num_parallel_calls: int | None = None,
               deterministic: bool | None = None, name: str | None = None) -> Dataset:
@@ -349,18 +350,18 @@ class Dataset:
         and ``MemoryBudgetError`` when one batch alone exceeds the memory budget.
         """
 
-        return _wrap(BatchNode(self._node, batch_size, drop_remainder, num_parallel_calls, deterministic))
+        return _wrap(BatchNode(self._node, batch_size, drop_remainder, num_parallel_calls, deterministic), name)
 
     def padded_batch(self, batch_size: int, padded_shapes: Any = None, padding_values: Any = None,
                      drop_remainder: bool = False, name: str | None = None) -> Dataset:
         """Like ``batch``, padding each component to ``padded_shapes`` (default: the batch's max)."""
 
-        return _wrap(PaddedBatchNode(self._node, batch_size, padded_shapes, padding_values, drop_remainder))
+        return _wrap(PaddedBatchNode(self._node, batch_size, padded_shapes, padding_values, drop_remainder), name)
 
     def unbatch(self, name: str | None = None) -> Dataset:
         """Split each element along axis 0 into that many elements."""
 
-        return _wrap(UnbatchNode(self._node))
+        return _wrap(UnbatchNode(self._node), name)
 
     def prefetch(self, buffer_size: int | None, name: str | None = None) -> Dataset:
         """Produce up to ``buffer_size`` elements ahead in a background thread.
@@ -369,49 +370,49 @@ class Dataset:
         memory budget; ``0`` disables prefetching.
         """
 
-        return _wrap(PrefetchNode(self._node, buffer_size))
+        return _wrap(PrefetchNode(self._node, buffer_size), name)
 
     def repeat(self, count: int | None = None, name: str | None = None) -> Dataset:
         """Repeat ``count`` times (``None`` or any negative count: forever)."""
 
-        return _wrap(RepeatNode(self._node, count))
+        return _wrap(RepeatNode(self._node, count), name)
 
     def take(self, count: int, name: str | None = None) -> Dataset:
         """At most the first ``count`` elements (any negative count: all)."""
 
-        return _wrap(TakeNode(self._node, count))
+        return _wrap(TakeNode(self._node, count), name)
 
     def skip(self, count: int, name: str | None = None) -> Dataset:
         """All but the first ``count`` elements (any negative count: skip all)."""
 
-        return _wrap(SkipNode(self._node, count))
+        return _wrap(SkipNode(self._node, count), name)
 
     def shard(self, num_shards: int, index: int, name: str | None = None) -> Dataset:
         """Every ``num_shards``-th element starting at ``index``."""
 
-        return _wrap(ShardNode(self._node, num_shards, index))
+        return _wrap(ShardNode(self._node, num_shards, index), name)
 
     def enumerate(self, start: int = 0, name: str | None = None) -> Dataset:
         """``(np.int64 index, element)`` pairs, counting from ``start``."""
 
-        return _wrap(enumerate_node(self._node, start))
+        return _wrap(enumerate_node(self._node, start), name)
 
     def take_while(self, predicate: Callable[..., Any], name: str | None = None) -> Dataset:
         """Elements up to (not including) the first for which ``predicate`` is false."""
 
-        return _wrap(TakeWhileNode(self._node, predicate))
+        return _wrap(TakeWhileNode(self._node, predicate), name)
 
     def concatenate(self, dataset: Dataset, name: str | None = None) -> Dataset:
         """This dataset's elements, then ``dataset``'s (structures must match)."""
 
-        return _wrap(ConcatenateNode(self._node, dataset))
+        return _wrap(ConcatenateNode(self._node, dataset), name)
 
     def cache(self, filename: str = "", name: str | None = None) -> Dataset:
         """Cache elements in memory (``""``) or in the file ``<filename>.hrcache``, filled by the first
         complete pass (written atomically). The in-memory cache is charged to the memory budget and raises
         ``MemoryBudgetError`` if it cannot fit (use a file cache then)."""
 
-        return _wrap(CacheNode(self._node, filename))
+        return _wrap(CacheNode(self._node, filename), name)
 
     def scan(self, initial_state: Any, scan_func: Callable[..., Any], name: str | None = None) -> Dataset:
         """A running state: ``scan_func(state, element) -> (new_state, output)`` yields the outputs.
@@ -419,24 +420,24 @@ class Dataset:
         The state keeps its structure and dtypes (``TypeError`` otherwise); it is saved by value in
         iterator states and charged to the memory budget.
         """
-        return _wrap(ScanNode(self._node, initial_state, scan_func, name))
+        return _wrap(ScanNode(self._node, initial_state, scan_func, name), name)
 
     def reduce(self, initial_state: Any, reduce_func: Callable[[Any, Any], Any], name: str | None = None) -> Any:
         """``reduce_func(state, element)`` over every element, from ``initial_state``; returns the final
         state (numpy values). Raises ``ValueError`` for an infinite dataset, ``TypeError`` if the state
         changes structure or dtype."""
-        return reduce_dataset(self, initial_state, reduce_func)
+        return reduce_dataset(self, initial_state, reduce_func, stage_label("reduce", name))
 
     def get_single_element(self, name: str | None = None) -> Any:
         """The dataset's only element; ``ValueError`` if it is empty or has more than one."""
-        return single_element(self)
+        return single_element(self, stage_label("get_single_element", name, ""))
 
     def window(self, size: int, shift: int | None = None, stride: int = 1, drop_remainder: bool = False,
                name: str | None = None) -> Dataset:
         """A dataset of windows (each a Dataset): window ``k`` holds the elements at ``k * shift + j *
         stride``, ``j < size``; incomplete windows at the end are kept unless ``drop_remainder``. Use
         ``flat_map(lambda w: w.batch(size))`` to get arrays. Raises ``ValueError`` for sizes < 1."""
-        return _wrap(WindowNode(self._node, size, shift, stride, drop_remainder))
+        return _wrap(WindowNode(self._node, size, shift, stride, drop_remainder), name)
 
     def group_by_window(self, key_func: Callable[..., Any], reduce_func: Callable[[Any, Dataset], Dataset],
                         window_size: int | None = None, window_size_func: Callable[[Any], Any] | None = None,
@@ -444,7 +445,7 @@ class Dataset:
         """Group elements by ``key_func(element)`` (an integer); each full window (``window_size`` or
         ``window_size_func(key)`` elements) becomes ``reduce_func(key, window_dataset)``, whose elements are
         yielded; remaining windows are flushed at the end in ascending key order (tf.data's order)."""
-        return _wrap(GroupByWindowNode(self._node, key_func, reduce_func, window_size, window_size_func, name))
+        return _wrap(GroupByWindowNode(self._node, key_func, reduce_func, window_size, window_size_func, name), name)
 
     def bucket_by_sequence_length(self, element_length_func: Callable[..., Any], bucket_boundaries: Sequence[int],
                                   bucket_batch_sizes: Sequence[int], padded_shapes: Any = None,
@@ -455,14 +456,15 @@ class Dataset:
         ``[bucket_boundaries[i-1], bucket_boundaries[i])`` and is padded-batched by ``bucket_batch_sizes[i]``
         (tf.data's ``group_by_window`` + ``padded_batch`` construction). Raises ``ValueError`` for
         boundaries that do not increase or a wrong number of batch sizes."""
-        return _wrap(bucket_node(self._node, element_length_func, bucket_boundaries, bucket_batch_sizes,
-                                 padded_shapes, padding_values, pad_to_bucket_boundary, no_padding, drop_remainder))
+        node = bucket_node(self._node, element_length_func, bucket_boundaries, bucket_batch_sizes, padded_shapes,
+                           padding_values, pad_to_bucket_boundary, no_padding, drop_remainder)
+        return _wrap(node, name)
 
     def ragged_batch(self, batch_size: int, drop_remainder: bool = False, row_splits_dtype: Any = "int64",
                      name: str | None = None) -> Dataset:
         """``batch`` for elements of different shapes: components with an unknown dimension become object
         arrays of rows (``RaggedTensorSpec``), fully known ones dense arrays (tf.data's rule)."""
-        return _wrap(RaggedBatchNode(self._node, batch_size, drop_remainder, row_splits_dtype))
+        return _wrap(RaggedBatchNode(self._node, batch_size, drop_remainder, row_splits_dtype), name)
 
     def rebatch(self, batch_size: int, drop_remainder: bool = False, name: str | None = None) -> Dataset:
         """Re-batch batched elements to ``batch_size`` rows (``unbatch().batch(batch_size, drop_remainder)``,
@@ -471,12 +473,12 @@ class Dataset:
         if isinstance(batch_size, list | tuple):
             raise TypeError(f"rebatch(batch_size={batch_size!r}): headrace takes one batch size; a list of "
                             "sizes (tf.data's form for distribution strategies) is not supported")
-        return self.unbatch().batch(batch_size, drop_remainder)
+        return self.unbatch().batch(batch_size, drop_remainder, name=name)
 
     def unique(self, name: str | None = None) -> Dataset:
         """Each distinct element once, in order of first appearance (int32 / int64 / string scalars, as
         tf.data; ``TypeError`` otherwise). The values seen are charged to the memory budget."""
-        return _wrap(UniqueNode(self._node))
+        return _wrap(UniqueNode(self._node), name)
 
     def rejection_resample(self, class_func: Callable[..., Any], target_dist: Sequence[float],
                            initial_dist: Sequence[float] | None = None, seed: int | None = None,
@@ -485,7 +487,7 @@ class Dataset:
         ``target_dist``; yields ``(class, element)`` pairs, as tf.data. ``initial_dist=None`` estimates the
         input's class distribution online. Raises ``ValueError`` for distributions that do not sum to a
         positive value or a class outside ``[0, len(target_dist))``."""
-        return _wrap(RejectionResampleNode(self._node, class_func, target_dist, initial_dist, seed))
+        return _wrap(RejectionResampleNode(self._node, class_func, target_dist, initial_dist, seed), name)
 
     def save(self, path: str, compression: str | None = None, shard_func: Callable[..., Any] | None = None,
              checkpoint_args: Any = None, name: str | None = None) -> None:
@@ -498,7 +500,7 @@ class Dataset:
         if checkpoint_args is not None:
             raise TypeError("save(checkpoint_args=...): headrace writes a save in one go; a failed save leaves "
                             "nothing under path, so run it again")
-        saved_dataset.save(self, path, compression, shard_func)
+        saved_dataset.save(self, path, compression, shard_func, stage_label("save", name))
 
     @staticmethod
     def load(path: str, element_spec: Any = None, compression: str | None = None, reader_func: Any = None,
@@ -519,7 +521,7 @@ class Dataset:
         once more than that fraction of at least 100 elements failed.
         """
 
-        return _wrap(IgnoreErrorsNode(self._node, log_warning, max_drop_ratio))
+        return _wrap(IgnoreErrorsNode(self._node, log_warning, max_drop_ratio), name)
 
 
 set_wrapper(_wrap)

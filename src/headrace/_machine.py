@@ -33,6 +33,15 @@ def _cpuinfo() -> tuple[str | None, set[str]]:
     return model, flags
 
 
+def cpu_count() -> int:
+    """The CPUs this process may run on (its affinity mask; ``os.cpu_count()`` where there is none): what
+    AUTOTUNE scales to and what the benchmarks report."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def machine_info() -> dict[str, Any]:
     """``{"cpu", "simd", "arch", "system", "cpu_count", "usable_cpus", "load_average", "python", "numpy"}``:
     the CPU model string, the present :data:`SIMD_FLAGS` (in that order), ``platform.machine()``,
@@ -41,10 +50,7 @@ def machine_info() -> dict[str, Any]:
     import numpy as np
 
     model, flags = _cpuinfo()
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        usable = os.cpu_count()
+    usable = cpu_count()
     return {"cpu": model or platform.processor() or platform.machine(),
             "simd": [f for f in SIMD_FLAGS if f in flags], "arch": platform.machine(), "system": platform.system(),
             "cpu_count": os.cpu_count(), "usable_cpus": usable,

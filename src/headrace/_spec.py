@@ -177,9 +177,6 @@ class TensorSpec:
             raise TypeError(f"TensorSpec.from_value: {type(value).__name__} is not one component")
         return s
 
-    def np_dtype(self) -> np.dtype:
-        return self.dtype
-
     def is_compatible_with(self, other: Any) -> bool:
         """Whether a spec or a value fits this spec (same dtype, compatible shape)."""
         if not isinstance(other, TensorSpec):
@@ -411,28 +408,6 @@ def require_compatible(specs: Iterable[Any], what: str, fix: str) -> Any:
     return out
 
 
-def is_compatible(spec: Any, value: Any, *, sizes: bool = True) -> bool:
-    """Whether a normalized value fits ``spec``: structure, dtypes and shapes (``sizes=False``: ranks only)."""
-    try:
-        vspec = spec_of(value)
-    except TypeError:
-        return False
-    if not same_structure(spec, vspec):
-        return False
-    for s, v in zip(flatten(spec), flatten(vspec)):
-        if isinstance(s, TensorSpec):
-            if not (isinstance(v, TensorSpec) and s.dtype == v.dtype and (
-                    s.shape.is_compatible_with(v.shape) if sizes
-                    else s.shape.rank is None or s.shape.rank == v.shape.rank)):
-                return False
-        elif isinstance(s, RaggedTensorSpec):
-            if not (isinstance(v, RaggedTensorSpec | TensorSpec) and s.dtype == v.dtype):
-                return False
-        elif type(s) is not type(v):
-            return False
-    return True
-
-
 def conformance(spec: Any) -> Callable[[Any], bool]:
     """A fast test that a normalized value has ``spec``'s structure, dtypes and ranks (sizes are not
     compared: a traced size may depend on values, and nothing at run time relies on it)."""
@@ -446,25 +421,28 @@ def conformance(spec: Any) -> Callable[[Any], bool]:
             return type(x) is np.ndarray and x.dtype == dt and x.ndim == rank
 
         return fits
-    return lambda x: is_compatible(spec, x, sizes=False)
+    return lambda x: _has_ranks_of(spec, x)
 
 
-def check_value(spec: Any, value: Any, where: str) -> None:
-    """Raise ``TypeError`` (structure, dtype) or ``ValueError`` (shape) when ``value`` does not fit ``spec``."""
+def _has_ranks_of(spec: Any, value: Any) -> bool:
+    """:func:`conformance`'s general case: structure, dtypes and ranks of a normalized value."""
     try:
         vspec = spec_of(value)
-    except TypeError as e:
-        raise TypeError(f"{where}: {e}") from None
+    except TypeError:
+        return False
     if not same_structure(spec, vspec):
-        raise TypeError(f"{where}: the element {vspec!r} does not have the structure of {spec!r}")
+        return False
     for s, v in zip(flatten(spec), flatten(vspec)):
-        if isinstance(s, TensorSpec) and isinstance(v, TensorSpec):
-            if s.dtype != v.dtype:
-                raise TypeError(f"{where}: a component of dtype {dtype_name(v.dtype)} where {s!r} was declared")
-            if not s.shape.is_compatible_with(v.shape):
-                raise ValueError(f"{where}: a component of shape {v.shape} where {s!r} was declared")
-        elif not isinstance(s, RaggedTensorSpec) and type(s) is not type(v):
-            raise TypeError(f"{where}: {v!r} where {s!r} was declared")
+        if isinstance(s, TensorSpec):
+            if not (isinstance(v, TensorSpec) and s.dtype == v.dtype
+                    and (s.shape.rank is None or s.shape.rank == v.shape.rank)):
+                return False
+        elif isinstance(s, RaggedTensorSpec):
+            if not (isinstance(v, RaggedTensorSpec | TensorSpec) and s.dtype == v.dtype):
+                return False
+        elif type(s) is not type(v):
+            return False
+    return True
 
 
 def relax(a: Any, b: Any) -> Any | None:
@@ -517,11 +495,6 @@ def _is_structure(x: Any) -> bool:
 class NotTraceable(HeadraceError):
     """A spec that cannot be turned into an example (unknown rank, ragged, dataset components); internal:
     tracing catches it and falls back to reading the first element."""
-
-
-def has_unknown_dims(spec: Any) -> bool:
-    return any(isinstance(s, TensorSpec) and s.shape.dims is not None and None in s.shape.dims
-               for s in flatten(spec))
 
 
 def example(spec: Any, unknown_size: int, fill: int = 0, dataset: Callable[[Any], Any] | None = None) -> Any:

@@ -4,8 +4,7 @@ Why: a ``KeyboardInterrupt`` (Ctrl-C) lands in the main thread between bytecodes
 after a lock was acquired and before the code that releases it took over; that lock then stays held by
 nobody. With plain ``with lock:`` every later acquisition, ``close()`` included, would wait forever. Here
 every acquisition is ``lock.acquire(timeout=...)``: a lock held longer than ``LOCK_TIMEOUT_S`` raises
-:class:`~headrace.InternalTimeoutError` naming the lock instead of hanging, and shutdown paths use
-:func:`try_acquire` with a short timeout and go on without the lock when they cannot get it.
+:class:`~headrace.InternalTimeoutError` naming the lock instead of hanging.
 
 Internal locks are held for microseconds (no code waits or calls user code while holding one), so a
 timeout means a leaked lock, never a slow caller. Waits for data or memory are ``Condition.wait(timeout)``
@@ -32,11 +31,6 @@ def acquire(lock: threading.Lock, what: str, timeout_s: float = LOCK_TIMEOUT_S) 
         raise InternalTimeoutError(
             f"headrace: the internal lock {what!r} was held for more than {timeout_s:.0f} s; it was probably "
             "left locked by an interrupt (Ctrl-C) in another thread. Close this iterator and create a new one.")
-
-
-def try_acquire(lock: threading.Lock, timeout_s: float) -> bool:
-    """For shutdown paths: True if ``lock`` was acquired within ``timeout_s`` (then release it yourself)."""
-    return lock.acquire(timeout=timeout_s)
 
 
 class Lock:

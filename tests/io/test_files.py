@@ -28,6 +28,10 @@ def test_directories_and_atomic_writes(root: str) -> None:
     assert files.listdir(d) == ["sub", "x.json"] and not files.isdir(target)
     with files.open_file(target) as f:
         assert f.read() == b"two"
+    files.write_atomic(target, lambda f: f.write(b"six"))  # a writer (torch.save: train/checkpoint.py)
+    with files.open_file(target) as f:
+        assert f.read() == b"six"
+    assert files.listdir(d) == ["sub", "x.json"]
     assert files.file_size(target) == 3 and files.exists(target)
     files.remove(target)
     files.remove(target)  # nothing there: no error

@@ -146,3 +146,17 @@ def test_resuming_into_another_model_is_a_state_error(tmp_path) -> None:
     with pytest.raises(hr.StateError, match=r"ckpt-000000002\.pt: its model state does not fit the model given "
                                             r"to fit \(.*size mismatch.*\); resume with the model"):
         _fit(mlp(classes=4), steps=4, checkpoint_dir=tmp_path, resume=True)
+
+
+def test_fit_options_are_fits_arguments():
+    # fit(...) hands its arguments on as one FitOptions (train/options.py): the two lists must not drift
+    import dataclasses
+    import inspect
+
+    from headrace.train.fit import fit
+    from headrace.train.options import FitOptions
+
+    params = inspect.signature(fit).parameters
+    assert [f.name for f in dataclasses.fields(FitOptions)] == [n for n in params if n not in ("model", "dataset")]
+    assert all(f.default == params[f.name].default for f in dataclasses.fields(FitOptions)
+               if f.default is not dataclasses.MISSING)

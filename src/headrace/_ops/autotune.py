@@ -26,31 +26,16 @@ a tight budget still shrinks the window.
 
 from __future__ import annotations
 
-import os
+from typing import TYPE_CHECKING
 
+from .._machine import cpu_count
 from .._options import AUTOTUNE
-from .base import IteratorContext
+
+if TYPE_CHECKING:
+    from .base import IteratorContext
 
 PREFETCH_AUTOTUNE_BUFFER = 4
 MAP_WINDOW_PER_WORKER = 8
-
-
-def cpu_count() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def validate_parallel_calls(value: int | None, what: str) -> None:
-    """``None``, ``AUTOTUNE`` or an int >= 1; raises ``ValueError`` / ``TypeError`` otherwise."""
-    if value is None or (value == AUTOTUNE and not isinstance(value, bool)):
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what}(num_parallel_calls={value!r}): expected None, an int >= 1 or headrace.AUTOTUNE")
-    if value < 1:
-        raise ValueError(f"{what}(num_parallel_calls={value}) must be >= 1, None (sequential) or "
-                         "headrace.AUTOTUNE (-1)")
 
 
 def parallelism(value: int | None, ctx: IteratorContext) -> int:
@@ -62,15 +47,3 @@ def parallelism(value: int | None, ctx: IteratorContext) -> int:
         cap = ctx.options.max_parallelism
         return min(n, cap) if cap else n
     return int(value)
-
-
-def validate_count(value: object, what: str, *, minimum: int, allow_autotune: bool = False,
-                   fix: str = "") -> None:
-    """An int >= ``minimum`` (or AUTOTUNE when allowed); the error names the value and the fix."""
-    if allow_autotune and value == AUTOTUNE and not isinstance(value, bool):
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what}={value!r}: expected an int >= {minimum}"
-                        + (" or headrace.AUTOTUNE" if allow_autotune else ""))
-    if value < minimum:
-        raise ValueError(f"{what}={value} must be >= {minimum}" + (f"; {fix}" if fix else ""))

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import StateError
+from .._machine import cpu_count
 from .._memory import MemoryBudget, StageAccount
 from .._options import Options
 from .._sync import Flag
@@ -122,8 +123,6 @@ class IteratorContext:
 
     @property
     def cpu_budget(self) -> int:
-        from .autotune import cpu_count
-
         return self.options.cpu_budget or cpu_count()
 
     def for_iteration(self, *epoch: int) -> IteratorContext:
@@ -143,7 +142,10 @@ class IteratorContext:
     def stage_name(self, node: object, base: str) -> str:
         """A stable, unique name for ``node``'s stage: ``"map(parse)"``, then ``"map(parse)#2"`` for a
         second node with the same name. The same node keeps its name across re-created iterators
-        (``repeat`` epochs)."""
+        (``repeat`` epochs). A node the user named (``name=``: ``node.given_name``) is ``kind(name)``."""
+        given = getattr(node, "given_name", None)
+        if given is not None:
+            base = f"{base.partition('(')[0]}({given})"
         with self._lock:
             name = self._names.get((id(node), base))
             if name is None:

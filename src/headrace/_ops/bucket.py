@@ -22,8 +22,8 @@ import numpy as np
 from .._args import as_int
 from .._spec import TensorSpec, batch_spec
 from .._structure import flatten, pack_as
+from .calls import call_with_element
 from .group_by_window import GroupByWindowNode
-from .map import call_with_element
 from .node import DatasetNode, node_of
 from .padded_batch import PaddedBatchNode
 

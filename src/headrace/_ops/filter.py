@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from .base import DatasetIterator, IteratorContext, UnaryIterator, fn_name, note_error
-from .map import guarded_call
+from .calls import guarded_call
 from .node import DatasetNode
 
 

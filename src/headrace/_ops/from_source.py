@@ -19,6 +19,7 @@ from typing import Any
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._structure import SCALAR_TYPES, normalize
 from .base import DatasetIterator, IteratorContext, check_state, fn_name, note_error
+from .calls import guarded_apply
 from .node import DatasetNode
 
 PROTOCOL = ("__next__", "get_state", "set_state", "close")
@@ -61,7 +62,7 @@ class _SourceIterator(DatasetIterator):
 
     def __init__(self, ctx: IteratorContext, node: SourceNode, stage: str) -> None:
         super().__init__(ctx)
-        it = node.factory()
+        it = guarded_apply(node.factory, stage)
         missing = missing_protocol(it)
         if missing:
             raise TypeError(f"{stage}: make_iterator() returned {type(it).__name__}, which lacks "

@@ -25,9 +25,8 @@ from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._structure import nbytes
 from . import by_value
 from .base import DatasetIterator, IteratorContext, UnaryIterator, check_state, fn_name, note_error, stop_flag
-from .elements import ElementsNode
-from .map import call_with_element
-from .node import DatasetNode, SpecOf, node_of, wrap
+from .calls import guarded_apply, guarded_call
+from .node import DatasetNode, ElementsNode, SpecOf, node_of, wrap
 
 
 def _key(value: Any, stage: str) -> int:
@@ -60,7 +59,7 @@ class GroupByWindowNode(DatasetNode):
         return INFINITE_CARDINALITY if n == INFINITE_CARDINALITY else UNKNOWN_CARDINALITY
 
     def reduce(self, key: int, elements: list[Any], spec: Any, stage: str) -> DatasetNode:
-        out = self.reduce_func(np.int64(key), wrap(ElementsNode(elements, spec)))
+        out = guarded_apply(self.reduce_func, stage, np.int64(key), wrap(ElementsNode(elements, spec)))
         node = node_of(out)
         if node is None:
             raise TypeError(f"{stage}: reduce_func must return a Dataset, got {type(out).__name__}")
@@ -141,9 +140,10 @@ class _GroupIterator(UnaryIterator):
             i = self._index
             self._index = i + 1
             try:
-                key = _key(call_with_element(self._node.key_func, x), self._stage)
+                key = _key(guarded_call(self._node.key_func, x, self._stage), self._stage)
                 if key not in self._groups:
-                    size = as_int(self._node.window_size_func(np.int64(key)), f"{self._stage}: window_size_func",
+                    size = as_int(guarded_apply(self._node.window_size_func, self._stage, np.int64(key)),
+                                  f"{self._stage}: window_size_func",
                                   minimum=1)
                     self._groups[key], self._sizes[key] = [], size
             except Exception as e:

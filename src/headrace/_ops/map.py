@@ -27,32 +27,22 @@ from typing import Any
 
 from .._args import parallel_calls_arg
 from .._options import AUTOTUNE
-from .._spec import conformance, from_user
-from .._structure import SCALAR_TYPES, describe, normalize
+from .._spec import from_user
+from .._structure import SCALAR_TYPES, normalize
 from .autotune import MAP_WINDOW_PER_WORKER, parallelism
 from .base import DatasetIterator, IteratorContext, UnaryIterator, fn_name, note_error
+from .calls import (
+    call_with_element,
+    element_caller,
+    guarded_call,  # noqa: F401  (interleave.py imports it from here)
+    refuse_empty,
+    stop_iteration_error,
+    traced_guard,
+)
 from .executor import AutoExecutor, ProcessExecutor, validate_executor
 from .node import DatasetNode, SpecOf, trace
 from .parallel import PoolIterator
 from .sources import convert_to_spec
-
-
-def call_with_element(fn: Callable[..., Any], x: Any) -> Any:
-    """tf.data's calling convention: unpack exact tuples into positional arguments."""
-    return fn(*x) if type(x) is tuple else fn(x)
-
-
-def stop_iteration_error(stage: str) -> RuntimeError:
-    """What a user function's ``StopIteration`` becomes (it would otherwise end the dataset silently)."""
-    return RuntimeError(f"{stage}: the function raised StopIteration; return a value or raise another "
-                        "exception (StopIteration would silently end the dataset)")
-
-
-def guarded_call(fn: Callable[..., Any], x: Any, stage: str) -> Any:
-    try:
-        return call_with_element(fn, x)
-    except StopIteration as e:
-        raise stop_iteration_error(stage) from e
 
 
 class MapNode(DatasetNode):
@@ -79,7 +69,10 @@ class MapNode(DatasetNode):
     def compute_spec(self, spec_of: SpecOf) -> Any:
         if self.signature is not None:
             return self.signature
-        return trace(lambda x: normalize(call_with_element(self.fn, x), self.label), spec_of(self.inputs[0]))
+        spec = trace(lambda x: normalize(call_with_element(self.fn, x), self.label), spec_of(self.inputs[0]))
+        if type(spec) in (tuple, dict) and not spec:
+            refuse_empty(spec, self.label)
+        return spec
 
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         source = self.inputs[0].make_iterator(ctx)
@@ -87,29 +80,25 @@ class MapNode(DatasetNode):
         sig = self.signature
         guard = None if sig is not None else traced_guard(self.spec_consulted(), stage)
         kind = self.executor_kind(ctx)
-        if self.num_parallel_calls is None and kind == "thread":
-            return _MapIterator(ctx, source, self.fn, stage, sig, guard)
-        workers = parallelism(self.num_parallel_calls, ctx)
-        fn = self.fn
-
-        def thread_fn(x: Any) -> Any:  # guarded_call + normalize in one frame: AUTOTUNE's inline path calls it
-            try:
-                y = fn(*x) if type(x) is tuple else fn(x)
-            except StopIteration as e:
-                raise stop_iteration_error(stage) from e
-            return y if type(y) in SCALAR_TYPES else normalize(y, stage)
-
+        thread_fn = element_caller(self.fn, stage, normalize_result=True)
         finish: Callable[[Any], Any] | None = guard
         if sig is not None:
             def finish(y: Any) -> Any:
                 return convert_to_spec(sig, y, f"{stage}: output_signature")
 
+        if self.num_parallel_calls is None and kind == "thread":
+            return _MapIterator(ctx, source, self.fn, stage, finish)
+        workers = parallelism(self.num_parallel_calls, ctx)
+        fn = self.fn
         executor: Any = None
         if kind == "process":
             executor = ctx.resource(stage, lambda: ProcessExecutor(fn, stage, ctx, workers))
         elif kind == "auto":
             executor = ctx.resource(stage, lambda: AutoExecutor(fn, thread_fn, stage, ctx, workers, ctx.cpu_budget))
         apply = thread_fn
+        if kind == "process":  # results normalized by the executor: refuse () here ("auto" first calls on threads)
+            after = finish
+            finish = (lambda y: refuse_empty(y, stage)) if after is None else (lambda y: after(refuse_empty(y, stage)))
         if finish is not None:
             if executor is not None:
                 executor = _Finishing(executor, finish)
@@ -146,35 +135,21 @@ class _Finishing:
         return getattr(self._executor, name)
 
 
-def traced_guard(spec: Any, stage: str) -> Callable[[Any], Any] | None:
-    """For a spec traced from the function and used (``spec`` not None): a check of every result's
-    structure, dtypes and ranks against it, returning the result or raising ``ValueError`` (the function's
-    output kind depends on values in a way the trace did not see, so what was built on the spec is wrong)."""
-    if spec is None:
-        return None
-    fits = conformance(spec)
-
-    def guard(y: Any) -> Any:
-        if fits(y):
-            return y
-        raise ValueError(f"{stage}: the result {describe(y)} does not match the element_spec traced from the "
-                         f"function ({spec!r}) that this pipeline was built with; its structure, dtypes or ranks "
-                         "depend on values: declare them with map(..., output_signature=hr.TensorSpec(...))")
-
-    return guard
-
-
 class _MapIterator(UnaryIterator):
+    """``map`` in the consumer's thread: the calling convention of ``calls.element_caller`` written out in
+    ``__next__`` (a call less per element than calling it: ``bench/overhead.py``'s path; the StopIteration
+    and no-component tests of ``tests/ops/test_user_functions.py`` cover both), then ``finish`` (the
+    ``output_signature`` conversion or the traced-spec check)."""
+
     kind = "map"
 
     def __init__(self, ctx: IteratorContext, source: DatasetIterator, fn: Callable[..., Any], stage: str,
-                 signature: Any = None, guard: Callable[[Any], Any] | None = None) -> None:
+                 finish: Callable[[Any], Any] | None = None) -> None:
         super().__init__(ctx, source)
         self._fn = fn
         self._stage = stage
         self._index = 0
-        self._signature = signature
-        self._guard = guard
+        self._finish = finish
 
     def __next__(self) -> Any:
         x = self._next_input()
@@ -182,26 +157,14 @@ class _MapIterator(UnaryIterator):
         self._index = i + 1
         try:
             y = self._fn(*x) if type(x) is tuple else self._fn(x)
+            if type(y) not in SCALAR_TYPES:
+                y = normalize(refuse_empty(y, self._stage), self._stage)
+            return y if self._finish is None else self._finish(y)
         except StopIteration as e:
             raise note_error(stop_iteration_error(self._stage), self._stage, i) from e
         except Exception as e:
             note_error(e, self._stage, i)
             raise
-        if self._signature is not None:
-            try:
-                return convert_to_spec(self._signature, normalize(y, self._stage), f"{self._stage}: output_signature")
-            except Exception as e:
-                note_error(e, self._stage, i)
-                raise
-        if type(y) not in SCALAR_TYPES:
-            y = normalize(y, self._stage)
-        if self._guard is not None:
-            try:
-                return self._guard(y)
-            except ValueError as e:
-                note_error(e, self._stage, i)
-                raise
-        return y
 
     def _counters(self) -> dict[str, Any]:
         return {"index": self._index}

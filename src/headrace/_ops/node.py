@@ -33,7 +33,7 @@ import numpy as np
 from .._memory import budget_for
 from .._options import UNKNOWN_CARDINALITY, Options
 from .._spec import NotTraceable, example, relax, spec_of
-from .base import JOIN_TIMEOUT_S, DatasetIterator, IteratorContext
+from .base import JOIN_TIMEOUT_S, DatasetIterator, IteratorContext, check_state
 
 
 class _Unset:
@@ -57,9 +57,29 @@ class DatasetNode:
     Subclasses set ``label`` (a readable name for errors, stage names and ``repr``), call
     ``super().__init__(inputs)`` and implement ``make_iterator``; they override ``cardinality`` when it
     is known and ``own_options`` when they attach options.
+
+    ``named(name)`` gives the stage the user's ``name=`` (tf.data's argument of every method): the label
+    becomes ``kind(name)`` (``batch(train_batch)``), and so the stage's name in errors, ``explain()``,
+    ``memory_stats()`` and the tuner (``IteratorContext.stage_name``); a stage that has no name of its own
+    gets it as its iterator's ``stage`` (what ``explain()`` shows).
     """
 
     label = "dataset"
+    given_name: str | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        make = cls.__dict__.get("make_iterator")
+        if make is not None and not getattr(make, "_names_stage", False):
+            cls.make_iterator = _naming(make)  # type: ignore[method-assign]
+
+    def named(self, name: str | None) -> DatasetNode:
+        """This node with the user's ``name=`` (``None``: unchanged); see the class docstring."""
+        if name is None:
+            return self
+        self.label = stage_label(self.label.partition("(")[0], name)
+        self.given_name = name
+        return self
 
     def __init__(self, inputs: Sequence[DatasetNode] = ()) -> None:
         for i, node in enumerate(inputs):
@@ -173,6 +193,84 @@ class DatasetNode:
         return None
 
 
+def stage_label(kind: str, name: str | None, default: str | None = None) -> str:
+    """``kind(name)`` for the user's ``name=`` (``kind(default)`` / ``kind`` without it); ``TypeError`` for a
+    name that is not a non-empty str."""
+    if name is None:
+        return kind if default is None else f"{kind}({default})"
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{kind}(name={name!r}): name must be a non-empty str (the stage's name in errors, "
+                        "explain() and memory_stats()) or None")
+    return f"{kind}({name})"
+
+
+_MakeIterator = Callable[[Any, IteratorContext], DatasetIterator]
+
+
+def _naming(make: _MakeIterator) -> _MakeIterator:
+    """``make_iterator`` that gives a named node's iterator the stage name where the stage has none."""
+
+    def make_iterator(self: DatasetNode, ctx: IteratorContext) -> DatasetIterator:
+        it = make(self, ctx)
+        if self.given_name is not None and getattr(it, "stage", None) is None \
+                and getattr(it, "_stage", None) is None:
+            it.stage = ctx.stage_name(self, self.label)  # type: ignore[attr-defined]
+        return it
+
+    make_iterator._names_stage = True  # type: ignore[attr-defined]
+    make_iterator.__doc__ = make.__doc__
+    return make_iterator
+
+
+class ElementsNode(DatasetNode):
+    """A dataset over elements already in memory, with a known spec: the windows of ``window`` and
+    ``group_by_window`` (a ``headrace.Dataset`` per window, as tf.data yields one), and the example
+    dataset :func:`trace` gives a function of windows. State: the index of the next element (the elements
+    belong to the stage that made the window)."""
+
+    label = "window"
+
+    def __init__(self, elements: list[Any], spec: Any) -> None:
+        super().__init__()
+        self.elements = elements
+        self.spec = spec
+
+    def cardinality(self) -> int:
+        return len(self.elements)
+
+    def compute_spec(self, spec_of: SpecOf) -> Any:
+        return self.spec
+
+    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+        return _ElementsIterator(ctx, self.elements)
+
+
+class _ElementsIterator(DatasetIterator):
+    kind = "window_elements"
+
+    def __init__(self, ctx: IteratorContext, elements: list[Any]) -> None:
+        super().__init__(ctx)
+        self._elements = elements
+        self._i = 0
+
+    def __next__(self) -> Any:
+        i = self._i
+        if i >= len(self._elements):
+            raise StopIteration
+        self._i = i + 1
+        return self._elements[i]
+
+    def skip_ahead(self, n: int) -> None:
+        self._i = min(len(self._elements), self._i + n)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"kind": self.kind, "length": len(self._elements), "next": self._i}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, self.kind, length=len(self._elements))
+        self._i = int(state["next"])
+
+
 def trace(call: Callable[[Any], Any], input_spec: Any, to_spec: Callable[[Any], Any] = spec_of) -> Any:
     """The spec of ``call(x)`` for spec-shaped examples ``x`` of ``input_spec`` (zeros, ``False``, ``b""``);
     ``None`` when that is not safe to say: an unknown input spec or rank, a function that raises on the
@@ -187,8 +285,6 @@ def trace(call: Callable[[Any], Any], input_spec: Any, to_spec: Callable[[Any], 
     """
     if input_spec is None:
         return None
-    from .elements import ElementsNode  # a window's example: an empty dataset of its spec (no cycle at import)
-
     specs = []
     for size, fill in ((2, 1), (3, 2)):
         try:

@@ -18,13 +18,15 @@ from collections.abc import Callable
 from typing import Any
 
 from .._options import INFINITE_CARDINALITY
-from .._spec import most_specific_compatible, spec_of
+from .._spec import spec_of
 from .._structure import normalize_tensors
 from .base import note_error
+from .calls import check_state_kept, guarded_apply
 
 
-def reduce_dataset(dataset: Any, initial_state: Any, reduce_func: Callable[[Any, Any], Any]) -> Any:
-    """See the module docstring. ``dataset`` is a ``headrace.Dataset``."""
+def reduce_dataset(dataset: Any, initial_state: Any, reduce_func: Callable[[Any, Any], Any],
+                   stage: str = "reduce") -> Any:
+    """See the module docstring. ``dataset`` is a ``headrace.Dataset``; ``stage`` names it in errors."""
     if not callable(reduce_func):
         raise TypeError(f"reduce(reduce_func={reduce_func!r}): reduce_func must be callable (state, element) -> "
                         "state")
@@ -35,25 +37,23 @@ def reduce_dataset(dataset: Any, initial_state: Any, reduce_func: Callable[[Any,
     with iter(dataset) as it:
         for i, x in enumerate(it):
             try:
-                state = normalize_tensors(reduce_func(state, x), "reduce(reduce_func)")
+                state = normalize_tensors(guarded_apply(reduce_func, stage, state, x), "reduce(reduce_func)")
             except Exception as e:
-                note_error(e, "reduce", i)
+                note_error(e, stage, i)
                 raise
-            if most_specific_compatible(first_spec, spec_of(state)) is None:
-                raise TypeError(f"reduce(): reduce_func changed the state from {first_spec!r} to {spec_of(state)!r} "
-                                f"at element {i}; the state must keep its structure and dtypes (cast it)")
+            check_state_kept(first_spec, state, f"{stage}: reduce_func (at element {i})")
     return state
 
 
-def single_element(dataset: Any) -> Any:
-    """See the module docstring."""
+def single_element(dataset: Any, stage: str = "get_single_element()") -> Any:
+    """See the module docstring; ``stage`` names it in errors."""
     with iter(dataset) as it:
         try:
             x = next(it)
         except StopIteration:
-            raise ValueError("get_single_element(): Dataset was empty; it must have exactly one element") from None
+            raise ValueError(f"{stage}: Dataset was empty; it must have exactly one element") from None
         try:
             next(it)
         except StopIteration:
             return x
-    raise ValueError("get_single_element(): Dataset had more than one element; use take(1) or batch first")
+    raise ValueError(f"{stage}: Dataset had more than one element; use take(1) or batch first")

@@ -22,7 +22,7 @@ from .._args import as_int, as_seed
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import TensorSpec
 from .base import DatasetIterator, IteratorContext, UnaryIterator, fn_name, note_error
-from .map import call_with_element
+from .calls import call_with_element, guarded_call
 from .node import DatasetNode, SpecOf, trace
 from .seeds import check_seed, fresh_seed, seeded_bits
 
@@ -101,7 +101,7 @@ class _ResampleIterator(UnaryIterator):
             i = self._index
             self._index = i + 1
             try:
-                raw = call_with_element(self._node.class_func, x)
+                raw = guarded_call(self._node.class_func, x, self._stage)
                 c = as_int(raw, f"{self._stage}: class_func result")
                 if not 0 <= c < n:
                     raise ValueError(f"{self._stage}: class_func returned {c}; classes are 0 .. {n - 1} "

@@ -14,17 +14,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._spec import most_specific_compatible, spec_of
+from .._spec import spec_of
 from .._structure import nbytes, normalize, normalize_tensors
 from . import by_value
 from .base import DatasetIterator, IteratorContext, UnaryIterator, fn_name, note_error
+from .calls import check_state_kept, guarded_apply
 from .node import DatasetNode, SpecOf, trace
 
 
-def call_scan(fn: Callable[..., Any], state: Any, x: Any) -> tuple[Any, Any]:
-    out = fn(state, x)
+def call_scan(fn: Callable[..., Any], state: Any, x: Any, stage: str) -> tuple[Any, Any]:
+    out = guarded_apply(fn, stage, state, x)
     if not isinstance(out, tuple | list) or len(out) != 2:
-        raise TypeError(f"scan: scan_func must return (new_state, output), got {type(out).__name__}")
+        raise TypeError(f"{stage}: scan_func must return (new_state, output), got {type(out).__name__}")
     return normalize_tensors(out[0], "scan state"), normalize(out[1], "scan output")
 
 
@@ -46,7 +47,7 @@ class ScanNode(DatasetNode):
         return self.inputs[0].cardinality()
 
     def compute_spec(self, spec_of_input: SpecOf) -> Any:
-        return trace(lambda x: call_scan(self.fn, self.initial_state, x)[1], spec_of_input(self.inputs[0]))
+        return trace(lambda x: call_scan(self.fn, self.initial_state, x, self.label)[1], spec_of_input(self.inputs[0]))
 
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
         return _ScanIterator(ctx, self.inputs[0].make_iterator(ctx), self, ctx.stage_name(self, self.label))
@@ -76,10 +77,8 @@ class _ScanIterator(UnaryIterator):
         i = self._index
         self._index = i + 1
         try:
-            new_state, out = call_scan(self._node.fn, self._state, x)
-            if most_specific_compatible(self._node.state_spec, spec_of(new_state)) is None:
-                raise TypeError(f"{self._stage}: scan_func changed the state from {self._node.state_spec!r} to "
-                                f"{spec_of(new_state)!r}; the state must keep its structure and dtypes (cast it)")
+            new_state, out = call_scan(self._node.fn, self._state, x, self._stage)
+            check_state_kept(self._node.state_spec, new_state, f"{self._stage}: scan_func")
         except Exception as e:
             note_error(e, self._stage, i)
             raise

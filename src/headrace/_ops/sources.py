@@ -15,7 +15,8 @@ from .._args import as_int
 from .._options import UNKNOWN_CARDINALITY
 from .._spec import NoneTensorSpec, TensorSpec, as_dtype, from_user, spec_of, unbatch_spec
 from .._structure import describe, flatten, is_namedtuple, normalize_tensors, pack_as
-from .base import DatasetIterator, IteratorContext, check_state
+from .base import DatasetIterator, IteratorContext, check_state, fn_name
+from .calls import guarded_apply
 from .node import DatasetNode, SpecOf
 from .stacking import row
 
@@ -240,7 +241,8 @@ class _GeneratorIterator(DatasetIterator):
         if self._done:
             raise StopIteration
         if self._it is None:
-            self._it = iter(self._ds.generator(*self._ds.args))
+            self._it = iter(guarded_apply(self._ds.generator, f"from_generator({fn_name(self._ds.generator)})",
+                                                *self._ds.args))
         try:
             x = next(self._it)
         except StopIteration:

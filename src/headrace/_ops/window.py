@@ -26,8 +26,7 @@ from .._spec import DatasetSpec, spec_of
 from .._structure import flatten, nbytes, pack_as
 from . import by_value
 from .base import DatasetIterator, IteratorContext, UnaryIterator, check_state, stop_flag
-from .elements import ElementsNode
-from .node import DatasetNode, SpecOf, wrap
+from .node import DatasetNode, ElementsNode, SpecOf, wrap
 
 
 class WindowNode(DatasetNode):

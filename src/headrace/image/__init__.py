@@ -7,8 +7,8 @@ and where the rest of the image code lives.
                                               TensorFlow-compatible (below)
 ``headrace.image.formats``                    ``IMAGE_EXTENSIONS``, ``image_format(bytes)``: the formats
                                               headrace reads, told apart by magic number
-``headrace.image.image_folder``               a directory of class folders as a ``Dataset`` (Keras'
-(``headrace.io.image_folder``)                ``image_dataset_from_directory``; ``io/_image_folder.py``)
+``headrace.io.image_folder``                  a directory of class folders as a ``Dataset`` (Keras'
+                                              ``image_dataset_from_directory``; ``io/_image_folder.py``)
 ``headrace.convert.sources.images``           an image folder as ``tf.train.Example`` rows for
                                               ``headrace convert`` (``image/encoded``, ``image/class/label``...)
 ``headrace.train.data``                       TFRecord image Examples -> ``(uint8 image, label)`` for training
@@ -76,7 +76,6 @@ __all__ = [
     "center_crop",
     "decode",
     "decode_and_resize",
-    "image_folder",
     "image_format",
     "normalize",
     "random_crop",
@@ -84,13 +83,6 @@ __all__ = [
     "resize",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name == "image_folder":  # lives with the other dataset readers; importing it here would load them all
-        from ..io import image_folder
-
-        return image_folder
-    raise AttributeError(f"module 'headrace.image' has no attribute {name!r}")
 
 _CHANNELS = (0, 1, 3, 4)
 _SJ_COLORSPACE = {1: "GRAY", 3: "RGB", 4: "RGBA"}

@@ -14,7 +14,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 STRING, INT64, FLOAT32 = "string", "int64", "float32"
-DTYPES = (STRING, INT64, FLOAT32)
 LIST_FIELD = {STRING: "bytes_list", INT64: "int64_list", FLOAT32: "float_list"}
 NP_DTYPE: dict[str, Any] = {STRING: object, INT64: np.int64, FLOAT32: np.float32}
 _ALIASES = {"string": STRING, "bytes": STRING, "str": STRING, "object": STRING, "int64": INT64,

@@ -17,6 +17,7 @@ import glob as _glob
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from typing import IO, Any
 
 from .._deps import require
@@ -239,12 +240,23 @@ def remove(path: str) -> None:
             pass
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to a temporary name beside ``path``, then :func:`rename` it to ``path``: readers see
-    the old file or the whole new one, never a part."""
+def write_atomic(path: str, data: bytes | Callable[[IO[Any]], Any]) -> None:
+    """Write ``data`` (bytes, or a function writing to the open binary file: ``torch.save``) to a temporary
+    name beside ``path``, flushed to disk (``fsync`` where the file has a descriptor), then :func:`rename` it
+    to ``path``: readers, and a crash at any moment (even SIGKILL), see the old file or the whole new one,
+    never a part."""
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     with open_file(tmp, "wb") as f:
-        f.write(data)
+        if callable(data):
+            data(f)
+        else:
+            f.write(data)
+        f.flush()
+        if hasattr(f, "fileno"):
+            try:
+                os.fsync(f.fileno())
+            except (OSError, ValueError):  # no descriptor (fsspec's remote files)
+                pass
     rename(tmp, path)
 
 

@@ -49,6 +49,7 @@ import numpy as np
 from .._args import as_int
 from .._ops.base import DatasetIterator, IteratorContext, check_state, note_error
 from .._ops.cache import pid_alive
+from .._ops.calls import guarded_call
 from .._ops.node import DatasetNode, SpecOf
 from .._spec import STRING, NoneTensorSpec, TensorSpec, from_json, most_specific_compatible, to_json
 from .._structure import flatten, pack_as
@@ -132,9 +133,10 @@ def decode(record: bytes, spec: Any, leaves: list[Any]) -> Any:
 
 
 def save(dataset: Any, path: str | os.PathLike[str], compression: str | None = None,
-         shard_func: Callable[..., Any] | None = None) -> None:
+         shard_func: Callable[..., Any] | None = None, stage: str = "save") -> None:
     """See the module docstring: replaces the save at ``path`` (a local directory, created if missing)
-    atomically. Raises ``TypeError`` for components the format cannot hold and ``ValueError`` for a negative
+    atomically (``stage``: its name in errors, ``save(<name=>)``).
+    Raises ``TypeError`` for components the format cannot hold and ``ValueError`` for a negative
     shard index; what the pipeline raises stops the save (``path`` is left as it was)."""
     path = os.fspath(path).rstrip(os.sep) or os.sep
     ctype = (compression or "").upper()
@@ -156,8 +158,11 @@ def save(dataset: Any, path: str | os.PathLike[str], compression: str | None = N
             for i, x in enumerate(it):
                 shard = 0
                 if shard_func is not None:
-                    args = x if isinstance(x, tuple) else (x,)
-                    shard = as_int(shard_func(*args), f"save(shard_func) at element {i}", minimum=0)
+                    try:
+                        shard = as_int(guarded_call(shard_func, x, stage), f"{stage}: shard_func result", minimum=0)
+                    except Exception as e:
+                        note_error(e, stage, i)
+                        raise
                 w = writers.get(shard)
                 if w is None:
                     w = writers[shard] = TFRecordWriter(os.path.join(vdir, f"shard-{shard:05d}.tfrecord"), ctype)

@@ -34,7 +34,7 @@ import numpy as np
 from .._args import as_int
 from .._dataset import Dataset
 from .._errors import DataLossError, StateError
-from .._ops.autotune import cpu_count
+from .._machine import cpu_count
 from .._ops.base import DatasetIterator, IteratorContext, check_state, note_error
 from .._ops.counting import counting_enabled, elements, memoized
 from .._ops.interleave import InterleaveNode

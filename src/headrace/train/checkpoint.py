@@ -69,23 +69,6 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _join(directory: str, name: str) -> str:
-    return directory.rstrip("/") + "/" + name
-
-
-def _atomic_write(path: str, write: Any) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with files.open_file(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        if hasattr(f, "fileno"):
-            try:
-                os.fsync(f.fileno())
-            except (OSError, ValueError):
-                pass
-    files.rename(tmp, path)
-
-
 def save_checkpoint(directory: str | os.PathLike[str], payload: dict[str, Any], keep: int = 2) -> str:
     """Write ``payload`` as ``ckpt-<step>.pt`` atomically, point ``latest.json`` at it, prune old ones.
 
@@ -96,12 +79,12 @@ def save_checkpoint(directory: str | os.PathLike[str], payload: dict[str, Any], 
         os.makedirs(directory, exist_ok=True)
     step = int(payload["step"])
     name = f"ckpt-{step:09d}.pt"
-    path = _join(directory, name)
+    path = files.join(directory, name)
     full = {"format": FORMAT, "version": VERSION, **payload}
-    _atomic_write(path, lambda f: torch.save(full, f))
+    files.write_atomic(path, lambda f: torch.save(full, f))
     latest = json.dumps({"path": name, "step": step}).encode()
-    _atomic_write(_join(directory, "latest.json"), lambda f: f.write(latest))
-    old = sorted(p for p in files.glob(_join(directory, "ckpt-*.pt")) if _NAME_RE.search(p))
+    files.write_atomic(files.join(directory, "latest.json"), latest)
+    old = sorted(p for p in files.glob(files.join(directory, "ckpt-*.pt")) if _NAME_RE.search(p))
     for stale in old[:-keep] if keep > 0 else []:
         if not files.is_remote(stale):
             try:
@@ -115,12 +98,12 @@ def latest_checkpoint(directory: str | os.PathLike[str]) -> str | None:
     """The newest checkpoint in ``directory`` (from ``latest.json``, else the highest step), or None."""
     directory = os.fspath(directory)
     try:
-        with files.open_file(_join(directory, "latest.json"), "rb") as f:
+        with files.open_file(files.join(directory, "latest.json"), "rb") as f:
             name = json.loads(f.read())["path"]
-        return _join(directory, name)
+        return files.join(directory, name)
     except (FileNotFoundError, OSError, ValueError, KeyError):
         pass
-    found = sorted(p for p in files.glob(_join(directory, "ckpt-*.pt")) if _NAME_RE.search(p))
+    found = sorted(p for p in files.glob(files.join(directory, "ckpt-*.pt")) if _NAME_RE.search(p))
     return found[-1] if found else None
 
 

@@ -51,9 +51,10 @@ from .checkpoint import latest_checkpoint, load_checkpoint, restore_rng
 from .elastic import RankBatches, rank_data, resume_data_state
 from .gpu import available_gpu_bytes, check_memory_fraction, configure_gpu_memory
 from .interrupt import StopRequest, signal_name
-from .loop import FitResult, StepInfo, _loop
+from .loop import FitResult, Run, StepInfo, _loop
 from .memory import limit_heap_retention, release_free_memory, rss_bytes
 from .micro_batch import MicroBatchChoice, find_micro_batch_size, optimizer_state_bytes
+from .options import FitOptions
 from .precision import make_precision
 from .process_group import start_process_group
 from .progress import MetricsLog, Progress
@@ -85,25 +86,6 @@ def _data_options(memory_budget: int | str, fraction: float) -> Options:
 
 def _resolve_budget(memory_budget: int | str | None) -> int | None:
     return None if memory_budget is None else parse_bytes(memory_budget, "memory_budget")
-
-
-def _validate(global_batch_size: int, micro_batch_size: int | str, epochs: int | None, steps: int | None,
-              checkpoint_every: int, data_memory_fraction: float, resume: bool,
-              checkpoint_dir: Any, dataset_size: int | None = None) -> None:
-    if micro_batch_size != "auto" and (isinstance(micro_batch_size, bool)
-                                       or not isinstance(micro_batch_size, int) or micro_batch_size < 1):
-        raise ValueError(f"micro_batch_size={micro_batch_size!r} must be 'auto' or an int >= 1")
-    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) or global_batch_size < 1:
-        raise ValueError(f"global_batch_size={global_batch_size!r} must be an int >= 1")
-    for name, v in (("epochs", epochs), ("steps", steps), ("dataset_size", dataset_size)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValueError(f"{name}={v!r} must be an int >= 1 or None")
-    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
-        raise ValueError(f"checkpoint_every={checkpoint_every!r} must be an int >= 1 (optimizer steps)")
-    if not 0.0 < data_memory_fraction < 1.0:
-        raise ValueError(f"data_memory_fraction={data_memory_fraction!r} must be in (0, 1)")
-    if resume and checkpoint_dir is None:
-        raise ValueError("resume=True needs checkpoint_dir (where the checkpoints are)")
 
 
 def fit(model: Any, dataset: Any, *, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
@@ -170,8 +152,13 @@ def fit(model: Any, dataset: Any, *, loss_fn: Callable[[Any, Any], Any], optimiz
             ``ElasticDataset`` (the message names both world sizes and the fix).
         TrainingInterrupted: Ctrl-C or SIGTERM (module docstring); a ``KeyboardInterrupt``.
     """
-    _validate(global_batch_size, micro_batch_size, epochs, steps, checkpoint_every, data_memory_fraction,
-              resume, checkpoint_dir, dataset_size)
+    opts = FitOptions(loss_fn=loss_fn, optimizer=optimizer, global_batch_size=global_batch_size,
+                      micro_batch_size=micro_batch_size, epochs=epochs, steps=steps, precision=precision,
+                      memory_budget=memory_budget, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                      resume=resume, eval_dataset=eval_dataset, callbacks=callbacks, device=device, shard=shard,
+                      data_memory_fraction=data_memory_fraction, metrics_path=metrics_path, progress=progress,
+                      log_every=log_every, keep_checkpoints=keep_checkpoints, base_rss_bytes=base_rss_bytes,
+                      lr_scheduler=lr_scheduler, gpu_memory_fraction=gpu_memory_fraction, dataset_size=dataset_size)
     info = process_info()
     dev = torch.device(device) if device is not None else _default_device(info)
     if gpu_memory_fraction is not None:
@@ -182,15 +169,7 @@ def fit(model: Any, dataset: Any, *, loss_fn: Callable[[Any, Any], Any], optimiz
     info = process_info()
     closers: list[Any] = []
     try:
-        return _fit(model=model, dataset=dataset, loss_fn=loss_fn, optimizer=optimizer,
-                    global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, epochs=epochs,
-                    steps=steps, precision=precision, memory_budget=memory_budget,
-                    checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
-                    eval_dataset=eval_dataset, callbacks=callbacks, device=dev, shard=shard,
-                    data_memory_fraction=data_memory_fraction, metrics_path=metrics_path,
-                    log_every=log_every, keep_checkpoints=keep_checkpoints, base_rss_bytes=base_rss_bytes,
-                    lr_scheduler=lr_scheduler, info=info, closers=closers, dataset_size=dataset_size,
-                    show=sys.stderr.isatty() if progress is None else bool(progress))
+        return _fit(model, dataset, opts, dev, info, closers)
     finally:
         for it in closers:
             it.close()
@@ -198,21 +177,20 @@ def fit(model: Any, dataset: Any, *, loss_fn: Callable[[Any, Any], Any], optimiz
             torch.distributed.destroy_process_group()
 
 
-def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
-         global_batch_size: int, micro_batch_size: int | str, epochs: int | None, steps: int | None,
-         precision: str, memory_budget: int | str | None, checkpoint_dir: Any, checkpoint_every: int,
-         resume: bool, eval_dataset: Any, callbacks: Iterable[Any], device: Any, shard: bool,
-         data_memory_fraction: float, metrics_path: Any, log_every: int, keep_checkpoints: int,
-         base_rss_bytes: int | None, lr_scheduler: Any, info: ProcessInfo, closers: list[Any],
-         show: bool, dataset_size: int | None) -> FitResult:
-    callbacks = list(callbacks)
-    prec = make_precision(precision, device)
+def _fit(model: Any, dataset: Any, opts: FitOptions, device: Any, info: ProcessInfo,
+         closers: list[Any]) -> FitResult:
+    """Set up (budget, resume, per-rank data, micro-batch) and run ``_loop``; ``closers``: the data
+    iterators ``fit`` closes at the end."""
+    memory_budget, data_memory_fraction = opts.memory_budget, opts.data_memory_fraction
+    global_batch_size, checkpoint_dir = opts.global_batch_size, opts.checkpoint_dir
+    optimizer, lr_scheduler, micro_batch_size = opts.optimizer, opts.lr_scheduler, opts.micro_batch_size
+    prec = make_precision(opts.precision, device)
     model.to(device)
     budget = _resolve_budget(memory_budget)
     if budget is not None and device.type == "cpu":
         limit_heap_retention()  # RSS then follows live memory, which the budget is about
     release_free_memory()
-    base_rss = rss_bytes() if base_rss_bytes is None else int(base_rss_bytes)
+    base_rss = rss_bytes() if opts.base_rss_bytes is None else int(opts.base_rss_bytes)
     data_budget = int(budget * data_memory_fraction) if budget is not None else None
     if global_batch_size % info.world_size:
         make_plan(global_batch_size, info.world_size, 1)  # raises the explanatory ValueError
@@ -221,7 +199,7 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
 
     main = info.is_main
     ckpt_dir = os.fspath(checkpoint_dir) if checkpoint_dir is not None else None
-    metrics = MetricsLog((metrics_path if metrics_path is not None else
+    metrics = MetricsLog((opts.metrics_path if opts.metrics_path is not None else
                           (os.path.join(ckpt_dir, "metrics.jsonl") if ckpt_dir is not None
                            and "://" not in ckpt_dir else None)) if main else None)
 
@@ -230,7 +208,7 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
     saved_micro: int | None = None
     carried: dict[str, Any] | None = None
     said: list[str] = []
-    if resume and ckpt_dir is not None:
+    if opts.resume and ckpt_dir is not None:
         path = latest_checkpoint(ckpt_dir)
         if path is None:
             said.append(f"resume: no checkpoint in {ckpt_dir} yet; starting from step 0")
@@ -257,12 +235,12 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
             where = f"in epoch {epoch + 1}" if data_state is not None else f"at the start of epoch {epoch + 1}"
             said.append(f"resumed from step {step} ({where}) of {path}")
 
-    train_ds = rank_data(dataset, info, per_rank, True, shard, data_options, epoch)
-    eval_ds = (rank_data(eval_dataset, info, per_rank, False, shard, data_options, 0)
-               if eval_dataset is not None else None)
-    max_epochs = epochs if epochs is not None else (None if steps is not None else 1)
-    bar = Progress(show, _total_steps(steps, max_epochs, train_ds, dataset_size, global_batch_size), budget,
-                   base_rss, quiet=not main, epochs=max_epochs, plain_every=log_every)
+    train_ds = rank_data(dataset, info, per_rank, True, opts.shard, data_options, epoch)
+    eval_ds = (rank_data(opts.eval_dataset, info, per_rank, False, opts.shard, data_options, 0)
+               if opts.eval_dataset is not None else None)
+    show = sys.stderr.isatty() if opts.progress is None else bool(opts.progress)
+    bar = Progress(show, _total_steps(opts.steps, opts.max_epochs, train_ds, opts.dataset_size, global_batch_size),
+                   budget, base_rss, quiet=not main, epochs=opts.max_epochs, plain_every=opts.log_every)
     # Ctrl-C / SIGTERM from here on (setup included: the micro-batch search, a resume's first batches) stop
     # the run at the next step boundary with a checkpoint, never the default way
     with StopRequest(on_request=_stopping_notice(ckpt_dir) if main else None) as stop:
@@ -294,7 +272,7 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
                     search_budget = int(train_budget * (1.0 - CPU_HEADROOM))
                     reserve = optimizer_state_bytes(optimizer)
                 bar.message("auto micro-batch: measuring a few forward + backward passes...")
-                choice = find_micro_batch_size(model, sample, loss_fn, budget_bytes=search_budget, cap=per_rank,
+                choice = find_micro_batch_size(model, sample, opts.loss_fn, budget_bytes=search_budget, cap=per_rank,
                                                precision=prec, base_rss_bytes=base_rss, reserve_bytes=reserve,
                                                device=device)
                 del sample
@@ -304,13 +282,11 @@ def _fit(*, model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], optimi
             plan = make_plan(global_batch_size, info.world_size, micro)
             bar.message(plan.describe() if choice is None else f"auto micro-batch: {plan.describe()}; "
                         f"{choice.describe()}")
-            return _loop(model=model, train_ds=train_ds, eval_ds=eval_ds, loss_fn=loss_fn, optimizer=optimizer,
-                         scheduler=lr_scheduler, plan=plan, prec=prec, device=device, info=info, epochs=epochs,
-                         steps=steps, step=step, epoch=epoch, data_state=data_state, ckpt_dir=ckpt_dir,
-                         checkpoint_every=checkpoint_every, keep=keep_checkpoints, callbacks=callbacks,
-                         metrics=metrics, bar=bar, log_every=log_every, closers=closers, choice=choice,
-                         base_rss=base_rss, budget=budget, resumed_from=resumed_from, stop=stop,
-                         carried=carried)
+            run = Run(plan=plan, prec=prec, device=device, info=info, ckpt_dir=ckpt_dir, metrics=metrics, bar=bar,
+                      closers=closers, callbacks=list(opts.callbacks), base_rss=base_rss, budget=budget,
+                      choice=choice, step=step, epoch=epoch, data_state=data_state, resumed_from=resumed_from,
+                      carried=carried, stop=stop)
+            return _loop(model, train_ds, eval_ds, opts, run)
         finally:
             bar.close()
 

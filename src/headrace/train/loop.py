@@ -6,7 +6,6 @@ import json
 import math
 import signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +19,7 @@ from .checkpoint import capture_rng, save_checkpoint
 from .interrupt import StopRequest, TrainingInterrupted, signal_name
 from .memory import PeakRSS, peak_rss_bytes, release_free_memory, rss_bytes
 from .micro_batch import MicroBatchChoice
+from .options import FitOptions
 from .process_group import process_group_active, sync_buffers
 from .progress import MetricsLog, Progress
 from .steps import _all_reduce_min, _batches, _call, _evaluate, _train_step
@@ -85,26 +85,53 @@ def _checkpoint(*, ckpt_dir: str, model: Any, optimizer: Any, scheduler: Any, pr
     return path
 
 
-def _loop(*, model: Any, train_ds: Any, eval_ds: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
-          scheduler: Any, plan: AccumulationPlan, prec: Any, device: Any, info: ProcessInfo, epochs: int | None,
-          steps: int | None, step: int, epoch: int, data_state: dict[str, Any] | None, ckpt_dir: str | None,
-          checkpoint_every: int, keep: int, callbacks: list[Any], metrics: MetricsLog, bar: Progress,
-          log_every: int, closers: list[Any], choice: MicroBatchChoice | None, base_rss: int,
-          budget: int | None, resumed_from: str | None, stop: StopRequest | None = None,
-          carried: dict[str, Any] | None = None) -> FitResult:
-    """The loop. ``carried``: the resumed checkpoint's ``progress`` (:func:`_checkpoint`): the history, the
-    clock (``time_s`` in ``metrics.jsonl``) and, mid-epoch, the epoch's counts go on from it."""
+@dataclass
+class Run:
+    """What ``fit`` set up for the loop: the batch plan, precision, device and ranks, where checkpoints
+    and metrics go, the progress display, the data iterators to close, the memory figures, and where a
+    resume starts (``step``, ``epoch``, the data iterator's ``data_state``; ``carried``: the resumed
+    checkpoint's ``progress``, :func:`_checkpoint`: the history, the clock (``time_s`` in
+    ``metrics.jsonl``) and, mid-epoch, the epoch's counts go on from it)."""
+
+    plan: AccumulationPlan
+    prec: Any
+    device: Any
+    info: ProcessInfo
+    ckpt_dir: str | None
+    metrics: MetricsLog
+    bar: Progress
+    closers: list[Any]
+    callbacks: list[Any]
+    base_rss: int
+    budget: int | None
+    choice: MicroBatchChoice | None = None
+    step: int = 0
+    epoch: int = 0
+    data_state: dict[str, Any] | None = None
+    resumed_from: str | None = None
+    carried: dict[str, Any] | None = None
+    stop: StopRequest | None = None
+
+
+def _loop(model: Any, train_ds: Any, eval_ds: Any, opts: FitOptions, run: Run) -> FitResult:
+    """The loop, from ``run``'s step and epoch, with ``opts`` (``fit``'s arguments)."""
+    loss_fn, optimizer, scheduler = opts.loss_fn, opts.optimizer, opts.lr_scheduler
+    steps, checkpoint_every, keep, log_every = opts.steps, opts.checkpoint_every, opts.keep_checkpoints, opts.log_every
+    plan, prec, device, info, ckpt_dir = run.plan, run.prec, run.device, run.info, run.ckpt_dir
+    metrics, bar, closers, callbacks, base_rss, budget = (run.metrics, run.bar, run.closers, run.callbacks,
+                                                          run.base_rss, run.budget)
+    step, epoch, data_state, stop = run.step, run.epoch, run.data_state, run.stop
     ddp = None
     if process_group_active():  # also one rank under torchrun: the same DDP path as with more
         from torch.nn.parallel import DistributedDataParallel
 
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     model.train()
-    max_epochs = epochs if epochs is not None else (None if steps is not None else 1)
+    max_epochs = opts.max_epochs
     result = FitResult(steps=step, epochs=epoch, micro_batch_size=plan.micro_batch_size,
-                       accumulation_steps=plan.accumulation_steps, micro_batch_choice=choice,
-                       base_rss_bytes=base_rss, memory_budget_bytes=budget, resumed_from=resumed_from)
-    carried = carried or {}
+                       accumulation_steps=plan.accumulation_steps, micro_batch_choice=run.choice,
+                       base_rss_bytes=base_rss, memory_budget_bytes=budget, resumed_from=run.resumed_from)
+    carried = run.carried or {}
     result.history = list(carried.get("history", []))
     t_start = time.perf_counter() - float(carried.get("elapsed_s", 0.0))  # the run's clock, across resumes
     t_session = time.perf_counter()

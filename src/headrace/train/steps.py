@@ -6,8 +6,8 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from .._dataset import Dataset
 from .._iterator import Iterator as HeadraceIterator
-from .._ops.node import node_of
 from ..distribute import ProcessInfo
 from ..torch import device_prefetch, element_to_torch
 from ._deps import import_torch
@@ -64,7 +64,7 @@ def _batches(dataset: Any, state: dict[str, Any] | None, want_state: Callable[[i
 
     The iterator of epoch ``e`` is iteration ``e`` of the dataset (its per-epoch shuffle seeds), so a run
     resumed in a new process shuffles its later epochs as the uninterrupted run did."""
-    it = HeadraceIterator(dataset, iteration=epoch) if node_of(dataset) is not None else iter(dataset)
+    it = HeadraceIterator(dataset, iteration=epoch) if isinstance(dataset, Dataset) else iter(dataset)
     closers.append(it)
     if state is not None:
         it.set_state(state)

@@ -1,0 +1,119 @@
+"""How headrace calls a user's function: the one convention of every op that runs user code.
+
+- Tuple unpacking (tf.data's rule): a function of *one element* (``map``, ``filter``, ``take_while``,
+  ``flat_map`` / ``interleave``, ``group_by_window``'s ``key_func``, ``rejection_resample``'s
+  ``class_func``) gets an exact ``tuple`` element as positional arguments (``fn(*x)``) and any other
+  element (dict, namedtuple, array) as one argument. Functions of fixed arity (``scan_func(state, x)``,
+  ``reduce_func(state, x)``, ``reduce_func(key, window)``, ``window_size_func(key)``) get their arguments
+  as they are.
+- ``StopIteration``: raised by a user function it would end the dataset silently where the stage calls it
+  inside ``__next__``; every call here turns it into ``RuntimeError`` naming the stage
+  (:func:`stop_iteration_error`).
+- Results: ``map``'s are normalized (:func:`element_caller` with ``normalize_result``) and must have a
+  component: ``()``, ``[]`` or ``{}`` raises ``ValueError`` (:func:`refuse_empty`), when the traced spec
+  says so (the spec is asked for: ``element_spec``, a stage built on it), else at the first result, where
+  tf.data refuses the function when ``map()`` traces it. A result must fit
+  the spec the pipeline was built with (:func:`traced_guard`); a running state (``scan``, ``reduce``) must
+  keep its structure and dtypes (:func:`check_state_kept`).
+
+The worker process of ``map(executor="process")`` (``proc_child``, which imports nothing from headrace so
+that it starts fast) applies the same rule with the same message on its side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .._spec import conformance, most_specific_compatible, spec_of
+from .._structure import SCALAR_TYPES, describe, normalize
+
+
+def stop_iteration_error(stage: str) -> RuntimeError:
+    """What a user function's ``StopIteration`` becomes (it would otherwise end the dataset silently)."""
+    return RuntimeError(f"{stage}: the function raised StopIteration; return a value or raise another "
+                        "exception (StopIteration would silently end the dataset)")
+
+
+def call_with_element(fn: Callable[..., Any], x: Any) -> Any:
+    """tf.data's calling convention without the guard: for tracing an element spec (where any exception
+    means "cannot trace") and counting."""
+    return fn(*x) if type(x) is tuple else fn(x)
+
+
+def guarded_call(fn: Callable[..., Any], x: Any, stage: str) -> Any:
+    """``fn`` on element ``x`` (tuple unpacked), ``StopIteration`` raised as ``RuntimeError``."""
+    try:
+        return fn(*x) if type(x) is tuple else fn(x)
+    except StopIteration as e:
+        raise stop_iteration_error(stage) from e
+
+
+def guarded_apply(fn: Callable[..., Any], stage: str, *args: Any) -> Any:
+    """``fn(*args)`` for functions of fixed arity (no unpacking), ``StopIteration`` raised as ``RuntimeError``."""
+    try:
+        return fn(*args)
+    except StopIteration as e:
+        raise stop_iteration_error(stage) from e
+
+
+def element_caller(fn: Callable[..., Any], stage: str, *, normalize_result: bool = False) -> Callable[[Any], Any]:
+    """:func:`guarded_call` of ``fn`` as one function of the element (one frame: a parallel map's inline
+    path calls it per element); with ``normalize_result`` the result is normalized as ``map``'s results are
+    (scalars of the common types pass as they are)."""
+    if not normalize_result:
+        def call(x: Any) -> Any:
+            try:
+                return fn(*x) if type(x) is tuple else fn(x)
+            except StopIteration as e:
+                raise stop_iteration_error(stage) from e
+        return call
+
+    def call_normalized(x: Any) -> Any:
+        try:
+            y = fn(*x) if type(x) is tuple else fn(x)
+        except StopIteration as e:
+            raise stop_iteration_error(stage) from e
+        if type(y) in SCALAR_TYPES:
+            return y
+        return normalize(refuse_empty(y, stage), stage)
+    return call_normalized
+
+
+_CONTAINERS = (tuple, list, dict)
+
+
+def refuse_empty(y: Any, stage: str) -> Any:
+    """``y``, unless it is an element with no component (``()``, ``[]``, ``{}``): ``ValueError`` then."""
+    if type(y) in _CONTAINERS and not y:
+        raise ValueError(f"{stage}: the function returned {y!r}, an element with no component (tf.data refuses "
+                         "such a map too); return at least one value, e.g. the input or np.int64(0), or drop "
+                         "elements with filter()")
+    return y
+
+
+def traced_guard(spec: Any, stage: str) -> Callable[[Any], Any] | None:
+    """For a spec traced from the function and used (``spec`` not None): a check of every result's
+    structure, dtypes and ranks against it, returning the result or raising ``ValueError`` (the function's
+    output kind depends on values in a way the trace did not see, so what was built on the spec is wrong)."""
+    if spec is None:
+        return None
+    fits = conformance(spec)
+
+    def guard(y: Any) -> Any:
+        if fits(y):
+            return y
+        raise ValueError(f"{stage}: the result {describe(y)} does not match the element_spec traced from the "
+                         f"function ({spec!r}) that this pipeline was built with; its structure, dtypes or ranks "
+                         "depend on values: declare them with map(..., output_signature=hr.TensorSpec(...))")
+
+    return guard
+
+
+def check_state_kept(expected: Any, state: Any, where: str) -> None:
+    """A running state (``scan``, ``reduce``) keeps the structure and dtypes of its initial value (spec
+    ``expected``; shapes may change); ``TypeError`` naming ``where`` (the stage and function) otherwise."""
+    got = spec_of(state)
+    if most_specific_compatible(expected, got) is None:
+        raise TypeError(f"{where} changed the state from {expected!r} to {got!r}; the state must "
+                        "keep its structure and dtypes (cast it)")
