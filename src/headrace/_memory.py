@@ -361,7 +361,10 @@ class StageAccount:
     def _fits_cap(self, nbytes: int, urgent: bool, headroom: bool) -> bool:
         if self.mandatory:
             return True  # cannot emit part of what it holds: only the budget as a whole limits it
-        if self.held_bytes == 0 and (urgent or not headroom):
+        if urgent or (self.held_bytes == 0 and not headroom):
+            # The element the consumer waits for: only the budget as a whole limits it. A stage at its share
+            # with elements it may not emit yet (a replay of a deterministic=False order, a result ahead of
+            # the one awaited) would otherwise wait for itself until the stall breaker (1 s) fired.
             return True
         spare = self.unit_bytes() if headroom and not urgent else 0
         return self.held_bytes + nbytes + spare <= self.cap_bytes

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import warnings
 
 import pytest
 
@@ -170,3 +171,26 @@ def test_out_of_order_positions_are_read_while_the_restore_runs(raise_at):
     second.stop()
     want = [i for i in range(40) if i != raise_at]
     assert sorted(got) == want and errors == ([] if raise_at is None else ["bad record 3"]), (sorted(got), errors)
+
+
+def test_replaying_a_nondeterministic_order_never_waits_for_the_stall_breaker():
+    """A restored deterministic=False map replays the saved order, so it holds results that came back early
+    while it waits for the one the consumer needs; with its share full of them, that one was refused until
+    the stall breaker fired (1 s, a MemoryBudgetWarning "went over the budget" under a 1 GiB budget holding
+    bytes). The element the consumer waits for is limited by the budget as a whole only."""
+    opts = hr.Options(memory_budget="1GiB")
+    rng = random.Random(1)
+    for _ in range(6):
+        k = rng.randint(1, 599)
+        with iter(_nondeterministic_into_shuffle().with_options(opts)) as it:
+            for _ in range(k):
+                next(it)
+            state = json.loads(json.dumps(it.get_state()))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", hr.MemoryBudgetWarning)
+            with iter(_nondeterministic_into_shuffle().with_options(opts)) as it:
+                it.set_state(state)
+                rest = sum(1 for _ in it)
+                stalls = it.memory_stats()["stalls"]
+        assert rest == 600 - k
+        assert stalls == 0, f"restored at {k}: {stalls} stall(s) in a pipeline using bytes of a 1 GiB budget"
