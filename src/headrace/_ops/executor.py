@@ -45,7 +45,8 @@ from .._memory import WAIT_SLICE_S, Cancelled
 from .._structure import normalize
 from .._sync import Condition, Flag
 from .base import IteratorContext, join_threads, start_thread
-from .proc_pool import WORKER_ESTIMATE_BYTES, ProcessWorkers, process_extra_bytes
+from .proc_memory import WORKER_ESTIMATE_BYTES, process_extra_bytes
+from .proc_pool import ProcessWorkers
 
 EXECUTORS = ("auto", "thread", "process")
 SOLO_CALLS = 4
@@ -104,6 +105,10 @@ class ProcessExecutor:
 
     def set_workers(self, n: int) -> None:
         self.workers.set_target(n)
+
+    def check_fits(self, call_bytes: int) -> None:
+        """``MemoryBudgetError`` when one worker and one call's bytes cannot fit the budget at all."""
+        self.workers.memory.check_fits(call_bytes)
 
     def report(self) -> dict[str, Any]:
         w = self.workers
@@ -304,6 +309,10 @@ class AutoExecutor:
     def set_workers(self, n: int) -> None:
         if self._procs is not None:
             self._procs.set_workers(min(n, self.cpu_budget))
+
+    def check_fits(self, call_bytes: int) -> None:
+        if self.kind == "process" and self._procs is not None:
+            self._procs.check_fits(call_bytes)
 
     def report(self) -> dict[str, Any]:
         if self.kind == "process" and self._procs is not None:

@@ -279,8 +279,12 @@ class ParallelApplier:
 
     def _estimate(self) -> int:
         out = self.account.estimate()
-        extra = self.executor.extra_bytes(out) if self.executor is not None else 0
-        return out + extra if (self.identity or self.input_charged) else out + extra + self._in_max
+        ex = self.executor
+        extra = ex.extra_bytes(out) if ex is not None else 0
+        need = out + extra if (self.identity or self.input_charged) else out + extra + self._in_max
+        if ex is not None:
+            ex.check_fits(need)  # worker processes: one worker and one call must fit the budget
+        return need
 
     def _in_flight(self) -> int:
         return self._next_seq - self._prefix - len(self._beyond)
