@@ -144,3 +144,45 @@ def test_a_tight_budget_runs_with_fewer_workers():
     assert stats["overdraft_bytes"] == 0 and stats["stalls"] == 0
     assert stats["peak_bytes"] <= stats["limit_bytes"]
 
+
+class _Member:
+    def __init__(self) -> None:
+        self.applied: list[tuple[str, int]] = []
+
+    def tuning_stats(self) -> dict[str, float]:
+        return {}
+
+    def apply_knob(self, name: str, value: int) -> None:
+        self.applied.append((name, value))
+
+
+class _Executor:
+    kind = "process"
+    settling = False
+
+    def __init__(self, limited: bool) -> None:
+        self.limited = limited
+
+    def memory_limited(self, within_s: float) -> bool:
+        return self.limited
+
+
+@pytest.mark.parametrize(("budget_s", "limited", "raised"), [(0.0, False, True), (0.5, False, False),
+                                                             (0.0, True, False)])
+def test_the_tuner_adds_no_worker_while_the_stage_waits_for_memory(budget_s, limited, raised):
+    """A stage whose workers waited a fifth of their time or more for the budget, or whose process executor
+    was refused a worker for lack of it, is offered fewer workers, never more (before: more, first)."""
+    from types import SimpleNamespace
+
+    from headrace._ops.tuner import StageTuning, Tuner
+
+    t = StageTuning("map(f)", "map")
+    t.knob("workers", 2, 1, 8, "start", compute=True)
+    t.executor = _Executor(limited)
+    member = _Member()
+    t.add(member)
+    tuner = Tuner(SimpleNamespace(cpu_budget=8, tunings={"map(f)": t}), lambda: None)
+    tuner._recent["map(f)"] = {"calls": 100.0, "busy_s": 0.9, "worker_time_s": 1.0, "budget_s": budget_s,
+                               "elapsed_s": 1.0}
+    moves = [(k.name, new) for _t, k, new in tuner._candidates()]
+    assert (("workers", 3) in moves) is raised, moves

@@ -110,6 +110,10 @@ class ProcessExecutor:
         """``MemoryBudgetError`` when one worker and one call's bytes cannot fit the budget at all."""
         self.workers.memory.check_fits(call_bytes)
 
+    def memory_limited(self, within_s: float) -> bool:
+        """A worker start was refused for lack of budget in the last ``within_s`` s (the tuner adds none)."""
+        return self.workers.memory.memory_limited(within_s)
+
     def report(self) -> dict[str, Any]:
         w = self.workers
         return {"executor": "process", "why": self.why, "measured": self.measured, "processes": len(w.pids()),
@@ -313,6 +317,9 @@ class AutoExecutor:
     def check_fits(self, call_bytes: int) -> None:
         if self.kind == "process" and self._procs is not None:
             self._procs.check_fits(call_bytes)
+
+    def memory_limited(self, within_s: float) -> bool:
+        return self._procs is not None and self._procs.memory_limited(within_s)
 
     def report(self) -> dict[str, Any]:
         if self.kind == "process" and self._procs is not None:

@@ -165,6 +165,10 @@ class WorkerMemory:
             self.declined_s = time.monotonic()
         return got
 
+    def memory_limited(self, within_s: float) -> bool:
+        """Whether a worker start was refused for lack of budget in the last ``within_s`` seconds."""
+        return self.declined > 0 and time.monotonic() - self.declined_s <= within_s
+
     def started(self, proc: _Proc, reserved: int, rss: int, floor: bool) -> None:
         """``proc`` is ready with ``rss`` bytes: it keeps ``reserved`` as its floor when it was admitted on
         an estimate (``floor``), else it is charged its RSS."""
