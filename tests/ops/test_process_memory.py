@@ -186,3 +186,43 @@ def test_the_tuner_adds_no_worker_while_the_stage_waits_for_memory(budget_s, lim
                                "elapsed_s": 1.0}
     moves = [(k.name, new) for _t, k, new in tuner._candidates()]
     assert (("workers", 3) in moves) is raised, moves
+
+
+def test_a_segment_that_must_grow_ends_an_idle_worker_instead_of_waiting_for_room():
+    """Two workers under 200 MiB, then a 64 MiB element: its input and output segments (80 MiB each) fit
+    only once the idle worker's bytes are back. Before, the output segment's charge raised
+    ``MemoryBudgetError`` (the workers would hold 217 MiB) where ending the idle worker made it fit."""
+    import numpy as np
+
+    from headrace._memory import MemoryBudget
+    from headrace._ops.executor import pickle_function
+    from headrace._ops.proc_pool import ProcessWorkers
+    from headrace._sync import Flag
+    from tests.ops.proc_fns import times_three
+
+    budget = MemoryBudget(200 * MiB)
+    workers = ProcessWorkers(times_three, "map(times_three)", budget, object(), 2,
+                             pickle_function(times_three, "map(times_three)"))
+    stop, result = Flag(), {}
+    try:
+        assert workers.prestart(stop) and workers.prestart(stop)
+        assert len(workers.pids()) == 2
+
+        def call() -> None:
+            try:
+                result["value"] = workers.call(np.ones(8 * MiB, np.float64), 0, stop)
+            except BaseException as e:  # reported below
+                result["error"] = e
+
+        t = threading.Thread(target=call, daemon=True)
+        t.start()
+        t.join(20)
+        stop.set()
+        t.join(5)
+        assert "value" in result, result
+        assert float(result["value"][0]) == 3.0
+        assert len(workers.pids()) == 1
+        assert budget.total_bytes <= budget.limit_bytes and budget.overdraft_bytes == 0
+    finally:
+        stop.set()
+        workers.close()
