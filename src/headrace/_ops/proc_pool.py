@@ -392,10 +392,13 @@ class ProcessWorkers:
             self.memory.set_workers(len(self._all) + self._starting)
         try:
             proc = self._start(stop, reserved)
-        finally:
+        except BaseException:
             with self._cv:
                 self._starting -= 1
+                self.memory.set_workers(len(self._all) + self._starting)
+            raise
         with self._cv:
+            self._starting -= 1
             if self._closed:
                 self._drop(proc)
                 return False
