@@ -67,7 +67,7 @@ from .._memory import WAIT_SLICE_S, Cancelled, StageAccount
 from .._structure import nbytes
 from .._sync import Condition, Flag
 from .._sync import Lock as TimedLock
-from .base import DatasetIterator, check_state, join_threads, note_error, start_thread
+from .base import DatasetIterator, check_state, detached, join_threads, note_error, start_thread
 from .tuner import MAX_BUFFER, MAX_WINDOW, MAX_WORKERS, stage_tuning, workers_start_reason
 
 SNAPSHOT_EVERY = 16
@@ -552,7 +552,7 @@ class ParallelApplier:
         with cv:
             while True:
                 if self._crash is not None:
-                    raise self._crash
+                    raise detached(self._crash)  # kept to raise again: the consumer's frames stay off it
                 result = self._take_ready()
                 if result is not None:
                     break
