@@ -226,6 +226,11 @@ class MemoryBudget:
         with self._cv:
             return [a for a in self._accounts if a.owner is owner]
 
+    def group_accounts(self, group: str) -> list[StageAccount]:
+        """The open accounts of ``group`` (e.g. every stage's worker processes)."""
+        with self._cv:
+            return [a for a in self._accounts if a.group == group]
+
     def sizes_unknown(self, other_than: StageAccount) -> bool:
         """Whether a stage other than ``other_than`` has not sized an element yet (its share is a guess)."""
         return any(not a.seen for a in self._accounts if a is not other_than)

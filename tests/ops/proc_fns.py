@@ -83,3 +83,7 @@ def plus_one_slow_start(a):
 
 def out_8mib(x):
     return np.full(8 << 20, int(x) % 251, np.uint8)
+
+
+def plus_one(a):
+    return a + 1

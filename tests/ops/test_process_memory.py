@@ -22,7 +22,7 @@ import pytest
 
 import headrace as hr
 from tests.conftest import REPO
-from tests.ops.proc_fns import out_8mib
+from tests.ops.proc_fns import out_8mib, plus_one
 from tests.promises.harness import _env, rss_cap
 
 MiB = 1024**2
@@ -129,6 +129,21 @@ def test_a_budget_too_small_for_one_worker_and_one_call_is_a_clear_error(budget)
                                                    r"map_executor='thread'") as e:
         list(ds)
     assert "worker process" in str(e.value)
+
+
+@pytest.mark.slow  # three worker processes start (2-5 s)
+@pytest.mark.filterwarnings("ignore::headrace.MemoryBudgetWarning")
+def test_process_stages_whose_workers_alone_fill_the_budget_are_a_clear_error():
+    """Three process maps of 8 MiB elements under 128 MiB: one worker each (~38-48 MiB with its segments)
+    and one call cannot fit. Before, it ran from stall to stall (72 stalls, 36 s for 24 elements, 571 MiB
+    overdrawn)."""
+    ds = (D.range(6).map(out_8mib, num_parallel_calls=2, executor="process")
+          .map(plus_one, num_parallel_calls=2, executor="process")
+          .map(plus_one, num_parallel_calls=2, executor="process")
+          .with_options(hr.Options(memory_budget="128MiB")))
+    with pytest.raises(hr.MemoryBudgetError, match=r"each of the 3 process stages .* memory budget of 128\.0 "
+                                                   r"MiB.*map_executor='thread' for some of the stages"):
+        list(ds)
 
 
 @pytest.mark.filterwarnings("ignore::headrace.MemoryBudgetWarning")

@@ -240,17 +240,27 @@ class WorkerMemory:
         self.account.set_demand(max(1, n))
 
     def check_fits(self, element_bytes: int) -> None:
-        """Raise ``MemoryBudgetError`` when one worker and one call's ``element_bytes`` exceed the budget:
-        the stage cannot run in it at all."""
+        """Raise ``MemoryBudgetError`` when one worker of this stage, one of every other stage's (each keeps at
+        least one, as far as measured) and one call's ``element_bytes`` exceed the budget: the pipeline
+        cannot run in it at all (it would go from stall to stall, each ending in an overdraft)."""
         one = self.account.max_element_bytes if self.measured else 0
-        limit = self.account.budget.limit_bytes
-        if one and element_bytes and one + element_bytes > limit:
-            raise MemoryBudgetError(
-                f"{self.stage}: one worker process ({format_bytes(one)}: its interpreter and shared-memory "
-                f"segments) and the bytes of one call ({format_bytes(element_bytes)}: input, output and the "
-                f"worker's copy) need {format_bytes(one + element_bytes)}, more than the memory budget of "
-                f"{format_bytes(limit)} ({limit} bytes); raise Options(memory_budget=...), make elements "
-                "smaller, or use map_executor='thread'")
+        if not one or not element_bytes:
+            return
+        budget = self.account.budget
+        others = [a.max_element_bytes for a in budget.group_accounts(WORKER_GROUP) if a is not self.account]
+        need = one + sum(others) + element_bytes
+        if need <= budget.limit_bytes:
+            return
+        limit = budget.limit_bytes
+        workers = (f"one worker process ({format_bytes(one)}: its interpreter and shared-memory segments)"
+                   if not any(others) else
+                   f"one worker process of each of the {1 + sum(1 for o in others if o)} process stages "
+                   f"({format_bytes(one + sum(others))}: interpreters and shared-memory segments)")
+        raise MemoryBudgetError(
+            f"{self.stage}: {workers} and the bytes of one call ({format_bytes(element_bytes)}: input, output "
+            f"and the worker's copy) need {format_bytes(need)}, more than the memory budget of "
+            f"{format_bytes(limit)} ({limit} bytes); raise Options(memory_budget=...), make elements smaller, "
+            "or use map_executor='thread'" + (" for some of the stages" if any(others) else ""))
 
     def close(self) -> None:
         self.account.close()
