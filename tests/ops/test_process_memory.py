@@ -241,3 +241,34 @@ def test_a_segment_that_must_grow_ends_an_idle_worker_instead_of_waiting_for_roo
     finally:
         stop.set()
         workers.close()
+
+
+def test_auto_goes_back_to_threads_when_a_measured_worker_does_not_fit(monkeypatch):
+    """``executor="auto"`` chose processes (the measurement is made to say so here), then a worker measured
+    after its first call holds ~110 MiB (an 80 MiB cache) in a 96 MiB budget: the stage goes back to threads,
+    every element arrives once and in order, and the worker processes end. Before, the worker stayed, charged
+    past the budget."""
+    from headrace._ops import executor as ex
+    from tests.ops.proc_fns import doubles_keeping_80mib
+
+    for name, value in (("CPU_BOUND_SHARE", 0.0), ("MIN_OVERLAP", 0.0), ("GIL_HELD_SHARE", 0.0),
+                        ("MIN_PROCESS_CALL_S", 0.0), ("GIL_SLOWDOWN", 0.0)):
+        monkeypatch.setattr(ex, name, value)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    ds = D.range(200).map(doubles_keeping_80mib, num_parallel_calls=2, executor="auto").with_options(
+        hr.Options(memory_budget="96MiB", cpu_budget=2))
+    with iter(ds) as it:
+        assert [int(v) for v in it] == [2 * i for i in range(200)]
+        node = it.explain()["tree"]
+        started = it._root.pool.executor._procs  # the process side it tried
+    report = node["executor"]
+    assert report["executor"] == "thread" and "moved back to threads" in report["why"], report
+    assert started is not None and started.workers.started >= 1
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()
+                and p.status() != psutil.STATUS_ZOMBIE]
+        if not left:
+            break
+        time.sleep(0.05)
+    assert not left, left

@@ -27,7 +27,10 @@ Every stage's workers have one *workers* account (mandatory, one unit per worker
   floor's excess goes back), later growth is charged at once (an estimate miss, e.g. a function that
   keeps a cache);
 - a segment that must grow while the budget is short first ends idle workers of the stage (fewer workers,
-  not more memory), and only then waits for room.
+  not more memory), and only then waits for room;
+- one worker of every process stage (each keeps one) and one call of this stage must fit the budget,
+  else ``MemoryBudgetError`` names both (``check_fits``, before each reservation): such a pipeline could
+  only go from stall to stall, each ending in an overdraft.
 """
 
 from __future__ import annotations

@@ -285,6 +285,7 @@ class ProcessWorkers:
         self._all: list[_Proc] = []
         self._starting = 0
         self._closed = False
+        self._draining = False  # no more calls will come (an "auto" executor went back to threads)
         self._excess_since: float | None = None  # when target went below the workers that exist
         self.started = 0
         self.crashes = 0
@@ -348,11 +349,13 @@ class ProcessWorkers:
     # -- checkout -------------------------------------------------------------------------------------
     def checkout(self, stop: Any, wait: bool = True) -> _Proc | None:
         """An idle worker; a new one when none is idle and fewer than ``target`` exist; else wait (timed,
-        until ``stop``) or, with ``wait=False``, None."""
+        until ``stop``) or, with ``wait=False``, None; None once draining (``drain``)."""
         with self._cv:
             while True:
                 if self._closed:
                     raise Cancelled()
+                if self._draining:
+                    return None
                 self._retire_excess()
                 if self._idle and len(self._all) - len(self._idle) < self.target:
                     return self._idle.pop()
@@ -409,13 +412,22 @@ class ProcessWorkers:
 
     def checkin(self, proc: _Proc) -> None:
         with self._cv:
-            if self._closed:
+            if self._closed or self._draining:
                 self._all.remove(proc)
                 self._drop(proc, graceful=True)
             else:
                 self._idle.append(proc)
                 self._retire_excess()
             self._cv.notify()
+
+    def drain(self) -> None:
+        """No more calls will come: the idle workers end now, the busy ones when their call is done."""
+        with self._cv:
+            self._draining = True
+            while self._idle:
+                proc = self._idle.pop()
+                self._all.remove(proc)
+                self._drop(proc, graceful=True)
 
     def _retire_excess(self) -> None:
         """Lock held: end idle workers beyond ``target`` once it has been lower for ``RETIRE_S`` (the tuner's
@@ -466,6 +478,8 @@ class ProcessWorkers:
     def call(self, x: Any, index: int, stop: Any) -> Any:
         """``fn(x)`` in a worker process (tuples unpacked into arguments, as threads call it)."""
         proc = self.checkout(stop)
+        if proc is None:  # draining: only an "auto" executor drains, and it does not call this
+            raise Cancelled()
         return self.call_on(proc, x, index, stop)
 
     def call_on(self, proc: _Proc, x: Any, index: int, stop: Any) -> Any:
