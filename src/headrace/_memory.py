@@ -217,10 +217,13 @@ class MemoryBudget:
         self._overdraft_warned = False
 
     def account(self, stage: str, demand: int | None, *, mandatory: bool = False, min_units: int = 1,
-                hint: str = "make elements smaller (e.g. resize earlier)", owner: object = None) -> StageAccount:
+                hint: str = "make elements smaller (e.g. resize earlier)", owner: object = None,
+                group: str | None = None) -> StageAccount:
         """Open an account for ``stage`` wanting to hold up to ``demand`` elements (None = unbounded) and
-        needing ``min_units`` to make progress. ``hint`` completes the ``MemoryBudgetError`` message."""
+        needing ``min_units`` to make progress. ``hint`` completes the ``MemoryBudgetError`` message.
+        ``group``: accounts that share a limit of their own (``try_reserve(group_limit=...)``)."""
         acc = StageAccount(self, stage, demand, mandatory, max(1, min_units), hint, owner)
+        acc.group = group
         with self._cv:
             self._accounts.append(acc)
             self._recompute_caps()
@@ -230,6 +233,11 @@ class MemoryBudget:
         """The open accounts of ``owner`` (an iterator's ``IteratorContext.owner``)."""
         with self._cv:
             return [a for a in self._accounts if a.owner is owner]
+
+    def group_accounts(self, group: str) -> list[StageAccount]:
+        """The open accounts of ``group`` (e.g. every stage's worker processes)."""
+        with self._cv:
+            return [a for a in self._accounts if a.group == group]
 
     def sizes_unknown(self, other_than: StageAccount) -> bool:
         """Whether a stage other than ``other_than`` has not sized an element yet (its share is a guess)."""
@@ -332,6 +340,8 @@ class StageAccount:
         self.warnings: Any = None    # headrace._warn.PipelineWarnings (at the user's line, once per pipeline)
         self._probe_s = 0.0
         self._stalled_short = False  # the stall breaker reserved less than the estimate (reserve(partial=True))
+        self.group: str | None = None
+        self.promised_bytes = 0      # what it will need once it runs, counted by its group's limit meanwhile
 
     # estimates ----------------------------------------------------------------------------------------
     def unit_bytes(self) -> int:
@@ -444,9 +454,16 @@ class StageAccount:
 
     # the API ------------------------------------------------------------------------------------------
     def try_reserve(self, nbytes: int, *, urgent: bool = False, headroom: bool = False,
-                    unit: bool = True) -> int | None:
-        """Reserve ``nbytes`` if they fit now (returns the reservation), else None; never blocks."""
-        with self.budget._cv:
+                    unit: bool = True, group_limit: int | None = None) -> int | None:
+        """Reserve ``nbytes`` if they fit now (returns the reservation), else None; never blocks.
+        ``group_limit``: the accounts of this one's ``group`` together stay within it as well, each of the
+        others counting at least its ``promised_bytes`` (what it needs to run at all)."""
+        b = self.budget
+        with b._cv:
+            if group_limit is not None and self.held_bytes + nbytes + sum(
+                    max(a.held_bytes, a.promised_bytes) for a in b._accounts
+                    if a.group == self.group and a is not self) > group_limit:
+                return None
             self._check_possible(nbytes)
             if self._admit(nbytes, urgent, headroom):
                 return self._reserved(nbytes, unit)

@@ -58,3 +58,42 @@ def _sleepy(x):
 
 def times_three(x):
     return x * 3
+
+
+_started: list[int] = []
+
+
+def _slow_start(x):
+    """A worker's first call takes 0.5 s, as it does on a loaded machine (imports, no core for a while)."""
+    if not _started:
+        _started.append(os.getpid())
+        time.sleep(0.5)
+    return x
+
+
+def out_8mib_slow_start(x):
+    """An 8 MiB output; a worker's first call takes 0.5 s."""
+    return np.full(8 << 20, int(_slow_start(x)) % 251, np.uint8)
+
+
+def plus_one_slow_start(a):
+    """``a + 1`` (an 8 MiB input gives an 8 MiB output); a worker's first call takes 0.5 s."""
+    return _slow_start(a) + 1
+
+
+def out_8mib(x):
+    return np.full(8 << 20, int(x) % 251, np.uint8)
+
+
+def plus_one(a):
+    return a + 1
+
+
+_kept: list[np.ndarray] = []
+
+
+def doubles_keeping_80mib(x):
+    """``2 * x``; the first call in a process keeps an 80 MiB cache for good (a model, a lookup table)."""
+    if not _kept:
+        _kept.append(np.ones(80 << 20, np.uint8))
+    return x * 2

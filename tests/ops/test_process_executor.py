@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 import headrace as hr
-from headrace._ops import proc_pool
+from headrace._ops import proc_memory, proc_pool
 from tests.conftest import REPO, assert_same
 from tests.ops.proc_fns import _big, _kill_self_at_5, _mixed, _raise_at_4, _segfault_at_3, _sleepy, _spin, times_three
 
@@ -235,11 +235,11 @@ def test_unpicklable_function_names_the_stage_and_the_fix():
 
 
 def test_dev_shm_check_names_the_need_and_the_fix(monkeypatch):
-    monkeypatch.setattr(proc_pool, "shm_free_bytes", lambda path=None: 4096)
+    monkeypatch.setattr(proc_memory, "shm_free_bytes", lambda path=None: 4096)
     with pytest.raises(hr.SharedMemoryError, match=r"shm-size.*map_executor='thread'"):
         list(D.range(4).map(_big, num_parallel_calls=2, executor="process"))
-    monkeypatch.setenv(proc_pool.SHM_DIR_ENV, "/nonexistent-shm")
-    monkeypatch.setattr(proc_pool, "shm_free_bytes", lambda path=None: 1 << 40)
+    monkeypatch.setenv(proc_memory.SHM_DIR_ENV, "/nonexistent-shm")
+    monkeypatch.setattr(proc_memory, "shm_free_bytes", lambda path=None: 1 << 40)
     with pytest.raises(hr.SharedMemoryError, match="/nonexistent-shm"):
         list(D.range(4).map(_big, num_parallel_calls=2, executor="process"))
 

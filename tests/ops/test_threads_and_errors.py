@@ -210,3 +210,30 @@ def test_garbage_collection_while_this_thread_holds_the_budget_lock_does_not_han
     assert held_s < 5.0, f"garbage collection waited {held_s:.1f} s on the budget lock"
     assert not lock.locked()
     assert wait_no_threads(5.0) == [], "the deferred close never stopped the pipeline's threads"
+
+
+def _four_mib(x):
+    return np.full(4 << 20, int(x), np.uint8)
+
+
+def _too_big_from_2(a):
+    return np.zeros(200 << 20, np.uint8) if int(a[0]) >= 2 else a
+
+
+@pytest.mark.filterwarnings("ignore::headrace.MemoryBudgetWarning")  # the maps shrink to what fits
+def test_a_dropped_iterator_closes_after_a_stage_error_while_other_stages_run():
+    """``list(ds)`` over three parallel maps whose last one cannot reserve its element (larger than the
+    budget): the error reaches the caller and the dropped iterator closes. Before, the stage kept the error
+    to raise it again, the consumer's frames went onto its traceback when it was raised, and the first two
+    stages' live threads kept the stage, the error, those frames and so the iterator alive: never collected,
+    never closed, their threads ran on."""
+    ds = (D.range(1000).map(_four_mib, num_parallel_calls=2).map(lambda a: a, num_parallel_calls=2)
+          .map(_too_big_from_2, num_parallel_calls=2).with_options(hr.Options(memory_budget="128MiB")))
+    message = ""
+    try:
+        list(ds)
+    except hr.MemoryBudgetError as e:  # not pytest.raises: its excinfo would keep the frames alive
+        message = str(e)
+    assert "map(_too_big_from_2): needs 204.0 MiB" in message
+    gc.collect()
+    assert not wait_no_threads(3.0), [t.name for t in headrace_threads()]

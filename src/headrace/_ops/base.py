@@ -337,6 +337,25 @@ def note_error(exc: BaseException, stage: str, index: int) -> BaseException:
     return exc
 
 
+def detached(exc: BaseException) -> BaseException:
+    """A copy of ``exc`` (same type, message, attributes, cause and worker traceback) for the consumer to
+    raise, where a stage keeps ``exc`` to raise again: raising the kept one appends the consumer's frames
+    to its traceback, and the stage, kept alive by its other threads, then kept the iterator alive through
+    them (never collected, never closed: its threads ran on after ``list(ds)`` raised). ``exc`` itself
+    where it does not copy."""
+    try:
+        dup = copy.copy(exc)
+    except Exception:
+        return exc
+    if type(dup) is not type(exc) or dup.args != exc.args:
+        return exc
+    dup.__cause__, dup.__context__ = exc.__cause__, exc.__context__
+    dup.__suppress_context__ = exc.__suppress_context__
+    if hasattr(exc, "__notes__"):
+        dup.__notes__ = list(exc.__notes__)  # a note added to the copy stays off the kept one
+    return dup.with_traceback(exc.__traceback__)
+
+
 def fn_name(fn: Callable[..., Any]) -> str:
     name = getattr(fn, "__name__", None) or type(fn).__name__
     return name

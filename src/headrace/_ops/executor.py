@@ -25,7 +25,10 @@ Processes are chosen when all of these hold (otherwise threads, and the report s
 - two calls really overlapped (``>= MIN_OVERLAP``): else the input is slower than the function;
 - the calls hold the GIL (the probe waited ``>= GIL_HELD_SHARE`` of the switch interval);
 - a call takes at least ``MIN_PROCESS_CALL_S`` (a process round trip costs about 0.1-0.3 ms);
-- the function pickles (cloudpickle), and a worker process fits the memory budget.
+- the function pickles (cloudpickle), and a worker process fits the memory budget (half of it for the
+  estimate before a worker started; once one has computed, it and one call must fit the budget beside one
+  worker of every other process stage, else the stage goes back to threads: the calls in flight finish on
+  their processes, which then end).
 
 The decision and its figures are kept for the iteration (the stage made again for each ``repeat`` epoch
 reuses them and the workers) and reported by ``Iterator.explain()``. The worker processes start side
@@ -45,7 +48,8 @@ from .._memory import WAIT_SLICE_S, Cancelled
 from .._structure import normalize
 from .._sync import Condition, Flag
 from .base import IteratorContext, join_threads, start_thread
-from .proc_pool import WORKER_ESTIMATE_BYTES, ProcessWorkers, process_extra_bytes
+from .proc_memory import WORKER_ESTIMATE_BYTES, process_extra_bytes
+from .proc_pool import ProcessWorkers
 
 EXECUTORS = ("auto", "thread", "process")
 SOLO_CALLS = 4
@@ -105,6 +109,14 @@ class ProcessExecutor:
     def set_workers(self, n: int) -> None:
         self.workers.set_target(n)
 
+    def check_fits(self, call_bytes: int) -> None:
+        """``MemoryBudgetError`` when one worker and one call's bytes cannot fit the budget at all."""
+        self.workers.memory.check_fits(call_bytes)
+
+    def memory_limited(self, within_s: float) -> bool:
+        """A worker start was refused for lack of budget in the last ``within_s`` s (the tuner adds none)."""
+        return self.workers.memory.memory_limited(within_s)
+
     def report(self) -> dict[str, Any]:
         w = self.workers
         return {"executor": "process", "why": self.why, "measured": self.measured, "processes": len(w.pids()),
@@ -159,7 +171,8 @@ class AutoExecutor:
                 # While the workers start, calls wait for them: computing on threads meanwhile would take the
                 # cores (and the GIL) the starting interpreters need, and start them 3-4x slower.
                 proc = procs.workers.checkout(stop)
-                return normalize(procs.workers.call_on(proc, x, index, stop), self.stage)
+                if proc is not None:  # None: it went back to threads meanwhile
+                    return normalize(procs.workers.call_on(proc, x, index, stop), self.stage)
             return self.thread_fn(x)
         return self._measured_call(x, stop)
 
@@ -304,6 +317,23 @@ class AutoExecutor:
     def set_workers(self, n: int) -> None:
         if self._procs is not None:
             self._procs.set_workers(min(n, self.cpu_budget))
+
+    def check_fits(self, call_bytes: int) -> None:
+        """A worker process that turned out not to fit the budget (measured, with one call): back to threads
+        (the calls in flight finish on their processes, which then end)."""
+        procs = self._procs
+        if self.kind != "process" or procs is None:
+            return
+        try:
+            procs.check_fits(call_bytes)
+        except MemoryBudgetError as e:
+            with self._cv:
+                if self.kind == "process":
+                    self._decide("thread", f"moved back to threads: {e}")
+            procs.workers.drain()
+
+    def memory_limited(self, within_s: float) -> bool:
+        return self._procs is not None and self._procs.memory_limited(within_s)
 
     def report(self) -> dict[str, Any]:
         if self.kind == "process" and self._procs is not None:

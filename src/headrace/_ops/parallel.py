@@ -68,7 +68,7 @@ from .._memory import WAIT_SLICE_S, Cancelled, StageAccount
 from .._structure import nbytes
 from .._sync import Condition, Flag
 from .._sync import Lock as TimedLock
-from .base import DatasetIterator, check_state, join_threads, note_error, start_thread
+from .base import DatasetIterator, check_state, detached, join_threads, note_error, start_thread
 from .tuner import MAX_BUFFER, MAX_WINDOW, MAX_WORKERS, stage_tuning, workers_start_reason
 
 SNAPSHOT_EVERY = 16
@@ -287,8 +287,12 @@ class ParallelApplier:
 
     def _estimate(self) -> int:
         out = self.account.estimate()
-        extra = self.executor.extra_bytes(out) if self.executor is not None else 0
-        return out + extra if (self.identity or self.input_charged) else out + extra + self._in_max
+        ex = self.executor
+        extra = ex.extra_bytes(out) if ex is not None else 0
+        need = out + extra if (self.identity or self.input_charged) else out + extra + self._in_max
+        if ex is not None:
+            ex.check_fits(need)  # worker processes: one worker and one call must fit the budget
+        return need
 
     def _in_flight(self) -> int:
         return self._next_seq - self._prefix - len(self._beyond)
@@ -574,7 +578,7 @@ class ParallelApplier:
         with cv:
             while True:
                 if self._crash is not None:
-                    raise self._crash
+                    raise detached(self._crash)  # kept to raise again: the consumer's frames stay off it
                 result = self._take_ready()
                 if result is not None:
                     break

@@ -138,6 +138,11 @@ class _Segment:
             pass
 
 
+def _write_parts(seg: _Segment, parts: list[tuple[int, memoryview]]) -> None:
+    for off, data in parts:
+        seg.view[off:off + data.nbytes] = data
+
+
 class _Worker:
     def __init__(self, fd: int) -> None:
         self.sock = socket.socket(fileno=fd)
@@ -212,8 +217,9 @@ class _Worker:
                 return
             self.recv_segment(reply[1], reply[2])
             seg = self.segments["out"]
-        for off, data in parts:
-            seg.view[off:off + data.nbytes] = data  # type: ignore[union-attr]
+        _write_parts(seg, parts)  # type: ignore[arg-type]
+        # Every reference to the output goes before the answer: the parent measures this process's RSS once it
+        # has the answer, and an output still alive then (a loop variable here kept it) was charged as growth.
         del parts, y
         send_value(self.conn, ("ok", out_header, out_places, time.thread_time() - cpu0), frames)
 

@@ -18,16 +18,12 @@ stage: the stage made again for each ``repeat`` epoch reuses them (started once 
 
 Memory (every byte charged to the pipeline's budget, ``headrace._memory``)
 -------------------------------------------------------------------------
-Each stage has a *workers* account (mandatory, one unit per worker): a worker's footprint is its RSS once
-started (reserved before it is started: the largest footprint seen, ``WORKER_ESTIMATE_BYTES`` for the
-first) plus its segments (reserved before they are created); the footprint is re-measured after calls
-and an increase charged at once. An element's own bytes are in the parallel stage's account as with
-threads, plus one more output for the copy the worker holds while it is sent
-(:func:`process_extra_bytes`). So the sum of the parent's and the workers' RSS stays inside the budget.
-
-Shared memory is bounded by the budget and checked against free space in ``/dev/shm`` before any segment
-is made (:class:`~headrace.SharedMemoryError` names the need, the free space and the fixes); pages are
-allocated up front (``posix_fallocate``), so a full ``/dev/shm`` is an error, never a ``SIGBUS``.
+A worker (its RSS and its shared-memory segments) is charged before it exists, a further worker starts
+only where its charge fits the budget now and the workers of all stages stay within half of it, and a
+segment that must grow ends idle workers before it waits for room: :mod:`headrace._ops.proc_memory`.
+An element's own bytes are in the parallel stage's account as with threads, plus one more output for the
+copy the worker holds while it is sent (``process_extra_bytes``). So the sum of the parent's and the
+workers' RSS stays inside the budget.
 
 Reliability
 -----------
@@ -47,7 +43,6 @@ Reliability
 
 from __future__ import annotations
 
-import itertools
 import os
 import pickle
 import signal
@@ -59,101 +54,19 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-import numpy as np
 import psutil
 
-from .._errors import RemoteTraceback, SharedMemoryError, WorkerError
-from .._memory import WAIT_SLICE_S, Cancelled, MemoryBudget, StageAccount, format_bytes
+from .._errors import RemoteTraceback, WorkerError
+from .._memory import WAIT_SLICE_S, Cancelled, MemoryBudget
 from .._sync import Condition
 from .proc_child import child_command, encode, receive_frames, send_value
+from .proc_memory import REMEASURE_S, WorkerMemory, create_segment, read_into, segment_size, write_all
 
-SHM_DIR_ENV = "HEADRACE_SHM_DIR"
-WORKER_ESTIMATE_BYTES = 48 * 1024**2
-"""Reserved for the first worker of a stage before it starts (then: the largest measured footprint)."""
-MIN_SEGMENT_BYTES = 1024**2
 START_TIMEOUT_S = 60.0
 """A worker that has not loaded the function after this long fails the call (``WorkerError``)."""
-MAX_BUDGET_SHARE = 0.5
-"""Worker processes (RSS + segments) never take more than this share of the memory budget."""
 EXIT_GRACE_S = 0.2
 RETIRE_S = 5.0
 """Idle workers beyond a lowered ``target`` end after this long (see ``ProcessWorkers.set_target``)."""
-REMEASURE_S = 0.5
-_names = itertools.count()
-
-
-# ---- shared memory ---------------------------------------------------------------------------------
-def shm_dir() -> str:
-    return os.environ.get(SHM_DIR_ENV, "/dev/shm")
-
-
-def shm_free_bytes(path: str | None = None) -> int:
-    """Bytes free in the shared-memory file system (``statvfs``)."""
-    st = os.statvfs(path or shm_dir())
-    return st.f_bavail * st.f_frsize
-
-
-def check_shm(need: int, stage: str, workers: int) -> None:
-    """Raise :class:`~headrace.SharedMemoryError` unless ``need`` bytes fit in ``/dev/shm`` now."""
-    path = shm_dir()
-    if not os.path.isdir(path):
-        raise SharedMemoryError(
-            f"{stage}: the process executor needs a shared-memory file system at {path} (Linux /dev/shm), "
-            f"which does not exist here; use map_executor='thread' (or set {SHM_DIR_ENV} to a tmpfs directory)")
-    free = shm_free_bytes(path)
-    if need > free:
-        raise SharedMemoryError(
-            f"{stage}: the process executor needs {format_bytes(need)} of shared memory for {workers} worker "
-            f"process(es) but {path} has {format_bytes(free)} free; enlarge it (docker run --shm-size=2g, or "
-            "mount -o remount,size=2G /dev/shm), lower num_parallel_calls or the element size, or use "
-            "map_executor='thread'")
-
-
-def create_segment(size: int, stage: str, workers: int) -> int:
-    """A file of ``size`` bytes in ``/dev/shm`` with its pages allocated, already unlinked: its fd."""
-    check_shm(size, stage, workers)
-    path = os.path.join(shm_dir(), f"headrace-{os.getpid()}-{next(_names)}")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        os.unlink(path)
-        os.posix_fallocate(fd, 0, size)
-    except OSError as e:
-        os.close(fd)
-        raise SharedMemoryError(
-            f"{stage}: could not allocate a {format_bytes(size)} shared-memory segment in {shm_dir()} ({e}); "
-            "enlarge /dev/shm (docker run --shm-size=2g), lower num_parallel_calls or the element size, or "
-            "use map_executor='thread'") from e
-    return fd
-
-
-def segment_size(need: int) -> int:
-    """Grow by a quarter beyond the need (fewer re-creations), whole MiB."""
-    want = max(MIN_SEGMENT_BYTES, need + need // 4)
-    return -(-want // MIN_SEGMENT_BYTES) * MIN_SEGMENT_BYTES
-
-
-def _write_all(fd: int, data: memoryview, offset: int) -> None:
-    view = data.cast("B") if data.format != "B" or data.ndim != 1 else data
-    done = 0
-    while done < view.nbytes:
-        done += os.pwritev(fd, [view[done:]], offset + done)
-
-
-def _read_into(fd: int, n: int, offset: int) -> np.ndarray:
-    dest = np.empty(n, np.uint8)
-    done = 0
-    while done < n:
-        got = os.preadv(fd, [dest[done:]], offset + done)
-        if got <= 0:
-            raise OSError(f"short read from a shared-memory segment at offset {offset + done}")
-        done += got
-    return dest
-
-
-def process_extra_bytes(out_bytes: int) -> int:
-    """Bytes a process call holds beyond the thread executor's input + output: the worker's own copy of
-    the output while it is written to shared memory and read back."""
-    return out_bytes
 
 
 def _signal_text(code: int) -> tuple[str, int | None, int | None]:
@@ -202,8 +115,11 @@ class _Proc:
         self.pid = self.popen.pid
         self.segments: dict[str, tuple[int, int]] = {}  # role -> (fd, size)
         self.footprint = 0   # bytes charged in the owner's workers account
+        self.floor = 0       # reserved on an estimate until the first call is measured (proc_memory)
+        self.own = 0         # RSS without the segments
         self.ready = False
         self.cpu_s = 0.0
+        self.calls = 0
         self._measured_s = 0.0
         try:
             self.conn.send_bytes(pickle.dumps(("init", list(sys.path), owner.fn_bytes, owner.stage), protocol=5))
@@ -254,7 +170,7 @@ class _Proc:
         """Replace the ``role`` segment by a new one of ``size`` bytes (reserved first); a worker that died
         meanwhile raises its WorkerError (for element ``index``)."""
         old = self.segments.get(role)
-        grow = size - (old[1] if old else 0)
+        grow = self.owner.memory.segment_need(self, size - (old[1] if old else 0))
         self.owner.charge(self, grow, stop)
         try:
             fd = create_segment(size, self.owner.stage, self.owner.target)
@@ -280,7 +196,7 @@ class _Proc:
             self.send_segment("in", segment_size(need), stop, index)
             seg = self.segments["in"]
         for off, data in parts:
-            _write_all(seg[0], data, off)  # type: ignore[index]
+            write_all(seg[0], data, off)  # type: ignore[index]
         del parts
         try:
             send_value(self.conn, ("call", header, places), frames)
@@ -301,7 +217,7 @@ class _Proc:
             out_fd = self.segments["out"][0] if "out" in self.segments else -1
             try:
                 buffers = receive_frames(self.conn, out_places,
-                                         lambda off, n, fd=out_fd: _read_into(fd, n, off))
+                                         lambda off, n, fd=out_fd: read_into(fd, n, off))
             except (EOFError, OSError):
                 raise self._died(index) from None
             return pickle.loads(out_header, buffers=buffers)
@@ -317,16 +233,14 @@ class _Proc:
             return 0
 
     def remeasure(self) -> None:
-        """Charge an increase of the worker's RSS beyond its footprint (at most every ``REMEASURE_S``)."""
+        """Charge the worker's real size after a call: always after its first, then at most every
+        ``REMEASURE_S`` (``WorkerMemory.remeasure``)."""
+        self.calls += 1
         now = time.monotonic()
-        if now - self._measured_s < REMEASURE_S:
+        if self.calls > 1 and now - self._measured_s < REMEASURE_S:
             return
         self._measured_s = now
-        segs = sum(size for _fd, size in self.segments.values())
-        # The segments are mapped with MAP_POPULATE, so they are inside the RSS already.
-        grown = max(self.rss(), segs) - self.footprint
-        if grown > 0:
-            self.owner.force(self, grown)
+        self.owner.memory.remeasure(self, first=self.calls == 1)
 
     def kill(self) -> None:
         try:
@@ -353,7 +267,8 @@ class ProcessWorkers:
     """The worker processes of one ``map`` stage: checked out by the pool's threads one call at a time.
 
     ``target`` (adjustable: the autotuner sets it) is how many may compute at once; a call takes an idle
-    one while fewer are busy, starts one when none is idle and fewer exist, else waits (timed) for one to
+    one while fewer are busy, starts one when none is idle, fewer exist and the budget has room for it
+    (``proc_memory``: asked first, never overdrawn for a further worker), else waits (timed) for one to
     come back. Lowering ``target`` keeps the idle workers beyond it for ``RETIRE_S`` (the tuner often puts
     it back), then ends them. Thread-safe.
     """
@@ -364,14 +279,13 @@ class ProcessWorkers:
         self.stage = stage
         self.fn_bytes = fn_bytes
         self.target = max(1, int(target))
-        self.account: StageAccount = budget.account(
-            f"{stage} workers", self.target, mandatory=True, owner=owner,
-            hint="use fewer worker processes (num_parallel_calls) or map_executor='thread'")
+        self.memory = WorkerMemory(budget, stage, owner)
         self._cv = Condition(f"{stage} worker processes")
         self._idle: list[_Proc] = []
         self._all: list[_Proc] = []
         self._starting = 0
         self._closed = False
+        self._draining = False  # no more calls will come (an "auto" executor went back to threads)
         self._excess_since: float | None = None  # when target went below the workers that exist
         self.started = 0
         self.crashes = 0
@@ -380,56 +294,54 @@ class ProcessWorkers:
 
     # -- memory ---------------------------------------------------------------------------------------
     def charge(self, proc: _Proc, nbytes: int, stop: Any) -> None:
-        if nbytes <= 0:
-            return
-        reserved = self.account.reserve(nbytes, stop, unit=False, ignore_cap=True)
-        self.account.settle(reserved, nbytes, count=0, unit=False)
-        proc.footprint += nbytes
-        self._note_footprint(proc)
+        """Reserve ``nbytes`` for a segment of ``proc`` before it is created (idle workers end first when the
+        budget is short)."""
+        self.memory.charge(proc, nbytes, stop, self._retire_one_idle)
 
     def uncharge(self, proc: _Proc, nbytes: int) -> None:
-        if nbytes > 0:
-            self.account.release(nbytes, count=0)
-            proc.footprint -= nbytes
+        self.memory.uncharge(proc, nbytes)
 
-    def force(self, proc: _Proc, nbytes: int) -> None:
-        self.account.force(nbytes)
-        proc.footprint += nbytes
-        self._note_footprint(proc)
-
-    def _note_footprint(self, proc: _Proc) -> None:
-        self.account.grow_unit(proc.footprint)
-
-    def _room_for_another(self) -> bool:
-        """Worker processes take at most half the budget (the first one always may try)."""
-        acc = self.account
-        if not self._all and not self._starting:
+    def _retire_one_idle(self) -> bool:
+        """End one idle worker (its bytes go back); False when none is idle."""
+        with self._cv:
+            if not self._idle:
+                return False
+            proc = self._idle.pop(0)
+            self._all.remove(proc)
+            self._drop(proc, graceful=True)
             return True
-        unit = acc.max_element_bytes or WORKER_ESTIMATE_BYTES
-        return acc.held_bytes + unit <= acc.budget.limit_bytes * MAX_BUDGET_SHARE
 
-    def _start(self, stop: Any) -> _Proc:
-        """Start one worker (its footprint reserved first) and wait until it has loaded the function."""
-        acc = self.account
-        estimate = acc.max_element_bytes or WORKER_ESTIMATE_BYTES
-        reserved = acc.reserve(estimate, stop, unit=False)
+    def _admit(self) -> tuple[bool, int | None]:
+        """Lock held: whether one more worker may start, and its reservation (None: the stage's first
+        worker, which waits for its reservation in ``_start``)."""
+        if len(self._all) + self._starting >= self.target:
+            return False, None
+        if not self._all and not self._starting:
+            return True, None
+        reserved = self.memory.try_reserve_another()
+        return reserved is not None, reserved
+
+    def _start(self, stop: Any, reserved: int | None) -> _Proc:
+        """Start one worker (``reserved`` for it by ``_admit``, else reserved now: the stage's first) and wait
+        until it has loaded the function."""
+        mem = self.memory
+        floor = reserved is not None
+        if reserved is None:
+            reserved = mem.reserve_first(stop)
         t0 = time.monotonic()
         try:
             proc = _Proc(self)
         except BaseException:
-            acc.cancel(reserved)
+            mem.cancel_start(reserved)
             raise
         try:
             proc.wait_ready(stop)
         except BaseException:
-            acc.cancel(reserved)
+            mem.cancel_start(reserved)
             proc.kill()
             self._reap(proc)
             raise
-        rss = proc.rss() or estimate
-        acc.settle(reserved, rss, count=1)
-        proc.footprint = rss
-        proc._measured_s = time.monotonic()
+        mem.started(proc, reserved, proc.rss() or reserved, floor)
         self.started += 1
         self.start_s.append(time.monotonic() - t0)
         return proc
@@ -437,16 +349,20 @@ class ProcessWorkers:
     # -- checkout -------------------------------------------------------------------------------------
     def checkout(self, stop: Any, wait: bool = True) -> _Proc | None:
         """An idle worker; a new one when none is idle and fewer than ``target`` exist; else wait (timed,
-        until ``stop``) or, with ``wait=False``, None."""
+        until ``stop``) or, with ``wait=False``, None; None once draining (``drain``)."""
         with self._cv:
             while True:
                 if self._closed:
                     raise Cancelled()
+                if self._draining:
+                    return None
                 self._retire_excess()
                 if self._idle and len(self._all) - len(self._idle) < self.target:
                     return self._idle.pop()
-                if len(self._all) + self._starting < self.target and self._room_for_another():
+                may, reserved = self._admit()
+                if may:
                     self._starting += 1
+                    self.memory.set_workers(len(self._all) + self._starting)
                     break
                 if not wait:
                     return None
@@ -454,10 +370,11 @@ class ProcessWorkers:
                     raise Cancelled()
                 self._cv.wait(WAIT_SLICE_S)
         try:
-            proc = self._start(stop)
+            proc = self._start(stop, reserved)
         except BaseException:
             with self._cv:
                 self._starting -= 1
+                self.memory.set_workers(len(self._all) + self._starting)
                 self._cv.notify_all()
             raise
         with self._cv:
@@ -471,15 +388,20 @@ class ProcessWorkers:
     def prestart(self, stop: Any) -> bool:
         """Start one more idle worker if fewer than ``target`` exist; False when none was started."""
         with self._cv:
-            if self._closed or len(self._all) + self._starting >= self.target or not self._room_for_another():
+            may, reserved = (False, None) if self._closed else self._admit()
+            if not may:
                 return False
             self._starting += 1
+            self.memory.set_workers(len(self._all) + self._starting)
         try:
-            proc = self._start(stop)
-        finally:
+            proc = self._start(stop, reserved)
+        except BaseException:
             with self._cv:
                 self._starting -= 1
+                self.memory.set_workers(len(self._all) + self._starting)
+            raise
         with self._cv:
+            self._starting -= 1
             if self._closed:
                 self._drop(proc)
                 return False
@@ -490,13 +412,22 @@ class ProcessWorkers:
 
     def checkin(self, proc: _Proc) -> None:
         with self._cv:
-            if self._closed:
+            if self._closed or self._draining:
                 self._all.remove(proc)
                 self._drop(proc, graceful=True)
             else:
                 self._idle.append(proc)
                 self._retire_excess()
             self._cv.notify()
+
+    def drain(self) -> None:
+        """No more calls will come: the idle workers end now, the busy ones when their call is done."""
+        with self._cv:
+            self._draining = True
+            while self._idle:
+                proc = self._idle.pop()
+                self._all.remove(proc)
+                self._drop(proc, graceful=True)
 
     def _retire_excess(self) -> None:
         """Lock held: end idle workers beyond ``target`` once it has been lower for ``RETIRE_S`` (the tuner's
@@ -528,8 +459,8 @@ class ProcessWorkers:
         else:
             proc.kill()
         self._reap(proc, EXIT_GRACE_S if graceful else 0.0)
-        self.account.release(proc.footprint, count=1 if proc.ready else 0)
-        proc.footprint = 0
+        self.memory.release(proc)
+        self.memory.set_workers(len(self._all) + self._starting)
 
     @staticmethod
     def _reap(proc: _Proc, grace_s: float = 0.0) -> None:
@@ -547,6 +478,8 @@ class ProcessWorkers:
     def call(self, x: Any, index: int, stop: Any) -> Any:
         """``fn(x)`` in a worker process (tuples unpacked into arguments, as threads call it)."""
         proc = self.checkout(stop)
+        if proc is None:  # draining: only an "auto" executor drains, and it does not call this
+            raise Cancelled()
         return self.call_on(proc, x, index, stop)
 
     def call_on(self, proc: _Proc, x: Any, index: int, stop: Any) -> Any:
@@ -584,7 +517,6 @@ class ProcessWorkers:
         """At most ``n`` workers compute from now on; idle ones beyond it end after ``RETIRE_S``."""
         with self._cv:
             self.target = max(1, int(n))
-            self.account.demand = self.target
             if len(self._all) > self.target:
                 if self._excess_since is None:
                     self._excess_since = time.monotonic()
@@ -612,4 +544,4 @@ class ProcessWorkers:
         for p in procs:
             self._reap(p)
             p.footprint = 0
-        self.account.close()
+        self.memory.close()

@@ -35,7 +35,9 @@ Budgets, never exceeded, not even while trying:
 
 - memory: knobs only change how much a stage *may* hold; every byte is still reserved before it exists
   (``headrace._memory``), so a larger window or buffer waits for room instead of exceeding the budget;
-  a window or buffer whose extra elements cannot fit the stage's share is not tried.
+  a window or buffer whose extra elements cannot fit the stage's share is not tried, and a stage whose
+  workers wait for the budget (``MEMORY_BOUND_SHARE`` of their time, or a worker process refused a start
+  for lack of it) gets no more workers.
 - CPU (``Options(cpu_budget)``, default the CPU count): the workers of tuned ``map`` / ``batch`` stages
   are charged by what they compute: a worker process 1 core, a thread whose calls are CPU work (at least
   ``CPU_BOUND_SHARE`` of their time on the CPU; the largest recent share counts, decaying by
@@ -86,6 +88,9 @@ HISTORY = 32
 """Trials kept for ``report()["history"]`` (``Iterator.explain()``)."""
 CHEAP_CALL_S = 100e-6
 """A call shorter than this costs less than handing the element to a thread: inline is a candidate."""
+MEMORY_BOUND_SHARE = 0.2
+"""A stage whose workers waited this share of their time or more for the memory budget gets no more workers:
+they would only wait longer (and worker processes need memory themselves)."""
 
 
 class Knob:
@@ -378,12 +383,16 @@ class Tuner:
             room = st.get("room_s", 0.0) / span
             io_bound = self._weights.get(t.stage, 1.0) < 0.5
             consumer_waits = st.get("consumer_wait_s", 0.0) / max(1e-9, st.get("elapsed_s", 0.0))
+            limited = getattr(t.executor, "memory_limited", None)
+            memory_bound = (st.get("budget_s", 0.0) / span >= MEMORY_BOUND_SHARE
+                            or (limited is not None and limited(MAX_WINDOW_S)))
             for k in t.knobs.values():
                 v = k.value
                 moves: list[tuple[float, int]] = []
                 if k.name == "workers":
                     up = v * 2 if io_bound and v >= 2 else v + 1
-                    moves.append((2.0 + util, up))
+                    if not memory_bound:
+                        moves.append((2.0 + util, up))
                     if v > 0 and (util < BUSY_SHARE or self._compute_stages() > 1):
                         # fewer workers help another stage get the CPU, or a stage that waits; never the only
                         # compute stage while its workers are busy (a trial that costs a window at half rate)
