@@ -301,8 +301,11 @@ class _ParquetIterator(BlockRowIterator):
         self._next_row, self._skip = 0, skip
 
     def _end_unit(self) -> None:
-        """The current row group's reader is done (or dropped): its buffers are released."""
-        self._gen = None
+        """The current row group's reader is done (or dropped): its buffers are released, and pyarrow's
+        allocator (mimalloc or jemalloc keep freed memory for reuse) is asked to give them back to the OS."""
+        if self._gen is not None:
+            self._gen = None
+            _pyarrow()[0].default_memory_pool().release_unused()
         self.release_work()
 
     def _read_block(self) -> dict[str, np.ndarray] | None:
