@@ -202,7 +202,8 @@ class Iterator:
 
     def get_state(self) -> dict[str, Any]:
         root = self._check_open("get_state()")
-        return {"format": STATE_FORMAT, "version": STATE_VERSION, "pipeline": by_value.materialize(root.get_state())}
+        return {"format": STATE_FORMAT, "version": STATE_VERSION, "pipeline": by_value.materialize(root.get_state()),
+                "sizes": self._learned_sizes()}
 
     def set_state(self, state: dict[str, Any]) -> None:
         root = self._check_open("set_state()")
@@ -213,10 +214,34 @@ class Iterator:
         budget.consumer_waiting += 1  # a restore re-reads the input: the stall breaker applies as in next()
         self._ctx.restoring.set()
         try:
+            self._learn_sizes(state.get("sizes", {}))
             root.set_state(state["pipeline"])
+            self._learn_sizes(state.get("sizes", {}))  # and the stages the restore made anew
         finally:
             self._ctx.restoring.clear()
             budget.consumer_waiting -= 1
+
+    def _learned_sizes(self) -> dict[str, list[int]]:
+        """Per stage that has sized an element: the largest element and reservation its account has learned."""
+        out: dict[str, list[int]] = {}
+        for acc in self._budget.accounts_of(self._ctx.owner):
+            if acc.seen:
+                old = out.get(acc.stage, [0, 0])
+                out[acc.stage] = [max(old[0], acc.max_element_bytes), max(old[1], acc.max_reserved_bytes)]
+        return out
+
+    def _learn_sizes(self, sizes: dict[str, list[int]]) -> None:
+        """Teach the stages what the saved run had learned: the budget's shares, and every decision taken from
+        them (a shuffle capping its buffer), are then the saved run's, not guesses made while a restored stage
+        has produced nothing yet (a restore is a fixed point whatever the budget, issue #22)."""
+        if not isinstance(sizes, dict) or not all(
+                isinstance(v, list) and len(v) == 2 and all(isinstance(n, int) and n >= 0 for n in v)
+                for v in sizes.values()):
+            raise StateError(f"set_state(): state['sizes'] = {str(sizes)[:200]} is not a dict of stage -> [largest "
+                             "element, largest reservation] byte counts; pass the dict Iterator.get_state() returned")
+        for acc in self._budget.accounts_of(self._ctx.owner):
+            if acc.stage in sizes:
+                acc.learn_sizes(*sizes[acc.stage])
 
     def _extra_threads(self) -> list[threading.Thread]:
         """The tuner's thread and the resources' (process start-up) beside the stage tree's."""

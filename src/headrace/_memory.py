@@ -544,6 +544,18 @@ class StageAccount:
                 if b.waiters:
                     b._cv.notify_all()
 
+    def learn_sizes(self, element: int, reserved: int) -> None:
+        """Know the largest element and reservation a saved run had learned (``Iterator.set_state``): a restored
+        stage that has produced nothing yet shares the budget as the saved one did, not by a guess."""
+        b = self.budget
+        with b._cv:
+            self.max_element_bytes = max(self.max_element_bytes, int(element))
+            self.max_reserved_bytes = max(self.max_reserved_bytes, int(reserved))
+            self.seen = True
+            b._recompute_caps()
+            if b.waiters:
+                b._cv.notify_all()
+
     def grow_unit(self, nbytes: int) -> None:
         """One unit of this stage's work now takes ``nbytes`` (e.g. a worker process whose footprint grew):
         the shares are computed again."""

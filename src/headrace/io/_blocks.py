@@ -5,6 +5,12 @@ batch, an HDF5 slice). With ``batch_size`` set each block is yielded as it is (t
 the reader holds one block and yields its rows one by one. The block in hand is charged to the pipeline's
 memory budget (a mandatory account of one element: it cannot hand out part of what it holds) and every
 yielded row is a copy, so a downstream buffer never keeps a whole block alive through a view.
+
+A library that decodes more than the block it returns (pyarrow reads and decodes a Parquet row group's column
+chunks, not one record batch) has those buffers charged too, in a second mandatory account (``<stage>
+buffers``): the reader reserves them before the read that makes them (``charge_work``) and releases them when
+that read is over (``release_work``). A need larger than the whole budget raises ``MemoryBudgetError``
+naming what is read, its size, the budget and the fix, before anything is read.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import DataLossError, StateError
+from .._errors import DataLossError, MemoryBudgetError, StateError
+from .._memory import StageAccount, format_bytes
 from .._ops.base import DatasetIterator, IteratorContext, stop_flag
 from .._ops.seeds import check_seed
 from .._structure import nbytes
@@ -128,6 +135,38 @@ class BlockRowIterator(DatasetIterator):
         self._held_bytes = 0
         self._offset = 0
         self._block_cap_bytes = max(1, min(4 * BLOCK_BYTES, ctx.budget.limit_bytes // 16))
+        self._work: StageAccount | None = None
+        self._work_held = 0
+
+    def open_work(self, largest: int) -> None:
+        """Open the account of the reader's own buffers; ``largest``: the most one read needs (its unit of work,
+        known before any read: the other stages' shares leave room for it from the start, in a fresh and in a
+        restored iterator alike)."""
+        self._work = self.ctx.account(f"{self._stage} buffers", 1, mandatory=True,
+                                      hint="write the file in smaller pieces")
+        if largest > 0:
+            self._work.grow_unit(largest)
+
+    def charge_work(self, nbytes: int, what: str, fix: str) -> None:
+        """Reserve ``nbytes`` for the buffers that reading ``what`` makes (after ``open_work``), waiting for room;
+        held until ``release_work``. More than the whole budget: ``MemoryBudgetError`` ending with ``fix``."""
+        acc = self._work
+        if acc is None:
+            raise RuntimeError(f"{self._stage}: charge_work() before open_work()")
+        self.release_work()
+        limit = acc.budget.limit_bytes
+        if nbytes > limit:
+            raise MemoryBudgetError(f"{what} needs {format_bytes(nbytes)} ({nbytes} bytes) of buffers at once, more "
+                                    f"than the whole memory budget of {format_bytes(limit)} ({limit} bytes); {fix}")
+        reserved = acc.reserve(nbytes, stop_flag(self.ctx))
+        acc.settle(reserved, nbytes)
+        self._work_held = nbytes
+
+    def release_work(self) -> None:
+        """The read that ``charge_work`` was for is over: its buffers are gone."""
+        if self._work_held and self._work is not None:
+            self._work.release(self._work_held)
+        self._work_held = 0
 
     def rows_per_block(self, row_bytes: float, natural_rows: int) -> int:
         """``natural_rows`` (a chunk, about ``BLOCK_BYTES``), capped by the block size limit, >= 1."""
@@ -179,8 +218,10 @@ class BlockRowIterator(DatasetIterator):
 
     def _close_self(self) -> None:
         self._drop()
-        if self._account is not None:
-            self._account.close()
+        self.release_work()
+        for acc in (self._account, self._work):
+            if acc is not None:
+                acc.close()
 
 
 def shard_range(n: int, num_shards: int, index: int) -> tuple[int, int]:

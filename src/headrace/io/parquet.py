@@ -18,6 +18,14 @@ list<T>                                         1-D array per row; per batch ``(
 ==============================================  =================================================
 
 Nulls are not silently filled: a null raises ``ValueError`` naming the file, column and row group.
+
+Memory: pyarrow reads a row group's column chunks (as stored) and decodes their pages, which may be the
+whole chunk (a page of large strings or binary values), before it returns a record batch. Before a row
+group is read, what pyarrow may hold of it (from the footer: its chunks as stored, decompressed and
+decoded) and two record batches are reserved from the memory budget (``_blocks.BlockRowIterator.
+charge_work``) and held until the row group is done; a row group that needs more than the whole budget
+raises ``MemoryBudgetError`` naming the file, the row group, its size and the budget, before it is read
+(write such files with smaller row groups).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import numpy as np
 from .._dataset import Dataset
 from .._deps import require
 from .._errors import DataLossError
+from .._memory import format_bytes
 from .._ops.base import DatasetIterator, IteratorContext, check_state
 from .._ops.node import DatasetNode
 from .._sync import Lock as TimedLock
@@ -61,13 +70,18 @@ def _open(path: str) -> tuple[Any, Any]:
 
 
 class _FileMeta:
-    """What the footer says about one file: row counts per row group, bytes per row of the columns."""
+    """What the footer says about one file: row counts per row group, bytes per row of the columns, and what
+    pyarrow may hold of the columns' chunks while it reads a row group (``rg_chunk_bytes``: each chunk as
+    stored, decompressed unless it is stored uncompressed, and its values decoded: measured with pyarrow 25,
+    where a page of large binary values is the whole chunk)."""
 
-    def __init__(self, path: str, names: list[str], rg_rows: list[int], rg_row_bytes: list[float]) -> None:
+    def __init__(self, path: str, names: list[str], rg_rows: list[int], rg_row_bytes: list[float],
+                 rg_chunk_bytes: list[int]) -> None:
         self.path = path
         self.names = names
         self.rg_rows = rg_rows
         self.rg_row_bytes = rg_row_bytes
+        self.rg_chunk_bytes = rg_chunk_bytes
 
 
 def _read_meta(path: str, columns: list[str] | None) -> _FileMeta:
@@ -82,15 +96,19 @@ def _read_meta(path: str, columns: list[str] | None) -> _FileMeta:
         wanted = set(names if columns is None else columns)
         fixed = sum(_fixed_width(pf.schema_arrow.field(n).type) for n in wanted)
         md = pf.metadata
-        rows, row_bytes = [], []
+        rows, row_bytes, chunk_bytes = [], [], []
         for i in range(md.num_row_groups):
             rg = md.row_group(i)
-            size = sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
-                       if rg.column(j).path_in_schema.split(".")[0] in wanted)
+            chunks = [rg.column(j) for j in range(rg.num_columns)
+                      if rg.column(j).path_in_schema.split(".")[0] in wanted]
+            size = sum(c.total_uncompressed_size for c in chunks)
             rows.append(rg.num_rows)
             # encoded sizes undercount runs and dictionaries: fixed-width columns are counted exactly
             row_bytes.append(max(size / max(rg.num_rows, 1), fixed))
-        return _FileMeta(path, names, rows, row_bytes)
+            # pyarrow holds a chunk as stored, decompressed (a copy unless uncompressed), and its decoded values
+            chunk_bytes.append(sum(c.total_compressed_size + c.total_uncompressed_size
+                                   * (1 if c.compression == "UNCOMPRESSED" else 2) for c in chunks))
+        return _FileMeta(path, names, rows, row_bytes, chunk_bytes)
     finally:
         if handle is not None:
             handle.close()
@@ -235,6 +253,8 @@ class _ParquetIterator(BlockRowIterator):
         self._pf: Any = None
         self._pf_file = -1
         self._handle: Any = None
+        limit = ctx.budget.limit_bytes
+        self.open_work(max((n for n in (self._unit_bytes(*u)[1] for u in ds.units()) if n <= limit), default=0))
 
     def _start_epoch(self, epoch: list[int]) -> None:
         self._epoch = epoch
@@ -257,13 +277,36 @@ class _ParquetIterator(BlockRowIterator):
             self._pf_file = f
         return self._pf
 
+    def _unit_bytes(self, f: int, g: int) -> tuple[int, int]:
+        """``(rows per record batch, bytes pyarrow may hold while it reads row group g of file f)``: its column
+        chunks (``_FileMeta.rg_chunk_bytes``) and two record batches (the one returned, the next being built)."""
+        meta = self._meta[f]
+        row_bytes = max(meta.rg_row_bytes[g], 1.0)
+        rows = self._ds.batch_size or self.rows_per_block(row_bytes, int(min(65536, BLOCK_BYTES // row_bytes)))
+        return rows, meta.rg_chunk_bytes[g] + int(2 * min(rows, meta.rg_rows[g]) * row_bytes)
+
     def _open_unit(self, skip: int) -> None:
         f, g = self._units[self._u]
-        row_bytes = max(self._meta[f].rg_row_bytes[g], 1.0)
-        rows = self._ds.batch_size or self.rows_per_block(row_bytes, int(min(65536, BLOCK_BYTES // row_bytes)))
+        rows, need = self._unit_bytes(f, g)
+        meta = self._meta[f]
+        fit = int(self.ctx.budget.limit_bytes / 2 / max(need / max(meta.rg_rows[g], 1), 1.0))
+        fix = (f"write the file with row groups of at most {fit} rows (pyarrow.parquet.write_table(..., "
+               f"row_group_size={fit})) or raise Options(memory_budget=...)" if fit >= 1 else
+               "a single row does not fit: raise Options(memory_budget=...) or write smaller rows")
+        self.charge_work(need, f"{_WHAT}: reading {meta.path} (row group {g}: {meta.rg_rows[g]} rows, "
+                               f"{format_bytes(meta.rg_chunk_bytes[g])} of column chunks as stored, "
+                               "decompressed and decoded)", fix)
         self._gen = self._file(f).iter_batches(batch_size=rows, row_groups=[g], columns=self._columns,
                                                use_threads=False)
         self._next_row, self._skip = 0, skip
+
+    def _end_unit(self) -> None:
+        """The current row group's reader is done (or dropped): its buffers are released, and pyarrow's
+        allocator (mimalloc or jemalloc keep freed memory for reuse) is asked to give them back to the OS."""
+        if self._gen is not None:
+            self._gen = None
+            _pyarrow()[0].default_memory_pool().release_unused()
+        self.release_work()
 
     def _read_block(self) -> dict[str, np.ndarray] | None:
         pa, _, _ = _pyarrow()
@@ -275,7 +318,8 @@ class _ParquetIterator(BlockRowIterator):
             try:
                 batch = next(self._gen)
             except StopIteration:
-                self._gen, self._u, self._next_row, self._block_start = None, self._u + 1, 0, 0
+                self._end_unit()
+                self._u, self._next_row, self._block_start = self._u + 1, 0, 0
                 continue
             except (pa.ArrowException, OSError) as e:
                 lost = self._lost_in_unit()
@@ -321,6 +365,7 @@ class _ParquetIterator(BlockRowIterator):
         check_state(state, self.kind, **self._settings())
         self._seed = adopt_seed(state, self._ds.seed, self._ds.seed_given, self.kind)
         self._drop()
+        self._end_unit()
         saved = state["epoch"]
         self._start_epoch([int(saved)] if isinstance(saved, int) else [int(e) for e in saved])
         u = int(state["unit"])
@@ -340,8 +385,8 @@ class _ParquetIterator(BlockRowIterator):
         self._pf, self._handle, self._pf_file = None, None, -1
 
     def _close_self(self) -> None:
+        self._end_unit()
         super()._close_self()
-        self._gen = None
         self._close_file()
 
 
