@@ -295,6 +295,9 @@ def _upd_batch(m: Model, st: dict[str, Any]) -> None:
     m.depth += 1
     m.batches.append(st["size"])
     m.grow(st["size"])
+    if st.get("parallel") and st.get("deterministic") is False:  # batches delivered as they are stacked
+        m.deterministic = False
+        m.set_order(None)
     if m.order is not None:
         m.set_order(chunks(m.order, st["size"], st.get("drop", False)))
 
