@@ -84,7 +84,8 @@ def check_payload(x: Any) -> None:
     would not). Rows may be padded with zeros, or ragged (object arrays)."""
     ident = np.asarray(x["id"].numpy() if hasattr(x["id"], "numpy") else x["id"])
     payload = x["payload"].numpy() if hasattr(x["payload"], "numpy") else x["payload"]
-    rows = [payload] if ident.ndim == 0 else list(np.asarray(payload, dtype=object).reshape(ident.size, -1))
+    payload = np.asarray(payload) if payload.dtype == object else payload  # (ragged rows: object arrays)
+    rows = [payload] if ident.ndim == 0 else list(payload.reshape(ident.size, -1))
     for i, row in zip(ident.reshape(-1), rows):
         first = np.asarray(row).reshape(-1)
         while first.size and first.dtype == object:
