@@ -95,7 +95,10 @@ def sweep(n: int, first_seed: int, load: int, loaded_fraction: float, kill_every
             if k == first_loaded:
                 print(f"  from case {k} on: {load} busy processes beside the sweep", flush=True)
                 procs = busy(load)
+            t_case = time.monotonic()
             verdicts = run_case(seed, kill_every, k)
+            if time.monotonic() - t_case > 60:
+                print(f"  seed {seed}: {time.monotonic() - t_case:.0f} s", flush=True)
             kinds = {v.kind for _, v in verdicts}  # type: ignore[attr-defined]
             for kind in kinds - {"ok"}:
                 totals[kind] += 1  # cases, not checks: a case that lost and duplicated counts in both

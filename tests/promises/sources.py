@@ -242,7 +242,7 @@ def build_source(src: dict[str, Any], n: int, sizes: dict[str, Any], d: str, wri
     if kind == "range":
         ds = hr.Dataset.range(n).map(Make(sizes))
     elif kind == "tensor_slices":
-        if src["whole"]:
+        if src["whole"] and sizes["kind"] == "fixed":  # (one array: rows of one length)
             ds = hr.Dataset.from_tensor_slices({"id": np.arange(n, dtype=np.int64), "payload": np.stack(
                 [make_element(i, sizes)["payload"] for i in range(n)])})
         else:
