@@ -161,7 +161,7 @@ def phase_torch(case: dict[str, Any], workdir: str) -> dict[str, Any]:
 
     ds, _ = build(case, workdir, os.path.join(workdir, "cache-torch"))
     loader = DataLoader(Measured(ds, 2), batch_size=None, num_workers=2, multiprocessing_context=case["torch"],
-                        timeout=120)
+                        timeout=60)
     seq: list[list[int]] = []
     workers: list[dict[str, Any]] = []
     try:

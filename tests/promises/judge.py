@@ -132,7 +132,7 @@ def judge_torch(case: dict[str, Any], run: dict[str, Any], res: dict[str, Any]) 
     return Verdict("ok", "", figures) if bad is None else bad
 
 
-def check_case(case: dict[str, Any], timeout_s: float = 150.0) -> list[tuple[str, Verdict]]:
+def check_case(case: dict[str, Any], timeout_s: float = 90.0) -> list[tuple[str, Verdict]]:
     """Run ``case`` in a child process (its files in a fresh temporary directory) and judge every phase."""
     workdir = tempfile.mkdtemp(prefix=f"promise-case-{case['seed']}-")
     phases = 3 if case.get("torch") else 2
