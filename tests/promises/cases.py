@@ -115,7 +115,8 @@ def random_case(seed: int) -> dict[str, Any]:
     m = _model(case, order, set(src.get("corrupt", {}) and {src["corrupt"]["id"]}))
     if src.get("corrupt", {}).get("ignore"):
         case["stages"].append({"op": "ignore_errors"})
-    names = [k for k in OPS if not tight or k in TIGHT_OPS]
+    raises = src.get("corrupt") and not src["corrupt"]["ignore"]  # (no ignore_errors further on either)
+    names = [k for k in OPS if (not tight or k in TIGHT_OPS) and not (raises and k == "ignore_errors")]
     weights = [OP_WEIGHTS[k] for k in names]
     for _ in range(rng.randint(0, 2) if tight else rng.randint(1, 5)):
         for _attempt in range(20):
