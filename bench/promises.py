@@ -29,9 +29,9 @@ of the cases, stopped at the end (in a ``finally``). The acceptance run::
 
     python bench/promises.py --shapes 600 --load 2 --skip-throughput
 
-Its time, measured on a 2-core VM shared with other jobs (load 7-12 before ours): 100 cases without load in
-467 s, 100 under ``--load 2`` in 1,108 s, about half of it three hung cases (each costs the 90 s watchdog);
-so about 35-45 min on a 2-core machine of its own once no case hangs (``--kill-every 0`` saves ~5%).
+Its time, measured on a 2-core VM shared with other jobs: 80 cases without load in 183 s (quiet), 100 in
+467 s (load 7-12 before ours), 100 under ``--load 2`` in 1,108 s (busy; about half of it three hung cases, each
+costing a watchdog); so about 25-40 min on a 2-core machine of its own once no case hangs.
 
 Prints the machine, then ``N cases, N over the cap, N overdraft, N lost, N duplicated, N reordered, N hangs,
 N errors, N clear refusals`` and each failing case: its seed and a one-line description. Rerun one with
