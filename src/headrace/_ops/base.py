@@ -131,6 +131,13 @@ class IteratorContext:
         child.iteration = (*self.iteration, *epoch)
         return child
 
+    def in_order(self) -> IteratorContext:
+        """The same context for a subtree whose order must be the same on every run (below a ``shard``:
+        every rank runs it and keeps its own positions): every parallel stage in order."""
+        child = copy.copy(self)
+        child.force_deterministic = True
+        return child
+
     def replaying(self) -> IteratorContext:
         """The same context for a replay that must be deterministic (every parallel stage in order)."""
         child = copy.copy(self)

@@ -1,7 +1,9 @@
 """``Dataset.shard``: elements ``index, index + num_shards, ...`` (one worker's disjoint share); and
 :func:`shard_at_source`, which gives a worker its share by reading less instead of reading everything.
 
-An input element that raised an error keeps its position (unlike tf.data, which does not count it): the
+The input runs deterministically (its ``deterministic=False`` stages deliver in order): every rank keeps the
+positions it owns of the same stream, so a stream ordered differently in each rank would give overlapping
+shares. An input element that raised an error keeps its position (unlike tf.data, which does not count it): the
 shard owning that position re-raises the error and the other shards skip it, so the shards stay disjoint
 and complete across ranks even when some elements fail.
 """
@@ -37,7 +39,9 @@ class ShardNode(DatasetNode):
         return n // self.num_shards + (1 if self.index < n % self.num_shards else 0)
 
     def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
-        return _ShardIterator(ctx, self.inputs[0].make_iterator(ctx), self.num_shards, self.index)
+        # Every rank runs the input and keeps the positions it owns: the shares are disjoint and complete only
+        # if the input has the same order in every rank, so its deterministic=False stages run in order.
+        return _ShardIterator(ctx, self.inputs[0].make_iterator(ctx.in_order()), self.num_shards, self.index)
 
 
 class _ShardIterator(UnaryIterator):

@@ -1,0 +1,58 @@
+"""A smoke of the wide sweep's generator (``bench/promises.py`` runs hundreds of its cases): it covers every
+transformation and source, its expected order of an interleave is headrace's, and a handful of generated
+cases (damaged files with ``ignore_errors()``, a process map, a budget below two elements, a restore chain
+through each) keep the three promises, judged from outside."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+import headrace as hr
+from tests.promises.cases import random_case
+from tests.promises.judge import check_case
+from tests.promises.ops import OPS, Copies, sim_interleave
+from tests.promises.sources import KINDS
+
+PUBLIC_TRANSFORMATIONS = {
+    "map", "filter", "flat_map", "interleave", "batch", "padded_batch", "ragged_batch", "unbatch", "rebatch",
+    "shuffle", "repeat", "take", "skip", "shard", "zip", "concatenate", "enumerate", "window", "scan", "cache",
+    "prefetch", "ignore_errors", "take_while", "unique", "group_by_window", "bucket_by_sequence_length",
+    "sample_from_datasets", "choose_from_datasets", "rejection_resample"}
+
+
+def test_the_generator_covers_every_transformation_source_and_executor():
+    ops: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
+    extras: Counter[str] = Counter()
+    for seed in range(600):
+        case = random_case(seed)
+        kinds[case["source"]["kind"]] += 1
+        ops.update(st["op"] for st in case["stages"])
+        extras.update(k for k, on in [("process", any(st.get("executor") == "process" for st in case["stages"])),
+                                      ("tight", case["tight"]), ("corrupt", bool(case["source"].get("corrupt"))),
+                                      ("fork", case["torch"] == "fork"), ("spawn", case["torch"] == "spawn")] if on)
+    assert set(OPS) >= PUBLIC_TRANSFORMATIONS and all(ops[name] >= 5 for name in OPS), ops
+    assert set(kinds) == set(KINDS) and min(kinds.values()) >= 20, kinds
+    assert min(extras.values()) >= 15 and len(extras) == 5, extras
+
+
+@pytest.mark.parametrize(("cycle", "block", "copies"), [(1, 1, 2), (2, 1, 1), (4, 2, 2), (3, 2, 1)])
+def test_the_expected_order_of_an_interleave_is_headraces(cycle, block, copies):
+    ds = hr.Dataset.range(11).interleave(Copies(copies), cycle_length=cycle, block_length=block)
+    assert [int(x) for x in ds] == sim_interleave([[i] * copies for i in range(11)], cycle, block)
+
+
+# Seeds of the generator (1-3 s each): HDF5 damaged + ignore_errors -> take_while -> take -> map ->
+# choose_from_datasets -> window; Dataset.load under a budget below two elements; Parquet with shuffled row
+# groups -> sample_from_datasets; image_folder -> scan -> filter -> shuffle -> padded_batch -> scan; and
+# (slow: worker processes start) TFRecord damaged + ignore_errors -> map -> process map.
+SMOKE = [11, 10, 24, 17, pytest.param(16, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("seed", SMOKE)
+def test_generated_cases_keep_the_promises(seed):
+    verdicts = check_case(random_case(seed), timeout_s=60)
+    assert [phase for phase, _ in verdicts] == ["run", "chain"]
+    assert all(v.ok for _, v in verdicts), [(p, v.kind, v.detail) for p, v in verdicts]
