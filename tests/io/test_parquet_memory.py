@@ -8,17 +8,14 @@ large binary values is the whole chunk. Those buffers are charged before the row
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from rss_child import cap as _cap
+from rss_child import run_child
 
 MiB = 1024**2
 ROW = 4 * MiB
@@ -63,49 +60,7 @@ def _write(path: Path, rows_per_group: int, groups: int) -> str:
 
 
 def _run(path: str, budget: int, batch_size: int | None) -> tuple[dict, int]:
-    """(the child's result, its RSS growth from 'ready' to the end, sampled every 2 ms from this process)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[2] / "src"),
-                                                       os.environ.get("PYTHONPATH", "")]))
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, path, str(budget), json.dumps(batch_size)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert child.stdout.readline().strip() == "ready"
-        proc = psutil.Process(child.pid)
-
-        def rss() -> int:
-            total = 0
-            for p in [proc, *proc.children(recursive=True)]:
-                try:
-                    total += p.memory_info().rss
-                except psutil.Error:
-                    pass
-            return total
-
-        base = rss()
-        peak = [base]
-        done = threading.Event()
-
-        def sample() -> None:
-            while not done.wait(0.002):
-                peak[0] = max(peak[0], rss())
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        line = child.stdout.readline()
-        done.set()
-        sampler.join(5)
-        assert child.wait(timeout=60) == 0
-        return json.loads(line), peak[0] - base
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(10)
-
-
-def _cap(budget: int) -> float:
-    return budget * 1.1 + 64 * MiB
+    return run_child(_CHILD, path, str(budget), json.dumps(batch_size))
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,13 @@ given to ``from_tensor_slices``). Reading goes in slices of whole HDF5 chunks (t
 axis 0; about 4 MiB of rows for contiguous datasets), never the whole dataset; with ``batch_size`` each
 batch is one slice ``[i, i + batch_size)``.
 
+Memory: h5py decompresses a filtered (gzip, lzf, shuffle, fletcher32, ...) chunk whole to read any row of it,
+holding the stored chunk and the decoded one at once: ``2 x`` the chunk's bytes (its chunk shape times the
+itemsize) are charged to the reader's ``buffers`` account (``_blocks.charge_work``) before each dataset is
+read and released after the read; a chunk that needs more than the whole budget raises ``MemoryBudgetError``
+naming the file, the dataset, the chunk shape and size, the budget and the fix, before anything is read.
+Unfiltered chunks are read straight into the returned slice (nothing more is charged).
+
 Values: numeric datasets give numpy scalars (1-D datasets) or arrays of the trailing shape; string
 datasets give ``bytes`` (h5py's variable-length strings) or ``numpy.bytes_`` (fixed-length ones).
 """
@@ -19,6 +26,7 @@ import numpy as np
 from .._dataset import Dataset
 from .._deps import require
 from .._errors import DataLossError
+from .._memory import format_bytes
 from .._ops.base import DatasetIterator, IteratorContext, check_state
 from .._ops.node import DatasetNode
 from . import files
@@ -58,6 +66,14 @@ def _block_rows(datasets: list[Any]) -> tuple[int, int]:
     return (max(chunked) if chunked else max(1, BLOCK_BYTES // row_bytes)), row_bytes
 
 
+def _chunk_need(d: Any) -> int:
+    """Bytes h5py holds while it reads any row of dataset ``d`` beyond the returned slice: a filtered chunk is
+    read (as stored) and decoded whole, ``2 x`` its bytes; 0 for contiguous and unfiltered datasets."""
+    if not d.chunks or not d.id.get_create_plist().get_nfilters():
+        return 0
+    return 2 * int(np.prod(d.chunks, dtype=np.int64)) * d.dtype.itemsize
+
+
 class HDF5Dataset(Dataset):
     """Rows (or batches) of several HDF5 datasets in one file, aligned on axis 0.
 
@@ -71,7 +87,8 @@ class HDF5Dataset(Dataset):
             n * (index + 1) // num_shards)``: disjoint, together complete, sizes differing by at most one.
 
     Attributes: ``path``, ``keys``, ``batch_size``, ``num_shards``, ``index``, ``length`` (rows in the file),
-    ``start`` / ``stop`` (this shard's rows), ``block_rows`` (rows per read in row mode).
+    ``start`` / ``stop`` (this shard's rows), ``block_rows`` (rows per read in row mode), ``chunks`` (each key's
+    chunk shape, ``None`` if contiguous) and ``chunk_need`` (each key's bytes charged while it is read).
 
     Iterator state: ``{"row": next row to read}`` plus the settings, checked on restore.
 
@@ -84,13 +101,13 @@ class HDF5Dataset(Dataset):
 
     Raises:
         FileNotFoundError: the file does not exist. DataLossError: not a readable HDF5 file, or a chunk that
-            cannot be read (see above).
+            cannot be read (see above). MemoryBudgetError: a chunk that does not fit in the budget (see Memory).
         ValueError: a key that is missing (naming the file, the key and the datasets the file has), a group
             or a scalar, datasets of different lengths (naming each key's length), bad arguments.
     """
 
     _node_attributes = frozenset({"path", "keys", "batch_size", "num_shards", "index", "length", "start", "stop",
-                                  "block_rows", "row_bytes"})
+                                  "block_rows", "row_bytes", "chunks", "chunk_need"})
 
     def __init__(self, path: Any, keys: str | list[str] | tuple[str, ...], batch_size: int | None = None,
                  num_shards: int = 1, index: int = 0) -> None:
@@ -135,6 +152,8 @@ class HDF5Node(DatasetNode):
                 raise ValueError(f"{_WHAT}: key {key!r} in {self.path} is a scalar; rows need at least one "
                                  "dimension (read it with h5py directly)")
             datasets.append(obj)
+        self.chunks = {k: d.chunks for k, d in zip(self.keys, datasets)}
+        self.chunk_need = {k: _chunk_need(d) for k, d in zip(self.keys, datasets)}
         lengths = {k: d.shape[0] for k, d in zip(self.keys, datasets)}
         if len(set(lengths.values())) > 1:
             raise ValueError(f"{_WHAT}: datasets of {self.path} are misaligned on axis 0: lengths {lengths}; "
@@ -159,6 +178,8 @@ class _HDF5Iterator(BlockRowIterator):
         self._handle: Any = None
         self._next = ds.start          # next row to read from the file
         self._block_start = ds.start   # first row of the block in hand
+        limit = ctx.budget.limit_bytes
+        self.open_work(max((n for n in ds.chunk_need.values() if n <= limit), default=0))
 
     def _read_block(self) -> dict[str, np.ndarray] | None:
         ds = self._ds
@@ -173,7 +194,7 @@ class _HDF5Iterator(BlockRowIterator):
             block = self.rows_per_block(ds.row_bytes, ds.block_rows)
             end = min(ds.stop, (start // block + 1) * block)
         try:
-            block = {key: self._file[key][start:end] for key in ds.keys}
+            block = {key: self._read(key, start, end) for key in ds.keys}
         except (OSError, RuntimeError) as e:
             # Continue after the failed rows (ignore_errors would otherwise re-read them forever); they are
             # lost: one element (a batch) or end - start rows.
@@ -182,8 +203,25 @@ class _HDF5Iterator(BlockRowIterator):
                                 "the chunk is corrupt (those rows are skipped under ignore_errors)",
                                 path=ds.path, reason="bad chunk",
                                 lost_elements=1 if ds.batch_size is not None else end - start) from e
+        finally:
+            self.release_work()
         self._block_start, self._next = start, end
         return block
+
+    def _read(self, key: str, start: int, end: int) -> np.ndarray:
+        """Rows ``[start, end)`` of dataset ``key``, its decoded chunks charged while h5py reads them."""
+        ds = self._ds
+        need = ds.chunk_need[key]
+        if need:
+            chunks = ds.chunks[key]
+            chunk = need // 2
+            rows = int(self.ctx.budget.limit_bytes / 4 / max(chunk / chunks[0], 1))
+            fix = (f"rewrite it with chunks of at most {rows} rows (h5py create_dataset(..., chunks=({rows}, ...)))"
+                   if rows >= 1 else "rewrite it with chunks that split the rows (chunks=(1, ...) and smaller)")
+            self.charge_work(need, f"{_WHAT}: reading dataset {key!r} of {ds.path} (chunk shape {chunks}, "
+                                   f"{format_bytes(chunk)} decoded, held with its stored copy)",
+                             f"{fix}, or raise Options(memory_budget=...) above {format_bytes(need)}")
+        return self._file[key][start:end]
 
     def __next__(self) -> Any:
         el = super().__next__()

@@ -1,0 +1,75 @@
+"""HDF5Dataset under a memory budget, in a child process whose RSS is sampled from outside (psutil).
+
+h5py decompresses a filtered chunk whole to read any row of it. Those buffers are charged before each read
+(issue #22: 64 MiB gzip chunks under a 6 MiB budget grew RSS by 71 MiB while 4 MiB were tracked; now a
+clear ``MemoryBudgetError`` before anything is read).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from rss_child import cap, run_child
+
+MiB = 1024**2
+ROW = 512 * 1024  # 64 Ki int64 per row
+
+_CHILD = r"""
+import json, sys
+import headrace as hr
+from headrace.io import HDF5Dataset
+path, budget, batch_size = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+ds = HDF5Dataset(path, "x", batch_size=batch_size).with_options(hr.Options(memory_budget=budget))
+print("ready", flush=True)
+sys.stdin.readline()
+out = {"rows": 0, "error": None}
+try:
+    with iter(ds) as it:
+        for el in it:
+            out["rows"] += len(el) if batch_size else 1
+        stats = it.memory_stats()
+    out.update(peak=stats["peak_bytes"], overdraft=stats["overdraft_bytes"],
+               buffers=max((v["peak_bytes"] for k, v in stats["stages"].items() if k.endswith("buffers")), default=0))
+except hr.MemoryBudgetError as e:
+    out["error"] = str(e)
+print(json.dumps(out), flush=True)
+"""
+
+
+def _write(path: Path, rows: int, chunk_rows: int) -> str:
+    """``rows`` rows of 512 KiB in gzip chunks of ``chunk_rows`` rows (a ramp: compresses well, decodes whole)."""
+    with h5py.File(path, "w") as f:
+        data = np.broadcast_to(np.arange(ROW // 8, dtype=np.int64), (rows, ROW // 8))
+        f.create_dataset("x", data=data, chunks=(chunk_rows, ROW // 8), compression="gzip", compression_opts=1)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("h5-mem")
+    return {"big": _write(d / "big.h5", 192, 192), "fits": _write(d / "fits.h5", 48, 8)}
+
+
+def test_a_chunk_larger_than_the_budget_is_refused_before_it_is_read(files: dict[str, str]) -> None:
+    budget = 6 * MiB  # one chunk: 192 rows of 512 KiB, 96 MiB decoded
+    out, growth = run_child(_CHILD, files["big"], str(budget), json.dumps(None))
+    assert out["error"] is not None, f"no MemoryBudgetError; RSS grew by {growth / MiB:.0f} MiB"
+    for part in ("big.h5", "'x'", "chunk shape (192, 65536)", "96.0 MiB decoded", "6.0 MiB", "chunks=(",
+                 "memory_budget="):
+        assert part in out["error"], (part, out["error"])
+    assert out["rows"] == 0
+    assert growth <= cap(budget), f"RSS grew by {growth / MiB:.0f} MiB > cap {cap(budget) / MiB:.0f} MiB"
+
+
+@pytest.mark.parametrize("batch_size", [None, 4])
+def test_a_chunk_that_fits_is_charged_while_it_is_read(files: dict[str, str], batch_size: int | None) -> None:
+    budget = 32 * MiB  # a chunk: 8 rows of 512 KiB, 4 MiB decoded, held with its stored copy
+    out, growth = run_child(_CHILD, files["fits"], str(budget), json.dumps(batch_size))
+    assert out["error"] is None and out["rows"] == 48, out
+    assert out["buffers"] >= 8 * MiB, f"h5py's chunk buffers not charged: {out}"
+    assert out["peak"] <= budget and out["overdraft"] == 0, out
+    assert growth <= cap(budget), f"RSS grew by {growth / MiB:.0f} MiB > cap {cap(budget) / MiB:.0f} MiB"
