@@ -217,7 +217,7 @@ class _HDF5Iterator(BlockRowIterator):
             chunk = need // 2
             rows = int(self.ctx.budget.limit_bytes / 4 / max(chunk / chunks[0], 1))
             fix = (f"rewrite it with chunks of at most {rows} rows (h5py create_dataset(..., chunks=({rows}, ...)))"
-                   if rows >= 1 else "rewrite it with chunks that split the rows (chunks=(1, ...) and smaller)")
+                   if rows >= 1 else "rewrite it with one-row chunks split along the other axes too")
             self.charge_work(need, f"{_WHAT}: reading dataset {key!r} of {ds.path} (chunk shape {chunks}, "
                                    f"{format_bytes(chunk)} decoded, held with its stored copy)",
                              f"{fix}, or raise Options(memory_budget=...) above {format_bytes(need)}")
