@@ -54,8 +54,11 @@ only the *urgent* reservation (the element the consumer waits for) may use.
 Stall breaker (infeasible budgets only): if a stage holding nothing waits on the global limit while the
 consumer is blocked and no byte was released for ``STALL_S`` seconds, it takes its element as an
 **overdraft** (``memory_stats()["overdraft_bytes"]``, warned once, naming the holders) instead of
-hanging. With a budget that has room for every stage's minimum this does not happen (the promise suite
-checks ``overdraft_bytes == 0``).
+hanging. A second reservation of a stage still waiting for its first size (a second probe) waits for that
+size instead, but a top-up of the probe itself (a batch's one reservation growing as its elements arrive)
+is no second probe: it may break a stall (every window's batch of ``group_by_window(...).cache()`` under a
+budget the cache fills used to wait forever). With a budget that has room for every stage's minimum this
+does not happen (the promise suite checks ``overdraft_bytes == 0``).
 
 A pool's worker reading ahead (``reserve(speculative=True)``, not the element the consumer waits for) is
 not privileged even holding nothing, and leaves room for one element of the largest size seen: under a
@@ -503,7 +506,7 @@ class StageAccount:
                 self._maybe_warn_shrunk()
                 if stop is not None and stop.is_set():
                     raise Cancelled()
-                if (self.seen or self.outstanding == 0) and self._stalled(is_urgent, speculative):
+                if (self.seen or self.outstanding == 0 or top_up) and self._stalled(is_urgent, speculative):
                     fit = min(nbytes, max(0, b.limit_bytes - b.total_bytes))
                     if partial and fit < nbytes:
                         b.stalls += 1
