@@ -457,10 +457,11 @@ class StageAccount:
 
     # the API ------------------------------------------------------------------------------------------
     def try_reserve(self, nbytes: int, *, urgent: bool = False, headroom: bool = False,
-                    unit: bool = True, group_limit: int | None = None) -> int | None:
+                    unit: bool = True, group_limit: int | None = None, charged_in: int = 0) -> int | None:
         """Reserve ``nbytes`` if they fit now (returns the reservation), else None; never blocks.
         ``group_limit``: the accounts of this one's ``group`` together stay within it as well, each of the
-        others counting at least its ``promised_bytes`` (what it needs to run at all)."""
+        others counting at least its ``promised_bytes`` (what it needs to run at all). ``charged_in``: as in
+        ``reserve``."""
         b = self.budget
         with b._cv:
             if group_limit is not None and self.held_bytes + nbytes + sum(
@@ -468,7 +469,7 @@ class StageAccount:
                     if a.group == self.group and a is not self) > group_limit:
                 return None
             self._check_possible(nbytes)
-            if self._admit(nbytes, urgent, headroom):
+            if self._admit(nbytes, urgent, headroom, charged_in=charged_in):
                 return self._reserved(nbytes, unit)
             self._maybe_warn_shrunk()
             return None
