@@ -157,3 +157,21 @@ def test_a_hand_off_moves_the_bytes_to_the_taker_of_that_source_only():
     assert budget.stats()["current_bytes"] == 300 and budget.stats()["peak_bytes"] == 500
     above.settle(reserved + taker.nbytes, 300)
     assert above.held_count == 1 and budget.stats()["estimate_miss_bytes"] == 0
+
+
+# ---- two holding stages under a budget of about 1.5 elements ---------------------------------------------
+@pytest.mark.parametrize("first, second", [("shuffle", "prefetch"), ("shuffle", "shuffle"),
+                                           ("prefetch", "prefetch"), ("prefetch", "shuffle")])
+def test_two_buffers_under_one_and_a_half_elements_shrink_to_one_element_without_stalls(first, second):
+    # range(24).map(2 MiB).shuffle(4).prefetch(2) (or .shuffle(4).shuffle(4)) under 3 MiB took 24 s: a reader
+    # of a shuffle reserved room for the element the shuffle still held, so the shuffle, empty, waited for room
+    # its own next element needed until the stall breaker overdrew (1 s, 24 MiB over). A shuffle now hands
+    # its element over charged and takes a charged input's element the same way.
+    size, n = 256 << 10, 12  # (before the fix: 12 stalls of 1 s; a shorter STALL_S stalls under load)
+    ds = D.range(n).map(lambda i: np.full(size, i, np.uint8))
+    for kind in (first, second):
+        ds = ds.shuffle(4, seed=1) if kind == "shuffle" else ds.prefetch(2)
+    budget = 3 * size // 2
+    out, stats = _run(ds.with_options(hr.Options(memory_budget=budget)))
+    assert sorted(int(x[0]) for x in out) == list(range(n))
+    _assert_inside(stats, budget, (first, second))

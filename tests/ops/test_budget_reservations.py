@@ -133,3 +133,67 @@ def test_the_stall_breaker_goes_over_by_real_bytes_not_by_an_estimate(monkeypatc
     stats = budget.stats()
     assert stats["overdraft_bytes"] == over and stats["current_bytes"] == 850 + actual
     assert stats["peak_bytes"] == max(1000, 850 + actual)
+
+
+def _run_with_deadline(fn, deadline_s: float):
+    """Run ``fn`` in a daemon thread; a hang fails the test instead of hanging pytest."""
+    out: dict = {}
+
+    def body() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # handed to the test
+            out["error"] = e
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(deadline_s)
+    assert not t.is_alive(), f"still running after {deadline_s} s: hung"
+    return out
+
+
+def test_a_top_up_of_a_first_reservation_may_break_a_stall(monkeypatch):
+    # group_by_window(..., lambda k, w: w.batch(2)).cache() under 16 MiB hung: every window's batch opens a new
+    # account whose one reservation is its probe; its top-up (the batch's second element) waited for room the
+    # memory cache held, and the stall breaker skipped it as "a second probe": it waited forever.
+    import headrace._memory as memory
+
+    monkeypatch.setattr(memory, "STALL_S", 0.05)
+    budget = MemoryBudget(1000)
+    holder = budget.account("cache(memory)", None, mandatory=True)
+    holder.settle(holder.reserve(0), 900)
+    batch = budget.account("batch(2) assembly", 4, mandatory=True)
+    first = batch.reserve(0, unit=False)
+    batch.force(100)                                # its first element, charged when it arrived
+    budget.consumer_waiting += 1
+    stop = Flag()
+    threading.Timer(3, stop.set).start()            # a wait past the stall breaker raises Cancelled
+    grown = batch.reserve(100, stop, unit=False, top_up=True)
+    stop.set()
+    assert grown == 100 and budget.stats()["stalls"] == 1 and budget.stats()["overdraft_bytes"] == 100
+    batch.merge_reservation()
+    batch.settle(first + 100 + grown, 200, count=2, unit=False)
+
+
+@pytest.mark.parametrize("reduce", ["group_by_window", "window"])
+def test_a_batch_per_window_into_a_memory_cache_that_cannot_fit_refuses_instead_of_hanging(monkeypatch, reduce):
+    import numpy as np
+
+    import headrace._memory as memory
+
+    monkeypatch.setattr(memory, "STALL_S", 0.2)
+    ds = hr.Dataset.range(48).map(lambda i: np.full(256 << 10, 1, np.uint8))
+    if reduce == "group_by_window":
+        ds = ds.group_by_window(lambda x: np.int64(0), lambda k, w: w.batch(2), window_size=2)
+    else:
+        ds = ds.window(2).flat_map(lambda w: w.batch(2))
+    ds = ds.cache().with_options(hr.Options(memory_budget=8 << 20))
+
+    def run() -> int:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
+            return sum(1 for _ in ds)
+
+    out = _run_with_deadline(run, 20)
+    assert isinstance(out.get("error"), hr.MemoryBudgetError), out
+    assert "cache(memory)" in str(out["error"]) and "memory_budget" in str(out["error"])

@@ -222,8 +222,8 @@ def test_11_a_stage_waiting_for_memory_is_stopped_by_close(tail, monkeypatch):
     it = iter(pipeline.with_options(hr.Options(memory_budget=10_000)))
     next(it)
     # From now on the budget never has room (and the stall breaker never fires): the stage waits...
-    monkeypatch.setattr(StageAccount, "_admit", lambda self, *args: False)
-    monkeypatch.setattr(StageAccount, "_stalled", lambda self, *args: False)
+    monkeypatch.setattr(StageAccount, "_admit", lambda self, *args, **kwargs: False)
+    monkeypatch.setattr(StageAccount, "_stalled", lambda self, *args, **kwargs: False)
     errors: list[BaseException] = []
 
     def consume():

@@ -92,9 +92,11 @@ def test_no_deadlock_with_tight_budget_and_many_buffers():
     assert stats["peak_bytes"] <= budget and stats["overdraft_bytes"] == 0
 
 
-def test_infeasible_budget_goes_over_with_a_report_instead_of_hanging():
-    # prefetch(1) holds one 600 KB element and shuffle(2) must reserve room for one before it pulls it:
-    # 1.2 MB of minimums in a 1 MB budget. The stall breaker takes the element over the budget and says so.
+def test_a_shuffle_behind_a_prefetch_holds_the_element_handed_to_it_once():
+    # prefetch(1) holds one 600 KB element and shuffle(2) takes it: this used to count it twice (the shuffle
+    # reserved room for it while the prefetch still held it: 1.2 MB of minimums in a 1 MB budget), so the
+    # stall breaker took every element over the budget. The prefetch now hands it over charged
+    # (headrace._handoff). The stall breaker itself: tests/ops/test_budget_reservations.py.
     element = 600_000
     ds = (D.range(3).map(lambda x: np.full(element, x, np.uint8)).prefetch(1).shuffle(2, seed=0)
           .with_options(hr.Options(memory_budget=1_000_000)))
@@ -104,10 +106,8 @@ def test_infeasible_budget_goes_over_with_a_report_instead_of_hanging():
             got = sorted(int(x[0]) for x in it)
             stats = it.memory_stats()
     assert got == [0, 1, 2]
-    assert stats["overdraft_bytes"] > 0 and stats["stalls"] >= 1
-    messages = [str(w.message) for w in caught if issubclass(w.category, hr.MemoryBudgetWarning)]
-    assert any("went over the budget instead of deadlocking" in m and "shuffle(2)" in m and "prefetch(1)" in m
-               for m in messages)
+    assert stats["overdraft_bytes"] == 0 and stats["stalls"] == 0 and stats["peak_bytes"] <= 1_000_000
+    assert not [w for w in caught if "went over the budget" in str(w.message)]
 
 
 def test_a_batch_that_cannot_be_stacked_inside_the_budget_is_an_error():

@@ -59,6 +59,7 @@ import numpy as np
 
 from .._args import as_seed, count_arg
 from .._errors import StateError
+from .._handoff import delivers_charged, hand_off, taking
 from .._structure import flatten, nbytes
 from . import by_value
 from .base import DatasetIterator, IteratorContext, check_state, stop_flag
@@ -183,8 +184,13 @@ class _ShuffleIterator(DatasetIterator):
         while self._room_for_more():
             self._checkpoint()
             est = acc.estimate()
+            # an input that delivers its element charged (a prefetch, a shuffle) hands it into this
+            # reservation (headrace._handoff): it counts against this stage's share, not the budget again
+            # (shuffle(4).shuffle(4) of 2 MiB elements under 3 MiB counted each element twice: 1 s stalls)
+            charged = est if delivers_charged(self._source) else 0
+            est -= charged
             if self._skipping or self.ctx.restoring.is_set():  # the recorded capacity, whatever the share now
-                reserved = acc.reserve(est, stop, urgent=_always, ignore_cap=True)
+                reserved = acc.reserve(est, stop, urgent=_always, ignore_cap=True, charged_in=charged)
             elif self._buf:
                 # While another stage has not sized an element, the shares are guesses (a map downstream may
                 # triple every element): when the budget limits this stage's share, fill at most half of it,
@@ -193,12 +199,12 @@ class _ShuffleIterator(DatasetIterator):
                 cap = acc.cap_bytes
                 guess = (self._held + est > cap / 2 and cap < acc.demand_bytes()
                          and acc.budget.sizes_unknown(acc))
-                reserved = None if guess else acc.try_reserve(est)
+                reserved = None if guess else acc.try_reserve(est, charged_in=charged)
                 if reserved is None:  # no room now (this stage's share, or the budget as a whole)
                     self._cap_bytes(self._held)
                     return
             else:
-                reserved = acc.reserve(est, stop)
+                reserved = acc.reserve(est, stop, charged_in=charged)
             self._pull_into_buffer(reserved, len(self._buf))
 
     def _cap_bytes(self, byte_capacity: int) -> None:
@@ -216,7 +222,14 @@ class _ShuffleIterator(DatasetIterator):
         """Pull one element into the buffer; ``reserved`` None: a restore, which charges it once it exists."""
         acc = self._account
         try:
-            x = self._source.__next__()
+            if reserved is None or not delivers_charged(self._source):
+                x = self._source.__next__()
+            else:
+                with taking(acc, self._source) as taker:
+                    try:
+                        x = self._source.__next__()
+                    finally:
+                        reserved += taker.nbytes
         except StopIteration:
             if reserved is not None:
                 acc.cancel(reserved)
@@ -256,8 +269,12 @@ class _ShuffleIterator(DatasetIterator):
         if i < len(buf):
             buf[i] = last
         self._held -= entry.nbytes
-        self._account.release(entry.nbytes)
+        hand_off(self._account, entry.nbytes, self)
         return entry.value
+
+    def delivers_charged(self) -> bool:
+        """The element drawn is charged until it is returned (``headrace._handoff``)."""
+        return True
 
     def skip_ahead(self, n: int) -> None:
         """Advance ``n`` positions as the run that saved the state did (see the module docstring: Memory)."""

@@ -144,6 +144,7 @@ class BlockRowIterator(DatasetIterator):
         restored iterator alike)."""
         self._work = self.ctx.account(f"{self._stage} buffers", 1, mandatory=True,
                                       hint="write the file in smaller pieces")
+        self._work.holds_between = True  # held until the read is over, across the rows it yields
         if largest > 0:
             self._work.grow_unit(largest)
 
