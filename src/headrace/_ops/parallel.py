@@ -62,7 +62,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import StateError
+from .._errors import MemoryBudgetError, StateError
 from .._handoff import delivers_charged, hand_off, pulling_for, taking, waiter_urgency
 from .._memory import WAIT_SLICE_S, Cancelled, StageAccount
 from .._structure import nbytes
@@ -285,11 +285,16 @@ class ParallelApplier:
         w = self._waiter_urgent
         return w is None or w()
 
-    def _estimate(self) -> int:
-        out = self.account.estimate()
+    def _need(self, out: int) -> int:
+        """The bytes one call holds at once for an output of ``out`` bytes (its input too, unless charged
+        elsewhere, and the executor's extra)."""
         ex = self.executor
         extra = ex.extra_bytes(out) if ex is not None else 0
-        need = out + extra if (self.identity or self.input_charged) else out + extra + self._in_max
+        return out + extra if (self.identity or self.input_charged) else out + extra + self._in_max
+
+    def _estimate(self) -> int:
+        need = self._need(self.account.estimate())
+        ex = self.executor
         if ex is not None:
             ex.check_fits(need)  # worker processes: one worker and one call must fit the budget
         return need
@@ -531,6 +536,11 @@ class ParallelApplier:
                 raise
             x = None
         if error is None:
+            try:  # a call that needs more than the whole budget is refused before its excess is charged
+                self.account.check_possible(self._need(n))
+            except MemoryBudgetError:
+                self.account.cancel(reserved)
+                raise
             self.account.settle(reserved, n)
         else:
             self.account.cancel(reserved)
