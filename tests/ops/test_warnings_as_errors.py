@@ -119,3 +119,35 @@ def test_a_budget_warning_made_an_error_during_a_restore_neither_hangs_nor_loses
     """The warning arises in the replay a shuffle's restore reads (before: its scan skipped the crashed
     stage's error as a bad element, forever)."""
     _check(_run_bounded(RESTORE))
+
+
+SCAN_CRASH = """
+import json
+import headrace as hr
+from headrace._ops import parallel
+D = hr.Dataset
+
+def ds():
+    return D.range(200).map(lambda i: i * 2, num_parallel_calls=2, deterministic=False).shuffle(16, seed=1)
+
+with iter(ds()) as it:
+    got = [int(next(it)) for _ in range(30)]
+    state = json.loads(json.dumps(it.get_state()))
+
+def broken(self, *args):  # a defect in the pool's own machinery, in every worker from now on
+    raise RuntimeError("injected pool defect")
+
+parallel.ParallelApplier._work_loop = broken
+with iter(ds()) as it:
+    try:
+        it.set_state(state)  # the shuffle scans a replay of its input, whose map crashes
+        print(json.dumps({"raised": None}))
+    except RuntimeError as e:
+        print(json.dumps({"raised": str(e)}))
+"""
+
+
+def test_a_stage_crash_ends_a_restore_s_scan_instead_of_being_skipped_forever():
+    """A crashed parallel stage raises its crash on every next(); the shuffle's restore scanning a replay
+    skipped it as a bad element and asked again, forever (how the warning above hung for 260 s)."""
+    assert _run_bounded(SCAN_CRASH) == {"raised": "injected pool defect"}

@@ -68,7 +68,7 @@ from .._memory import WAIT_SLICE_S, Cancelled, StageAccount
 from .._structure import nbytes
 from .._sync import Condition, Flag
 from .._sync import Lock as TimedLock
-from .base import DatasetIterator, check_state, detached, join_threads, note_error, start_thread
+from .base import DatasetIterator, check_state, detached, join_threads, mark_crash, note_error, start_thread
 from .tuner import MAX_BUFFER, MAX_WINDOW, MAX_WORKERS, stage_tuning, workers_start_reason
 
 SNAPSHOT_EVERY = 16
@@ -311,7 +311,7 @@ class ParallelApplier:
         except BaseException as e:  # a defect in the pool itself: the consumer must see it, not hang
             with self._cv:
                 if gen == self._gen and self._crash is None:
-                    self._crash = e
+                    self._crash = mark_crash(e)
                 self._notify_all()
 
     def _acquire_input(self, stop: Flag) -> bool:
