@@ -323,6 +323,7 @@ class Iterator:
                 return
             if _reaper.may_close_here(self._budget._cv.lock):
                 self._close("garbage collection")
+                self._ctx.warnings.flush()  # e.g. ignore_errors' count of a loop left early (errors: below)
             else:
                 _reaper.defer(lambda: self._close("garbage collection"))
         except Exception:  # pragma: no cover - interpreter teardown
