@@ -124,6 +124,10 @@ class Iterator:
 
     def __next__(self) -> Any:
         root = self._check_open("next()")
+        # the stages' warnings, queued wherever they arose (headrace._warn.PipelineWarnings): issued here,
+        # before an element is taken, so one the filters make an error loses nothing and leaves the iterator
+        # as it was (the next call goes on)
+        self._ctx.warnings.flush()
         budget = self._budget
         budget.consumer_waiting += 1
         t0 = time.perf_counter()
@@ -140,6 +144,7 @@ class Iterator:
                                           "while next() waited for an element") from None
             raise
         except StopIteration:
+            self._ctx.warnings.flush()  # what the last elements' production said (the end stays the end)
             raise
         except Exception as e:
             interrupt = _interrupt_behind(e)
@@ -271,6 +276,7 @@ class Iterator:
 
     def close(self) -> None:
         self._close("close()")
+        self._ctx.warnings.flush()  # closed already: a warning made an error here leaves nothing half done
 
     def _close(self, by: str) -> None:
         root, self._root = self._root, None
@@ -300,7 +306,14 @@ class Iterator:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        if exc[0] is None:
+            self.close()
+            return
+        self._close("close()")
+        try:  # the body's exception goes on; the warnings are still said unless the filters make them errors
+            self._ctx.warnings.flush()
+        except Exception:
+            pass
 
     def __del__(self) -> None:
         # Garbage collection may run this in a thread holding the shared budget's lock: close later, in
@@ -310,6 +323,7 @@ class Iterator:
                 return
             if _reaper.may_close_here(self._budget._cv.lock):
                 self._close("garbage collection")
+                self._ctx.warnings.flush()  # e.g. ignore_errors' count of a loop left early (errors: below)
             else:
                 _reaper.defer(lambda: self._close("garbage collection"))
         except Exception:  # pragma: no cover - interpreter teardown

@@ -462,6 +462,14 @@ class StageAccount:
                 f"function's input and output together), more than the whole memory budget of "
                 f"{format_bytes(limit)} ({limit} bytes); raise Options(memory_budget=...) or {self.hint}")
 
+    def check_possible(self, nbytes: int) -> None:
+        """``MemoryBudgetError`` if ``nbytes`` at once (a call's input and output that exist now, found larger
+        than any estimate) can never fit this stage (as ``reserve`` checks a reservation): refused before
+        ``settle`` charges their excess past the budget (issue 22: a map's first call, 2 MiB in and 2 MiB out
+        under 3 MiB, went 1 MiB over before the next reservation refused)."""
+        with self.budget._cv:
+            self._check_possible(nbytes)
+
     def _take(self, nbytes: int) -> None:
         b = self.budget
         self.held_bytes += nbytes

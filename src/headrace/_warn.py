@@ -82,11 +82,21 @@ _SAID_LOCK = TimedLock("pipeline warnings")
 
 class PipelineWarnings:
     """The warnings of one iterator: issued at the user's line (module docstring), each ``key`` once for all
-    the iterators of ``pipeline`` (any object: the dataset's recipe node)."""
+    the iterators of ``pipeline`` (any object: the dataset's recipe node).
+
+    ``warn`` only queues: the stages warn from their threads, in the middle of their bookkeeping, often
+    holding the budget's lock, and a user who made the category an error (``-W error``,
+    ``filterwarnings = error``) would have it raised there - leaving a reservation half made, and a
+    pipeline thread's crash that a restore's replay skipped as a bad element forever (a 260 s run then
+    killed for memory, issue 22). The consumer's thread issues what is queued with ``flush()`` where
+    nothing is half done: at the start of ``next()`` (raised there, no element is lost and the iterator goes
+    on), before ``StopIteration`` and at ``close()``.
+    """
 
     def __init__(self, pipeline: Any, options: Options, limit_bytes: int) -> None:
         self.site = user_frame()
         self.budget, self.fix = budget_words(options, limit_bytes)
+        self._pending: list[tuple[str, type[Warning]]] = []
         try:
             with _SAID_LOCK:
                 self._said = _SAID.setdefault(pipeline, set())
@@ -94,13 +104,31 @@ class PipelineWarnings:
             self._said = set()
 
     def warn(self, key: Any, message: str, category: type[Warning]) -> None:
-        """Issue ``message`` unless this pipeline said ``key`` already."""
+        """Queue ``message`` unless this pipeline said ``key`` already; never raises (any thread, any lock)."""
         with _SAID_LOCK:
             if key in self._said:
                 return
             self._said.add(key)
+            self._pending.append((message, category))
+
+    @property
+    def pending(self) -> bool:
+        """Whether warnings wait for ``flush()``."""
+        return bool(self._pending)
+
+    def flush(self) -> None:
+        """Issue the queued warnings, oldest first, in the calling thread (the consumer's, holding no lock of
+        the pipeline). A warning the filters make an error is raised here; those after it stay queued."""
+        while self._pending:
+            with _SAID_LOCK:
+                if not self._pending:
+                    return
+                message, category = self._pending.pop(0)
+            self._issue(message, category)
+
+    def _issue(self, message: str, category: type[Warning]) -> None:
         if self.site is None:
-            warnings.warn(message, category, stacklevel=2)
+            warnings.warn(message, category, stacklevel=4)
             return
         filename, lineno, module_globals = self.site
         registry = module_globals.setdefault("__warningregistry__", {})

@@ -197,3 +197,31 @@ def test_a_batch_per_window_into_a_memory_cache_that_cannot_fit_refuses_instead_
     out = _run_with_deadline(run, 20)
     assert isinstance(out.get("error"), hr.MemoryBudgetError), out
     assert "cache(memory)" in str(out["error"]) and "memory_budget" in str(out["error"])
+
+
+@pytest.mark.parametrize("source", ["hdf5", "prefetch"])
+def test_a_call_larger_than_the_budget_is_refused_before_anything_is_overdrawn(tmp_path, source):
+    """A parallel map's first call (its probe: sizes unknown before) takes 2 MiB in and gives 2 MiB out
+    under 3 MiB: refused with MemoryBudgetError when its output exists, before its excess is charged (issue
+    22 sweep seed 144: tracked peak 4 MiB, 1 MiB overdrawn, then the refusal; behind a prefetch it even ran
+    on, 6 MiB peak, 22 MiB overdrawn)."""
+    import numpy as np
+
+    mib = 2**20
+    if source == "hdf5":
+        h5py = pytest.importorskip("h5py")
+        path = str(tmp_path / "a.h5")
+        with h5py.File(path, "w") as f:
+            f.create_dataset("x", data=np.zeros((24, mib // 2), np.int32), chunks=(4, mib // 2))
+        ds = hr.io.HDF5Dataset(path, "x")
+    else:
+        ds = hr.Dataset.range(24).map(lambda i: np.full(mib // 2, i, np.int32)).prefetch(1)
+    ds = ds.map(lambda x: x + 1, num_parallel_calls=2).with_options(hr.Options(memory_budget=3 * mib))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
+        with iter(ds) as it:
+            with pytest.raises(hr.MemoryBudgetError, match=r"needs 4\.0 MiB .* more than the whole memory budget"):
+                for _ in it:
+                    pass
+            stats = it._budget.stats()
+    assert stats["peak_bytes"] <= 3 * mib and stats["overdraft_bytes"] == 0, stats

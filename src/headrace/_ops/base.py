@@ -344,6 +344,21 @@ def note_error(exc: BaseException, stage: str, index: int) -> BaseException:
     return exc
 
 
+def mark_crash(exc: BaseException) -> BaseException:
+    """Mark ``exc`` as a stage's crash (an error of its own machinery, raised again on every ``next()``), not
+    an element that raised: a loop that skips bad elements must stop at it (``is_crash``)."""
+    try:
+        exc._headrace_crash = True  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):  # pragma: no cover - exotic exception types
+        pass
+    return exc
+
+
+def is_crash(exc: BaseException) -> bool:
+    """Whether ``exc`` is a stage's crash (``mark_crash``; a copy made by ``detached`` keeps the mark)."""
+    return bool(getattr(exc, "_headrace_crash", False))
+
+
 def detached(exc: BaseException) -> BaseException:
     """A copy of ``exc`` (same type, message, attributes, cause and worker traceback) for the consumer to
     raise, where a stage keeps ``exc`` to raise again: raising the kept one appends the consumer's frames

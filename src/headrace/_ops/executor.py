@@ -99,6 +99,7 @@ class ProcessExecutor:
         self.why = why
         self.measured = measured or {}
         self.workers = ProcessWorkers(fn, stage, ctx.budget, ctx.owner, workers, pickle_function(fn, stage))
+        self.workers.memory.account.warnings = ctx.warnings  # queued for the consumer (headrace._warn)
 
     def call(self, x: Any, index: int, stop: Any) -> Any:
         return normalize(self.workers.call(x, index, stop), self.stage)

@@ -160,9 +160,13 @@ class _IgnoreErrorsIterator(UnaryIterator):
     def _report(self) -> None:
         if self.dropped and not self._reported:
             self._reported = True
-            warnings.warn(f"headrace: ignore_errors dropped {self._about()}{self.dropped} of "
-                          f"{self.dropped + self.passed} elements ({self._counts()}); the first: {self._first}",
-                          IgnoredErrorsWarning, stacklevel=4)
+            message = (f"headrace: ignore_errors dropped {self._about()}{self.dropped} of "
+                       f"{self.dropped + self.passed} elements ({self._counts()}); the first: {self._first}")
+            sink = self.ctx.warnings
+            if sink is None:
+                warnings.warn(message, IgnoredErrorsWarning, stacklevel=4)
+            else:  # queued for the consumer's thread: this may be a pipeline thread (headrace._warn)
+                sink.warn(object(), message, IgnoredErrorsWarning)
 
     def _close_self(self) -> None:
         self._report()

@@ -33,6 +33,7 @@ import numpy as np
 from .._memory import budget_for
 from .._options import UNKNOWN_CARDINALITY, Options
 from .._spec import NotTraceable, example, relax, spec_of
+from .._warn import PipelineWarnings
 from .base import JOIN_TIMEOUT_S, DatasetIterator, IteratorContext, check_state
 
 
@@ -153,6 +154,7 @@ class DatasetNode:
         options = self.options()
         ctx = IteratorContext(options, budget_for(options.memory_budget_bytes() if options.memory_budget is not None
                                                   else None), (0,))
+        ctx.warnings = PipelineWarnings(self, options, ctx.budget.limit_bytes)
         it = self.make_iterator(ctx)
         try:
             yield it
@@ -161,6 +163,7 @@ class DatasetNode:
             it.signal_stop()
             it.join(time.monotonic() + JOIN_TIMEOUT_S)
             it.close()
+        ctx.warnings.flush()  # in the caller's thread, the read done (headrace._warn.PipelineWarnings)
 
     def _first_element_spec(self) -> Any:
         with self.one_iteration() as it:

@@ -62,13 +62,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import StateError
+from .._errors import MemoryBudgetError, StateError
 from .._handoff import delivers_charged, hand_off, pulling_for, taking, waiter_urgency
 from .._memory import WAIT_SLICE_S, Cancelled, StageAccount
 from .._structure import nbytes
 from .._sync import Condition, Flag
 from .._sync import Lock as TimedLock
-from .base import DatasetIterator, check_state, detached, join_threads, note_error, start_thread
+from .base import DatasetIterator, check_state, detached, join_threads, mark_crash, note_error, start_thread
 from .tuner import MAX_BUFFER, MAX_WINDOW, MAX_WORKERS, stage_tuning, workers_start_reason
 
 SNAPSHOT_EVERY = 16
@@ -285,11 +285,16 @@ class ParallelApplier:
         w = self._waiter_urgent
         return w is None or w()
 
-    def _estimate(self) -> int:
-        out = self.account.estimate()
+    def _need(self, out: int) -> int:
+        """The bytes one call holds at once for an output of ``out`` bytes (its input too, unless charged
+        elsewhere, and the executor's extra)."""
         ex = self.executor
         extra = ex.extra_bytes(out) if ex is not None else 0
-        need = out + extra if (self.identity or self.input_charged) else out + extra + self._in_max
+        return out + extra if (self.identity or self.input_charged) else out + extra + self._in_max
+
+    def _estimate(self) -> int:
+        need = self._need(self.account.estimate())
+        ex = self.executor
         if ex is not None:
             ex.check_fits(need)  # worker processes: one worker and one call must fit the budget
         return need
@@ -306,7 +311,7 @@ class ParallelApplier:
         except BaseException as e:  # a defect in the pool itself: the consumer must see it, not hang
             with self._cv:
                 if gen == self._gen and self._crash is None:
-                    self._crash = e
+                    self._crash = mark_crash(e)
                 self._notify_all()
 
     def _acquire_input(self, stop: Flag) -> bool:
@@ -531,6 +536,11 @@ class ParallelApplier:
                 raise
             x = None
         if error is None:
+            try:  # a call that needs more than the whole budget is refused before its excess is charged
+                self.account.check_possible(self._need(n))
+            except MemoryBudgetError:
+                self.account.cancel(reserved)
+                raise
             self.account.settle(reserved, n)
         else:
             self.account.cancel(reserved)

@@ -58,11 +58,12 @@ from typing import Any
 import numpy as np
 
 from .._args import as_seed, count_arg
-from .._errors import StateError
+from .._errors import MemoryBudgetError, StateError
 from .._handoff import delivers_charged, hand_off, taking
+from .._memory import Cancelled
 from .._structure import flatten, nbytes
 from . import by_value
-from .base import DatasetIterator, IteratorContext, check_state, stop_flag
+from .base import DatasetIterator, IteratorContext, check_state, is_crash, stop_flag
 from .node import DatasetNode
 from .parallel import fast_forward
 from .seeds import check_seed, fresh_seed, iteration_seed
@@ -381,7 +382,9 @@ class _ShuffleIterator(DatasetIterator):
                         "re-reading the input; its elements differ from one pass to the next (e.g. a map "
                         "drawing unseeded random numbers), so a shuffle behind it cannot be restored exactly. "
                         "Seed the randomness from the element, or use deterministic=True upstream.") from None
-                except Exception:
+                except Exception as e:
+                    if is_crash(e) or isinstance(e, (Cancelled, MemoryBudgetError)):
+                        raise  # raised again on every next(): skipping it as a bad element never ended
                     continue
                 slots = wanted.get(content_hash(x))
                 if not slots:
