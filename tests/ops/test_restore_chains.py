@@ -138,12 +138,3 @@ def test_prefetch_then_shuffle_of_mixed_sizes_restored_at_0_then_5(budget: int) 
 @pytest.mark.parametrize("budget", [96 * MiB, 1024 * MiB])
 def test_shuffle_ragged_unbatch_parallel_map_restored_at_5(budget: int) -> None:
     _check(_issue_case(16, [4 * MiB] * 16, [], ["ragged_unbatch", "parallel_map"], 4, 9, budget, [5]))
-
-
-@pytest.mark.xfail(strict=False, reason="issue #22, open: a shuffle that caps its buffer while it runs decides "
-                   "from the other stages' live holdings, which a restored run does not share")
-def test_a_cap_decided_after_the_save_depends_on_the_live_budget() -> None:
-    """Generated seed 112 restored at 1: the saved shuffle had capped to 5.75 MiB; the uninterrupted run caps
-    again to 4 MiB at its 4th draw (its share fell as the parallel map ahead of the consumer filled), the
-    restored run (that map holding less) finds room and keeps 5.75 MiB: the order differs from element 4."""
-    _check({**_case(112), "chain": [1]})
