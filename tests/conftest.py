@@ -80,3 +80,24 @@ def pytest_report_header(config: pytest.Config) -> str:
     from headrace._machine import machine_line
 
     return machine_line()
+
+
+def read_through_restores(make, chain: list[int]) -> list:
+    """Elements of ``make()`` read through a chain of restores: take ``chain[0]`` elements, save the state
+    (through JSON), restore it into a fresh ``iter(make())``, take ``chain[1]``, ... then the rest."""
+    import json
+
+    out: list = []
+    state = None
+    for take in [*chain, None]:
+        with iter(make()) as it:
+            if state is not None:
+                it.set_state(state)
+            for _ in range(take) if take is not None else iter(int, 1):
+                try:
+                    out.append(next(it))
+                except StopIteration:
+                    break
+            if take is not None:
+                state = json.loads(json.dumps(it.get_state()))
+    return out

@@ -19,6 +19,35 @@ import psutil
 MiB = 1024**2
 
 
+_READER = r"""
+import json, sys
+import headrace as hr
+from headrace.io import {reader}
+path, budget, batch_size = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+ds = {make}.with_options(hr.Options(memory_budget=budget))
+print("ready", flush=True)
+sys.stdin.readline()
+out = {{"rows": 0, "error": None}}
+try:
+    with iter(ds) as it:
+        for el in it:
+            out["rows"] += len({rows}) if batch_size else 1
+        stats = it.memory_stats()
+    out.update(peak=stats["peak_bytes"], overdraft=stats["overdraft_bytes"],
+               buffers=max((v["peak_bytes"] for k, v in stats["stages"].items() if k.endswith("buffers")), default=0))
+except hr.MemoryBudgetError as e:
+    out["error"] = str(e)
+print(json.dumps(out), flush=True)
+"""
+
+
+def reader_child(reader: str, make: str, rows: str) -> str:
+    """The child code of a reader test: ``make`` builds ``reader``'s dataset from ``path`` and ``batch_size``
+    (argv: path, budget bytes, JSON batch size), ``rows`` counts the rows of a batch ``el``; it prints rows
+    read, tracked peak, overdraft, the ``buffers`` account's peak, or the MemoryBudgetError's text."""
+    return _READER.format(reader=reader, make=make, rows=rows)
+
+
 def cap(budget: int) -> float:
     """The RSS growth allowed under ``budget``: 10 % over it plus 64 MiB of interpreter and library slack."""
     return budget * 1.1 + 64 * MiB

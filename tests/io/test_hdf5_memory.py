@@ -13,31 +13,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from rss_child import cap, run_child
+from rss_child import cap, reader_child, run_child
 
 MiB = 1024**2
 ROW = 512 * 1024  # 64 Ki int64 per row
 
-_CHILD = r"""
-import json, sys
-import headrace as hr
-from headrace.io import HDF5Dataset
-path, budget, batch_size = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
-ds = HDF5Dataset(path, "x", batch_size=batch_size).with_options(hr.Options(memory_budget=budget))
-print("ready", flush=True)
-sys.stdin.readline()
-out = {"rows": 0, "error": None}
-try:
-    with iter(ds) as it:
-        for el in it:
-            out["rows"] += len(el) if batch_size else 1
-        stats = it.memory_stats()
-    out.update(peak=stats["peak_bytes"], overdraft=stats["overdraft_bytes"],
-               buffers=max((v["peak_bytes"] for k, v in stats["stages"].items() if k.endswith("buffers")), default=0))
-except hr.MemoryBudgetError as e:
-    out["error"] = str(e)
-print(json.dumps(out), flush=True)
-"""
+_CHILD = reader_child('HDF5Dataset', 'HDF5Dataset(path, "x", batch_size=batch_size)', 'el')
 
 
 def _write(path: Path, rows: int, chunk_rows: int) -> str:

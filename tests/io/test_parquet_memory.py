@@ -15,31 +15,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from rss_child import cap as _cap
-from rss_child import run_child
+from rss_child import reader_child, run_child
 
 MiB = 1024**2
 ROW = 4 * MiB
 
-_CHILD = r"""
-import json, sys
-import headrace as hr
-from headrace.io import ParquetDataset
-path, budget, batch_size = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
-ds = ParquetDataset(path, batch_size=batch_size).with_options(hr.Options(memory_budget=budget))
-print("ready", flush=True)
-sys.stdin.readline()
-out = {"rows": 0, "error": None}
-try:
-    with iter(ds) as it:
-        for el in it:
-            out["rows"] += len(el["id"]) if batch_size else 1
-        stats = it.memory_stats()
-    out.update(peak=stats["peak_bytes"], overdraft=stats["overdraft_bytes"],
-               buffers=max((v["peak_bytes"] for k, v in stats["stages"].items() if k.endswith("buffers")), default=0))
-except hr.MemoryBudgetError as e:
-    out["error"] = str(e)
-print(json.dumps(out), flush=True)
-"""
+_CHILD = reader_child('ParquetDataset', 'ParquetDataset(path, batch_size=batch_size)', 'el["id"]')
 
 
 def _write(path: Path, rows_per_group: int, groups: int, row: int = ROW) -> str:

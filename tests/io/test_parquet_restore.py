@@ -9,7 +9,6 @@ uninterrupted run had not. Generated: seeded budgets, row and row-group sizes, s
 
 from __future__ import annotations
 
-import json
 import random
 import warnings
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 
 import headrace as hr
 from headrace.io import ParquetDataset
+from tests.conftest import read_through_restores
 
 KiB, MiB = 1024, 1024**2
 CASES = 24
@@ -66,21 +66,7 @@ def _dataset(case: dict) -> hr.Dataset:
 
 
 def _chained(case: dict) -> list:
-    """Take chain[0] elements, save (through JSON), restore into a new iterator, take chain[1], ... then the rest."""
-    out: list = []
-    state = None
-    for take in [*case["chain"], None]:
-        with iter(_dataset(case)) as it:
-            if state is not None:
-                it.set_state(state)
-            for _ in range(take) if take is not None else iter(int, 1):
-                try:
-                    out.append(next(it))
-                except StopIteration:
-                    break
-            if take is not None:
-                state = json.loads(json.dumps(it.get_state()))
-    return out
+    return read_through_restores(lambda: _dataset(case), case["chain"])
 
 
 @pytest.mark.parametrize("seed", range(CASES))

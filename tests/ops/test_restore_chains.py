@@ -13,7 +13,6 @@ budgets, and chains of restores, compared element by element with the uninterrup
 
 from __future__ import annotations
 
-import json
 import random
 import warnings
 from collections.abc import Callable
@@ -23,6 +22,7 @@ import numpy as np
 import pytest
 
 import headrace as hr
+from tests.conftest import read_through_restores
 
 KiB, MiB = 1024, 1024**2
 CASES = 24
@@ -81,21 +81,7 @@ def _case(seed: int) -> dict:
 
 
 def _chained(case: dict) -> list:
-    """Take chain[0] elements, save (through JSON), restore into a new iterator, take chain[1], ... the rest."""
-    out: list = []
-    state = None
-    for take in [*case["chain"], None]:
-        with iter(_dataset(case)) as it:
-            if state is not None:
-                it.set_state(state)
-            for _ in range(take) if take is not None else iter(int, 1):
-                try:
-                    out.append(next(it))
-                except StopIteration:
-                    break
-            if take is not None:
-                state = json.loads(json.dumps(it.get_state()))
-    return out
+    return read_through_restores(lambda: _dataset(case), case["chain"])
 
 
 def _check(case: dict) -> None:
