@@ -101,3 +101,25 @@ def read_through_restores(make, chain: list[int]) -> list:
             if take is not None:
                 state = json.loads(json.dumps(it.get_state()))
     return out
+
+
+def straight_and_restored(make, chain: list[int]) -> tuple[list, dict, list]:
+    """``(want, stats, got)``: ``make()`` read straight through (with its ``memory_stats()``) and through the
+    chain of restores; MemoryBudgetWarnings (a shuffle shrunk to its budget) are expected and silenced."""
+    import warnings
+
+    import headrace as hr
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
+        with iter(make()) as it:
+            want = list(it)
+            stats = it.memory_stats()
+        got = read_through_restores(make, chain)
+    return want, stats, got
+
+
+def assert_same_order(got: list, want: list, what: object, shown: int = 6) -> None:
+    first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+    assert first is None, (f"order differs from element {first} on ({got[first:first + shown]} vs "
+                           f"{want[first:first + shown]}): {what}")

@@ -10,7 +10,6 @@ uninterrupted run had not. Generated: seeded budgets, row and row-group sizes, s
 from __future__ import annotations
 
 import random
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ import pytest
 
 import headrace as hr
 from headrace.io import ParquetDataset
-from tests.conftest import read_through_restores
+from tests.conftest import assert_same_order, straight_and_restored
 
 KiB, MiB = 1024, 1024**2
 CASES = 24
@@ -65,10 +64,6 @@ def _dataset(case: dict) -> hr.Dataset:
             .with_options(hr.Options(memory_budget=case["budget"])))
 
 
-def _chained(case: dict) -> list:
-    return read_through_restores(lambda: _dataset(case), case["chain"])
-
-
 @pytest.mark.parametrize("seed", range(CASES))
 def test_a_chain_of_restores_continues_as_the_uninterrupted_run(tmp_path: Path, seed: int) -> None:
     _check(_case(seed, tmp_path))
@@ -82,14 +77,7 @@ def test_the_issue_chain_4mib_rows_under_64mib(tmp_path: Path) -> None:
 
 
 def _check(case: dict) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", hr.MemoryBudgetWarning)  # the shuffle shrinks to the budget: wanted
-        with iter(_dataset(case)) as it:
-            want = list(it)
-            stats = it.memory_stats()
-        got = _chained(case)
+    want, stats, got = straight_and_restored(lambda: _dataset(case), case["chain"])
     assert stats["stalls"] == 0 and stats["overdraft_bytes"] == 0, f"an infeasible case: {stats}, {case}"
     assert sorted(map(str, got)) == sorted(map(str, want)), f"not exactly once: {case}"
-    first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
-    assert first is None, (f"order differs from element {first} on ({got[first:first + 6]} vs "
-                           f"{want[first:first + 6]}): {case}")
+    assert_same_order(got, want, case, 6)

@@ -14,7 +14,6 @@ budgets, and chains of restores, compared element by element with the uninterrup
 from __future__ import annotations
 
 import random
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +21,7 @@ import numpy as np
 import pytest
 
 import headrace as hr
-from tests.conftest import read_through_restores
+from tests.conftest import assert_same_order, straight_and_restored
 
 KiB, MiB = 1024, 1024**2
 CASES = 24
@@ -80,23 +79,12 @@ def _case(seed: int) -> dict:
             "seed": rng.randint(0, 9), "budget": max(4 * MiB, unit * rng.choice([12, 16, 24, 32])), "chain": chain}
 
 
-def _chained(case: dict) -> list:
-    return read_through_restores(lambda: _dataset(case), case["chain"])
-
-
 def _check(case: dict) -> None:
     shown = {**case, "sizes": f"{len(set(case['sizes']))} sizes, max {max(case['sizes'])}"}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", hr.MemoryBudgetWarning)  # the shuffle shrinks to the budget: wanted
-        with iter(_dataset(case)) as it:
-            want = list(it)
-            stats = it.memory_stats()
-        got = _chained(case)
+    want, stats, got = straight_and_restored(lambda: _dataset(case), case["chain"])
     assert stats["overdraft_bytes"] == 0, f"an infeasible case: {stats}, {shown}"
     assert sorted(got) == sorted(want), f"not exactly once: {shown}"
-    first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
-    assert first is None, (f"order differs from element {first} on ({got[first:first + 4]} vs "
-                           f"{want[first:first + 4]}): {shown}")
+    assert_same_order(got, want, shown, 4)
 
 
 @pytest.mark.parametrize("seed", range(CASES))
