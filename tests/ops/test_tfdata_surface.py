@@ -141,6 +141,19 @@ def test_unique_rebatch_ragged_batch():
     assert list(D.range(0).map(lambda x: np.arange(x)).ragged_batch(2)) == []
 
 
+def test_ragged_batch_names_a_traced_size_the_elements_do_not_keep():
+    """The spec traced on two examples (x = 1, 2) says 100; x % 8 == 0 gives 8. Dense batching would fail
+    with batch's advice (pad or resize); the error names the spec and how to declare the size unknown, and
+    declaring it batches the rows ragged."""
+    def f(x):
+        return np.zeros(8 if x % 8 == 0 else 100, np.uint8)
+
+    with pytest.raises(ValueError, match=r"TensorSpec\(shape=\(100,\).*output_signature"):
+        list(D.range(4).map(f).ragged_batch(2))
+    declared = D.range(4).map(f, output_signature=TS([None], np.uint8)).ragged_batch(2)
+    assert [[len(r) for r in b] for b in declared] == [[8, 100], [100, 100]]
+
+
 def test_random_and_counter():
     r = D.random(seed=4).take(5)
     assert py(r) == py(r) and all(0 <= v < 2**32 for v in py(r))

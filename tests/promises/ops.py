@@ -102,6 +102,14 @@ class Make:
         return make_element(i, self.sizes)
 
 
+def make_map(ds: hr.Dataset, sizes: dict[str, Any]) -> hr.Dataset:
+    """``ds.map(Make(sizes))``; where sizes vary the payload's length is declared unknown (a spec traced on two
+    examples would call it known, and ``ragged_batch`` decides dense or ragged from the spec)."""
+    signature = None if sizes["kind"] == "fixed" else {
+        "id": hr.TensorSpec((), np.int64), "payload": hr.TensorSpec((None,), np.uint8)}
+    return ds.map(Make(sizes), output_signature=signature)
+
+
 class KeepIf:
     def __init__(self, mod: int, rem: int) -> None:
         self.mod, self.rem = mod, rem
@@ -188,7 +196,7 @@ class Mod2:
 
 
 def extra(sizes: dict[str, Any], m: int, scale: float) -> hr.Dataset:
-    ds = hr.Dataset.range(EXTRA, EXTRA + m).map(Make(sizes))
+    ds = make_map(hr.Dataset.range(EXTRA, EXTRA + m), sizes)
     return ds if scale == 1.0 else ds.map(_Blowup(scale, sizes))
 
 
@@ -428,7 +436,7 @@ def _upd_unique(m: Model, st: dict[str, Any]) -> None:
 
 
 op("unique", _depth0(lambda rng, m: {"op": "unique"}),
-   lambda ds, st, env: ds.map(IdOnly()).unique().map(Make(env["sizes"])), _upd_unique)
+   lambda ds, st, env: make_map(ds.map(IdOnly()).unique(), env["sizes"]), _upd_unique)
 
 
 def _upd_grouped(m: Model, st: dict[str, Any]) -> None:

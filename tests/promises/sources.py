@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 import headrace as hr
-from tests.promises.ops import Make, sim_interleave
+from tests.promises.ops import make_map, sim_interleave
 from tests.promises.shapes import make_element, size_of
 
 FILE_KINDS = ("tfrecord", "parquet", "hdf5", "image_folder", "load")
@@ -77,7 +77,7 @@ class OpenRange:
 
     def __call__(self, f: Any) -> hr.Dataset:
         start = int(f) * self.per
-        return hr.Dataset.range(start, min(start + self.per, self.n)).map(Make(self.sizes))
+        return make_map(hr.Dataset.range(start, min(start + self.per, self.n)), self.sizes)
 
 
 # ---- damage ------------------------------------------------------------------------------------------
@@ -217,7 +217,7 @@ def _load(src: dict[str, Any], n: int, sizes: dict[str, Any], d: str, write: boo
           ) -> tuple[hr.Dataset, list | None, set]:
     path = os.path.join(d, "saved")
     if write:
-        hr.Dataset.range(n).map(Make(sizes)).save(path)
+        make_map(hr.Dataset.range(n), sizes).save(path)
     damaged: set[int] = set()
     if src.get("corrupt") and not write:
         damaged = {src["corrupt"]["id"]}
@@ -240,13 +240,13 @@ def build_source(src: dict[str, Any], n: int, sizes: dict[str, Any], d: str, wri
         return writers[kind](src, n, sizes, d, write)
     order: list[int] | None = list(range(n))
     if kind == "range":
-        ds = hr.Dataset.range(n).map(Make(sizes))
+        ds = make_map(hr.Dataset.range(n), sizes)
     elif kind == "tensor_slices":
         if src["whole"] and sizes["kind"] == "fixed":  # (one array: rows of one length)
             ds = hr.Dataset.from_tensor_slices({"id": np.arange(n, dtype=np.int64), "payload": np.stack(
                 [make_element(i, sizes)["payload"] for i in range(n)])})
         else:
-            ds = hr.Dataset.from_tensor_slices(np.arange(n, dtype=np.int64)).map(Make(sizes))
+            ds = make_map(hr.Dataset.from_tensor_slices(np.arange(n, dtype=np.int64)), sizes)
     elif kind == "generator":
         ds = hr.Dataset.from_generator(Generate(n, sizes))
     elif kind == "random_access":

@@ -6,7 +6,10 @@ As tf.data decides from the input's element spec: a component whose shape is ful
 array of the rows, each its own array (what ``tf.RaggedTensor.numpy()`` / ``as_numpy_iterator`` give: a
 batch whose rows happen to have one shape is a dense array there too),
 with spec ``RaggedTensorSpec(shape=(None, *dims), ragged_rank=1)``. Where the input's spec is not known
-when the pipeline is built, the first element decides (its components of rank >= 1 are ragged).
+when the pipeline is built, the first element decides (its components of rank >= 1 are ragged). A spec
+traced from a ``map`` function on two examples may call a dimension known that the real elements vary in
+(a size that depends on the value in a way the examples did not show): such a batch raises ``ValueError``
+naming the component, the spec and the fix (``map(..., output_signature=...)`` with ``None`` there).
 
 Memory, state, parallelism: ``batch``'s (the same assembly and stage; only the combining differs).
 """
@@ -79,10 +82,23 @@ class RaggedBatchNode(DatasetNode):
             first = items[0]
             if ragged is None:
                 ragged = [isinstance(v, np.ndarray) and v.ndim > 0 for v in flatten(first)]
+            columns = _columns(items, where) if _is_structure(first) else [list(items)]
+            if static is not None:
+                _check_dense(columns, ragged)
             if not any(ragged):
                 return stack(items, where)
-            columns = _columns(items, where) if _is_structure(first) else [list(items)]
             out = [rows_array(col) if r else stack(col, where) for col, r in zip(columns, ragged)]
             return pack_as(first, out) if _is_structure(first) else out[0]
+
+        def _check_dense(columns: list[list[Any]], ragged: list[bool]) -> None:
+            for k, (col, r) in enumerate(zip(columns, ragged)):
+                shapes = set() if r else {np.shape(v) for v in col}
+                if len(shapes) > 1:
+                    raise ValueError(
+                        f"{stage}: component {k} has the fully known spec {flatten(static)[k]!r}, so it is "
+                        f"batched dense, but this batch's elements have shapes {sorted(shapes)}: the spec was "
+                        "traced from a function on example inputs and its size depends on values the examples "
+                        "did not show; declare the varying dimension None (map(..., output_signature=...) "
+                        "with hr.TensorSpec((None, ...), dtype)) to batch it ragged")
 
         return make_batcher(ctx, self, source, stage, combine, None, None)
