@@ -16,7 +16,6 @@ not touch them). Nothing happens where the C library is not glibc.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import os
 from typing import Any
@@ -36,11 +35,15 @@ _lock = TimedLock("malloc tuning")
 
 
 def _libc() -> Any:
+    """The C library's symbols as the process already has them loaded (``dlopen(NULL)``), or False.
+
+    Not ``ctypes.util.find_library("c")``: on Linux that runs ``ldconfig -p`` (and may run ``gcc``) in a
+    child process, a fork of the whole interpreter at the moment a pipeline starts (the promise sweep saw it
+    as the case's memory with a child: 122 MiB of PSS in 0.09 s)."""
     global _LIBC
     if _LIBC is None:
-        name = ctypes.util.find_library("c")
         try:
-            _LIBC = ctypes.CDLL(name) if name else False
+            _LIBC = ctypes.CDLL(None)
         except OSError:
             _LIBC = False
     return _LIBC
