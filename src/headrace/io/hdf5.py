@@ -10,9 +10,11 @@ Memory: h5py decompresses a filtered (gzip, lzf, shuffle, fletcher32, ...) chunk
 holding the stored chunk and the decoded one at once: the decoded chunk (its chunk shape times the itemsize)
 plus the largest chunk as stored in the file (listed once, when the dataset is opened) are charged to the
 reader's ``buffers`` account (``_blocks.charge_work``) before each dataset is read and released after the read.
-The file's chunk cache is off, so no decoded chunk outlives its read. A chunk that needs more than the whole
-budget raises ``MemoryBudgetError`` naming the file, the dataset, the chunk shape and size, the budget and the
-fix, before anything is read. Unfiltered chunks are read straight into the returned slice (nothing more is charged).
+The file's chunk cache is off, so no decoded chunk outlives its read. A read that needs more than the whole
+budget with the rows it returns, or that finds the rest of the budget held by stages waiting for it (where the
+stall breaker would overdraw), raises ``MemoryBudgetError`` naming the file, the dataset, the chunk shape and
+size, the budget, the budget that would do and the fix, before it is read. Unfiltered chunks are read straight
+into the returned slice (nothing more is charged).
 
 Values: numeric datasets give numpy scalars (1-D datasets) or arrays of the trailing shape; string
 datasets give ``bytes`` (h5py's variable-length strings) or ``numpy.bytes_`` (fixed-length ones).
@@ -243,7 +245,8 @@ class _HDF5Iterator(BlockRowIterator):
             self.charge_work(need, f"{_WHAT}: reading dataset {key!r} of {ds.path} (chunk shape {chunks}, "
                                    f"{format_bytes(chunk)} decoded, held with its stored copy of up to "
                                    f"{format_bytes(need - chunk)})",
-                             f"{fix}, or raise Options(memory_budget=...) above {format_bytes(need)}")
+                             f"{fix}, or raise Options(memory_budget=...)",
+                             selection=0 if ds.batch_size is not None else (end - start) * ds.row_bytes)
         return self._file[key][start:end]
 
     def __next__(self) -> Any:
