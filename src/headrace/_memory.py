@@ -58,7 +58,8 @@ hanging. A second reservation of a stage still waiting for its first size (a sec
 size instead, but a top-up of the probe itself (a batch's one reservation growing as its elements arrive)
 is no second probe: it may break a stall (every window's batch of ``group_by_window(...).cache()`` under a
 budget the cache fills used to wait forever). With a budget that has room for every stage's minimum this
-does not happen (the promise suite checks ``overdraft_bytes == 0``).
+does not happen (the promise suite checks ``overdraft_bytes == 0``). A reservation that would come back stalled
+at every turn (a file reader's buffers, ``reserve(refuse=...)``) raises ``MemoryBudgetError`` there instead.
 
 A pool's worker reading ahead (``reserve(speculative=True)``, not the element the consumer waits for) is
 not privileged even holding nothing, and leaves room for one element of the largest size seen: under a
@@ -242,6 +243,10 @@ class MemoryBudget:
         """The open accounts of ``group`` (e.g. every stage's worker processes)."""
         with self._cv:
             return [a for a in self._accounts if a.group == group]
+
+    def holders(self) -> str:
+        """``"stage=size, ..."`` of the accounts holding bytes now (lock held), for messages."""
+        return ", ".join(f"{a.stage}={format_bytes(a.held_bytes)}" for a in self._accounts if a.held_bytes)
 
     def sizes_unknown(self, other_than: StageAccount) -> bool:
         """Whether a stage other than ``other_than`` has not sized an element yet (its share is a guess)."""
@@ -510,7 +515,8 @@ class StageAccount:
 
     def reserve(self, nbytes: int, stop: Any = None, *, urgent: Callable[[], bool] | None = None,
                 headroom: bool = False, unit: bool = True, ignore_cap: bool = False, top_up: bool = False,
-                partial: bool = False, charged_in: int = 0, speculative: bool = False) -> int:
+                partial: bool = False, charged_in: int = 0, speculative: bool = False,
+                refuse: Callable[[str, int], str] | None = None) -> int:
         """Wait (in timed slices) until ``nbytes`` fit, reserve them and return the reservation.
 
         ``headroom``: keep one unit of this stage's cap free for an urgent reservation; ``urgent()`` true
@@ -528,7 +534,9 @@ class StageAccount:
         reservation by the stage below, charged already (``headrace._handoff``): they count against this
         stage's share, not against the budget again. ``speculative``: a read-ahead (a pool's worker); unless
         urgent it leaves room for one element of the largest size seen (see ``_admit``) and never
-        overdraws. ``stop``: anything with ``is_set()``.
+        overdraws. ``refuse``: where the stall breaker would overdraw, raise ``MemoryBudgetError`` with the text
+        ``refuse(holders, total)`` builds instead (a reader's buffers: the stages holding the rest of the budget
+        wait for the read, so the overdraft would come back at every read). ``stop``: anything with ``is_set()``.
         Raises ``MemoryBudgetError`` if they can never fit, ``Cancelled`` if ``stop`` is set meanwhile.
         """
         b = self.budget
@@ -542,6 +550,8 @@ class StageAccount:
                 if stop is not None and stop.is_set():
                     raise Cancelled()
                 if (self.seen or self.outstanding == 0 or top_up) and self._stalled(is_urgent, speculative):
+                    if refuse is not None:
+                        raise MemoryBudgetError(refuse(b.holders(), b.total_bytes + nbytes))
                     fit = min(nbytes, max(0, b.limit_bytes - b.total_bytes))
                     if partial and fit < nbytes:
                         b.stalls += 1
@@ -725,7 +735,7 @@ class StageAccount:
         b = self.budget
         if not b._overdraft_warned:
             b._overdraft_warned = True
-            holders = ", ".join(f"{a.stage}={format_bytes(a.held_bytes)}" for a in b._accounts if a.held_bytes)
+            holders = b.holders()
             where, fix = self._budget_words(f"{format_bytes(b.limit_bytes)}")
             self._warn(("over", self.stage),
                        f"headrace: {self.stage} needed {format_bytes(nbytes)} while the memory budget of "

@@ -7,11 +7,14 @@ axis 0; about 4 MiB of rows for contiguous datasets), never the whole dataset; w
 batch is one slice ``[i, i + batch_size)``.
 
 Memory: h5py decompresses a filtered (gzip, lzf, shuffle, fletcher32, ...) chunk whole to read any row of it,
-holding the stored chunk and the decoded one at once: ``2 x`` the chunk's bytes (its chunk shape times the
-itemsize) are charged to the reader's ``buffers`` account (``_blocks.charge_work``) before each dataset is
-read and released after the read; a chunk that needs more than the whole budget raises ``MemoryBudgetError``
-naming the file, the dataset, the chunk shape and size, the budget and the fix, before anything is read.
-Unfiltered chunks are read straight into the returned slice (nothing more is charged).
+holding the stored chunk and the decoded one at once: the decoded chunk (its chunk shape times the itemsize)
+plus the largest chunk as stored in the file (listed once, when the dataset is opened) are charged to the
+reader's ``buffers`` account (``_blocks.charge_work``) before each dataset is read and released after the read.
+The file's chunk cache is off, so no decoded chunk outlives its read. A read that needs more than the whole
+budget with the rows it returns, or that finds the rest of the budget held by stages waiting for it (where the
+stall breaker would overdraw), raises ``MemoryBudgetError`` naming the file, the dataset, the chunk shape and
+size, the budget, the budget that would do and the fix, before it is read. Unfiltered chunks are read straight
+into the returned slice (nothing more is charged).
 
 Values: numeric datasets give numpy scalars (1-D datasets) or arrays of the trailing shape; string
 datasets give ``bytes`` (h5py's variable-length strings) or ``numpy.bytes_`` (fixed-length ones).
@@ -45,9 +48,12 @@ _WHAT = "HDF5Dataset"
 
 
 def _open(path: str) -> tuple[Any, Any]:
-    """``(h5py.File, handle-or-None)``; missing and non-HDF5 files raise naming ``path``."""
+    """``(h5py.File, handle-or-None)``; missing and non-HDF5 files raise naming ``path``. The file's chunk cache
+    is off (``rdcc_nbytes=0``): a decoded chunk lives only while the read that needs it (charged), never
+    between reads (the default cache keeps decoded chunks per dataset, uncharged: 1 MiB in HDF5 1.x, 8 MiB in
+    HDF5 2.0)."""
     h5py = require("h5py", _WHAT)
-    return open_source(path, lambda src: h5py.File(src, "r"), (OSError,), _WHAT, "HDF5")
+    return open_source(path, lambda src: h5py.File(src, "r", rdcc_nbytes=0), (OSError,), _WHAT, "HDF5")
 
 
 def _dataset_names(f: Any) -> list[str]:
@@ -66,12 +72,30 @@ def _block_rows(datasets: list[Any]) -> tuple[int, int]:
     return (max(chunked) if chunked else max(1, BLOCK_BYTES // row_bytes)), row_bytes
 
 
+def _largest_stored(d: Any, decoded: int) -> int:
+    """The largest chunk of dataset ``d`` as stored in the file (compressed); ``decoded`` where HDF5 cannot list
+    its chunks (a bound: filters barely expand what they cannot compress)."""
+    sizes = [0]
+    try:
+        d.id.chunk_iter(lambda info: sizes.append(info.size))
+    except (AttributeError, NotImplementedError, RuntimeError, OSError):
+        return decoded
+    return max(sizes)
+
+
+def _chunk_bytes(d: Any) -> int:
+    """One chunk of dataset ``d`` decoded (its chunk shape times the itemsize); 0 if it is contiguous."""
+    return int(np.prod(d.chunks, dtype=np.int64)) * d.dtype.itemsize if d.chunks else 0
+
+
 def _chunk_need(d: Any) -> int:
     """Bytes h5py holds while it reads any row of dataset ``d`` beyond the returned slice: a filtered chunk is
-    read (as stored) and decoded whole, ``2 x`` its bytes; 0 for contiguous and unfiltered datasets."""
+    read as stored and decoded whole, both at once (its decoded bytes plus the largest stored chunk's); 0 for
+    contiguous and unfiltered datasets (read straight into the slice)."""
     if not d.chunks or not d.id.get_create_plist().get_nfilters():
         return 0
-    return 2 * int(np.prod(d.chunks, dtype=np.int64)) * d.dtype.itemsize
+    decoded = _chunk_bytes(d)
+    return decoded + _largest_stored(d, decoded)
 
 
 class HDF5Dataset(Dataset):
@@ -153,6 +177,7 @@ class HDF5Node(DatasetNode):
                                  "dimension (read it with h5py directly)")
             datasets.append(obj)
         self.chunks = {k: d.chunks for k, d in zip(self.keys, datasets)}
+        self.chunk_bytes = {k: _chunk_bytes(d) for k, d in zip(self.keys, datasets)}
         self.chunk_need = {k: _chunk_need(d) for k, d in zip(self.keys, datasets)}
         lengths = {k: d.shape[0] for k, d in zip(self.keys, datasets)}
         if len(set(lengths.values())) > 1:
@@ -213,14 +238,15 @@ class _HDF5Iterator(BlockRowIterator):
         ds = self._ds
         need = ds.chunk_need[key]
         if need:
-            chunks = ds.chunks[key]
-            chunk = need // 2
-            rows = int(self.ctx.budget.limit_bytes / 4 / max(chunk / chunks[0], 1))
+            chunks, chunk = ds.chunks[key], ds.chunk_bytes[key]
+            rows = int(self.ctx.budget.limit_bytes / 4 / max(need / chunks[0], 1))
             fix = (f"rewrite it with chunks of at most {rows} rows (h5py create_dataset(..., chunks=({rows}, ...)))"
                    if rows >= 1 else "rewrite it with one-row chunks split along the other axes too")
             self.charge_work(need, f"{_WHAT}: reading dataset {key!r} of {ds.path} (chunk shape {chunks}, "
-                                   f"{format_bytes(chunk)} decoded, held with its stored copy)",
-                             f"{fix}, or raise Options(memory_budget=...) above {format_bytes(need)}")
+                                   f"{format_bytes(chunk)} decoded, held with its stored copy of up to "
+                                   f"{format_bytes(need - chunk)})",
+                             f"{fix}, or raise Options(memory_budget=...)",
+                             selection=0 if ds.batch_size is not None else (end - start) * ds.row_bytes)
         return self._file[key][start:end]
 
     def __next__(self) -> Any:
