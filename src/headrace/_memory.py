@@ -58,7 +58,11 @@ hanging. A second reservation of a stage still waiting for its first size (a sec
 size instead, but a top-up of the probe itself (a batch's one reservation growing as its elements arrive)
 is no second probe: it may break a stall (every window's batch of ``group_by_window(...).cache()`` under a
 budget the cache fills used to wait forever). With a budget that has room for every stage's minimum this
-does not happen (the promise suite checks ``overdraft_bytes == 0``).
+does not happen (the promise suite checks ``overdraft_bytes == 0``). Before it overdraws, the stall breaker
+adds what every other stage cannot give back first (what a keeping account - ``keeps``: an in-memory cache,
+``unique`` - or a ``holds_between`` reader holds, a mandatory stage's holding or minimum, any other stage's
+minimum) to the reservation: more than the budget can never fit, and is a ``MemoryBudgetError`` naming each
+part instead of an overdraft (``_check_feasible``).
 
 A pool's worker reading ahead (``reserve(speculative=True)``, not the element the consumer waits for) is
 not privileged even holding nothing, and leaves room for one element of the largest size seen: under a

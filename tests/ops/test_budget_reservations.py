@@ -176,7 +176,7 @@ def test_a_top_up_of_a_first_reservation_may_break_a_stall(monkeypatch):
 
 
 @pytest.mark.parametrize("holds", ["keeps", "holds_between"])
-def test_a_stall_that_the_other_stages_needs_leave_no_room_for_is_refused_not_overdrawn(monkeypatch, holds):
+def test_a_stall_the_other_stages_leave_no_room_for_is_refused_not_overdrawn(monkeypatch, holds):
     # The stall breaker overdrew whenever the starving stage alone fitted the budget, although what the others
     # cannot give back first left it no room: a memory cache (keeps its bytes) of 15 MiB of 16 and a window's
     # group below it (sweep seed 121: 12 MiB overdrawn before the cache's own refusal); a Parquet reader's
