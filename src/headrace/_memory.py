@@ -58,8 +58,12 @@ hanging. A second reservation of a stage still waiting for its first size (a sec
 size instead, but a top-up of the probe itself (a batch's one reservation growing as its elements arrive)
 is no second probe: it may break a stall (every window's batch of ``group_by_window(...).cache()`` under a
 budget the cache fills used to wait forever). With a budget that has room for every stage's minimum this
-does not happen (the promise suite checks ``overdraft_bytes == 0``). A reservation that would come back stalled
-at every turn (a file reader's buffers, ``reserve(refuse=...)``) raises ``MemoryBudgetError`` there instead.
+does not happen (the promise suite checks ``overdraft_bytes == 0``). Before it overdraws, the stall breaker
+adds what every other stage cannot give back first (what a keeping account - ``keeps``: an in-memory cache,
+``unique`` - or a ``holds_between`` reader holds, a mandatory stage's holding or minimum, any other stage's
+minimum) to the reservation: more than the budget can never fit, and is a ``MemoryBudgetError`` naming each
+part instead of an overdraft (``_check_feasible``). A reservation that would come back stalled at every turn
+(a file reader's buffers, ``reserve(refuse=...)``) raises ``MemoryBudgetError`` at its stall in any case.
 
 A pool's worker reading ahead (``reserve(speculative=True)``, not the element the consumer waits for) is
 not privileged even holding nothing, and leaves room for one element of the largest size seen: under a
@@ -354,6 +358,8 @@ class StageAccount:
         # Holds its unit while its stage does not run (a file reader's buffers, between the rows it yields):
         # the units of all such open accounts are held at the same time (see _check_together).
         self.holds_between = False
+        # Keeps what it holds until the iterator closes (an in-memory cache, unique's values): see _check_feasible.
+        self.keeps = False
 
     # estimates ----------------------------------------------------------------------------------------
     def unit_bytes(self) -> int:
@@ -443,6 +449,37 @@ class StageAccount:
                 f"({each}): {format_bytes(total)} ({total} bytes) together, more than the whole memory budget "
                 f"of {format_bytes(b.limit_bytes)} ({b.limit_bytes} bytes); read fewer at once (a smaller "
                 f"interleave cycle_length), raise Options(memory_budget=...) or {self.hint}")
+
+    def _check_feasible(self, nbytes: int) -> None:
+        """At a stall (nothing released for ``STALL_S``, the consumer waiting): ``MemoryBudgetError`` if this
+        reservation and what every other stage of the pipeline needs at once cannot fit the budget, instead of
+        overdrawing it. Each other stage counts what it cannot give back before this reservation is served:
+        a stage that keeps its bytes (``keeps``: an in-memory cache) or holds them between reads
+        (``holds_between``) what it holds, a mandatory stage the larger of what it holds and its minimum, any
+        other its minimum (those whose elements are sized). The stall breaker overdrew whenever the stage
+        itself, alone, fitted: a memory cache holding 15 MiB of 16 left no room for the window's batch below
+        it (stall after stall, 12 MiB overdrawn, then the cache's own refusal); a Parquet reader's 40 MiB of
+        buffers, a process map's call and its first worker went 17 MiB over 96 MiB (issue 22 sweep seeds 121
+        and 65)."""
+        b = self.budget
+        needs = [(self.stage, nbytes + (self.held_bytes if self.mandatory else 0))]
+        for a in b._accounts:
+            if a is self or a.owner is not self.owner:
+                continue
+            least = a.min_bytes() if a.seen else 0.0
+            if a.keeps or a.holds_between or a.mandatory:
+                least = max(float(a.held_bytes), least)
+            if least > 0:
+                needs.append((a.stage, int(least)))
+        total = sum(n for _, n in needs)
+        if total <= b.limit_bytes:
+            return
+        each = ", ".join(f"{stage} {format_bytes(n)}" for stage, n in needs)
+        raise MemoryBudgetError(
+            f"{self.stage}: needs {format_bytes(nbytes)} more while the pipeline's stages hold what they cannot "
+            f"give back first and need their minimum ({each}): {format_bytes(total)} ({total} bytes) at once, "
+            f"more than the whole memory budget of {format_bytes(b.limit_bytes)} ({b.limit_bytes} bytes); raise "
+            f"Options(memory_budget=...) or {self.hint}")
 
     def _check_possible(self, nbytes: int) -> None:
         limit = self.budget.limit_bytes
@@ -557,6 +594,8 @@ class StageAccount:
                         b.stalls += 1
                         self._stalled_short = True  # settle warns if the element does go over
                         return self._reserved(fit, unit)
+                    if fit < nbytes:
+                        self._check_feasible(nbytes)
                     self._overdraft(nbytes)
                     break
                 b.waiters += 1

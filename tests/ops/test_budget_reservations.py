@@ -160,8 +160,8 @@ def test_a_top_up_of_a_first_reservation_may_break_a_stall(monkeypatch):
 
     monkeypatch.setattr(memory, "STALL_S", 0.05)
     budget = MemoryBudget(1000)
-    holder = budget.account("cache(memory)", None, mandatory=True)
-    holder.settle(holder.reserve(0), 900)
+    holder = budget.account("prefetch", None)        # 9 elements it cannot hand on until the batch exists
+    holder.settle(holder.reserve(0), 900, count=9)   # (a memory cache, keeping them, would be refused: below)
     batch = budget.account("batch(2) assembly", 4, mandatory=True)
     first = batch.reserve(0, unit=False)
     batch.force(100)                                # its first element, charged when it arrived
@@ -173,6 +173,50 @@ def test_a_top_up_of_a_first_reservation_may_break_a_stall(monkeypatch):
     assert grown == 100 and budget.stats()["stalls"] == 1 and budget.stats()["overdraft_bytes"] == 100
     batch.merge_reservation()
     batch.settle(first + 100 + grown, 200, count=2, unit=False)
+
+
+@pytest.mark.parametrize("holds", ["keeps", "holds_between"])
+def test_a_stall_the_other_stages_leave_no_room_for_is_refused_not_overdrawn(monkeypatch, holds):
+    # The stall breaker overdrew whenever the starving stage alone fitted the budget, although what the others
+    # cannot give back first left it no room: a memory cache (keeps its bytes) of 15 MiB of 16 and a window's
+    # group below it (sweep seed 121: 12 MiB overdrawn before the cache's own refusal); a Parquet reader's
+    # buffers (held between its rows), a process map's call and its first worker (seed 65: 113 MiB of 96).
+    # Now the stall is a MemoryBudgetError naming every stage's part, and nothing is overdrawn.
+    import headrace._memory as memory
+
+    monkeypatch.setattr(memory, "STALL_S", 0.05)
+    budget = MemoryBudget(1000)
+    holder = budget.account("cache(memory)" if holds == "keeps" else "parquet buffers", None, mandatory=True)
+    setattr(holder, holds, True)
+    holder.settle(holder.reserve(0), 700)
+    group = budget.account("group_by_window", None, mandatory=True)
+    group.settle(group.reserve(0), 100)             # a group not full yet: released once it is
+    batch = budget.account("batch(2) assembly", 4, mandatory=True, hint="use a smaller batch_size")
+    batch.settle(batch.reserve(0, unit=False), 0, count=0, unit=False)
+    batch.max_element_bytes = 150
+    budget.consumer_waiting += 1
+    with pytest.raises(hr.MemoryBudgetError, match=r"batch\(2\) assembly: needs 250 B .*parquet buffers 700 B|"
+                                                   r"batch\(2\) assembly: needs 250 B .*cache\(memory\) 700 B"):
+        batch.reserve(250, Flag(), unit=False)
+    stats = budget.stats()
+    assert stats["overdraft_bytes"] == 0 and stats["stalls"] == 0 and stats["peak_bytes"] <= 1000, stats
+
+
+def test_a_stall_that_fits_beside_the_others_needs_still_breaks_as_before(monkeypatch):
+    # (The refusal above is for what can never fit: a prefetch's elements beyond its minimum may drain.)
+    import headrace._memory as memory
+
+    monkeypatch.setattr(memory, "STALL_S", 0.05)
+    budget = MemoryBudget(1000)
+    holder = budget.account("prefetch", None)
+    holder.settle(holder.reserve(0), 900, count=9)
+    batch = budget.account("batch(2) assembly", 4, mandatory=True)
+    batch.settle(batch.reserve(0, unit=False), 0, count=0, unit=False)
+    budget.consumer_waiting += 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
+        assert batch.reserve(250, Flag(), unit=False) == 250
+    assert budget.stats()["stalls"] == 1 and budget.stats()["overdraft_bytes"] == 150
 
 
 @pytest.mark.parametrize("reduce", ["group_by_window", "window"])
@@ -192,11 +236,18 @@ def test_a_batch_per_window_into_a_memory_cache_that_cannot_fit_refuses_instead_
     def run() -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
-            return sum(1 for _ in ds)
+            with iter(ds) as it:
+                try:
+                    return sum(1 for _ in it)
+                finally:
+                    out["stats"] = it._budget.stats()
 
-    out = _run_with_deadline(run, 20)
+    out: dict = {}
+    out.update(_run_with_deadline(run, 20))
     assert isinstance(out.get("error"), hr.MemoryBudgetError), out
     assert "cache(memory)" in str(out["error"]) and "memory_budget" in str(out["error"])
+    stats = out["stats"]  # refused before anything was overdrawn (it used to stall and overdraw first)
+    assert stats["overdraft_bytes"] == 0 and stats["peak_bytes"] <= 8 << 20, stats
 
 
 @pytest.mark.parametrize("source", ["hdf5", "prefetch"])

@@ -141,8 +141,9 @@ def test_process_stages_whose_workers_alone_fill_the_budget_are_a_clear_error():
           .map(plus_one, num_parallel_calls=2, executor="process")
           .map(plus_one, num_parallel_calls=2, executor="process")
           .with_options(hr.Options(memory_budget="128MiB")))
-    with pytest.raises(hr.MemoryBudgetError, match=r"each of the 3 process stages .* memory budget of 128\.0 "
-                                                   r"MiB.*map_executor='thread' for some of the stages"):
+    with pytest.raises(hr.MemoryBudgetError, match=r"(each of the 3 process stages|map\(plus_one\)#2 workers: "
+                                                   r"needs .*map\(out_8mib\) workers .*map\(plus_one\) workers) "
+                                                   r".* memory budget of 128\.0 MiB.*map_executor='thread'"):
         list(ds)
 
 

@@ -246,6 +246,7 @@ class _CacheIterator(DatasetIterator):
         # shuffle(100) ran with a buffer of 1 element (and said so) under an 11 GiB budget.
         self._account = ctx.account(stage, 1 if node.filename else None, mandatory=True,
                                     hint="use cache(filename) to cache in a file instead of memory")
+        self._account.keeps = not node.filename
         self._reader: _MemoryReader | _FileReader | None = None
         self._source: DatasetIterator | None = None
         self._sink: _MemorySink | _FileSink | None = None

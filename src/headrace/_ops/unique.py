@@ -58,6 +58,7 @@ class _UniqueIterator(UnaryIterator):
         super().__init__(ctx, source)
         self._stage = stage
         self._account = ctx.account(stage, None, mandatory=True, hint="unique() keeps every distinct value")
+        self._account.keeps = True
         self._seen: set[Any] = set()
 
     def _add(self, key: Any) -> None:
