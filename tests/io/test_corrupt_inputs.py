@@ -153,6 +153,25 @@ def test_fletcher32_damage_is_caught_unless_the_checksum_collides(tmp_path: Path
     assert "Fletcher-32" in (HDF5Dataset.__doc__ or "")
 
 
+def test_a_damaged_chunk_loses_only_its_rows_when_blocks_are_cut_across_chunks(tmp_path: Path) -> None:
+    """Under a budget that cuts row-mode blocks below the chunk length (15 rows of 64 KiB; chunks of 16), a
+    block starts in one chunk and ends in the next: a damaged chunk must lose its own 16 rows, not the good
+    rows its blocks share with the neighbours (sweep seed 500: the next chunk's first rows were lost)."""
+    n, chunk, row = 64, 16, 1 << 16
+    data = np.repeat((np.arange(n) % 251).astype(np.uint8)[:, None], row, axis=1)
+    path = tmp_path / "cut.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", data=data, chunks=(chunk, row), compression="gzip")
+        infos = [d.id.get_chunk_info(ci) for ci in (0, 2)]
+    raw = bytearray(path.read_bytes())
+    for info in infos:
+        raw[info.byte_offset + info.size // 2: info.byte_offset + info.size // 2 + 16] = b"\xa5" * 16
+    path.write_bytes(bytes(raw))
+    ds = HDF5Dataset(path, "x").with_options(hr.Options(memory_budget=15 * row * 16))
+    got, dropped = _within(partial(_skipping, ds), "blocks cut across chunks")
+    assert [int(r[0]) for r in got] == [*range(16, 32), *range(48, 64)] and dropped == 2 * chunk
+
+
 def _jpeg(seed: int) -> bytes:
     from PIL import Image
 

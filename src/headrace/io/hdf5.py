@@ -119,7 +119,8 @@ class HDF5Dataset(Dataset):
     Damaged chunks: a chunk that cannot be read (gzip that does not decompress, a ``fletcher32`` checksum
     mismatch) raises ``DataLossError`` naming the file, the keys and the rows; the reader continues after
     those rows, so ``ignore_errors()`` drops them (counted as that many elements, one per batch with
-    ``batch_size``) and goes on. HDF5's Fletcher-32 sums 16-bit words in one's complement: it cannot tell a
+    ``batch_size``) and goes on. One row at a time, the rows lost are exactly the damaged chunk's, also where a
+    read (cut to fit the budget) spans it and good chunks. HDF5's Fletcher-32 sums 16-bit words in one's complement: it cannot tell a
     word ``0x0000`` from ``0xFFFF`` (nor other damage that leaves both sums equal mod 65535), so such damage
     comes back as wrong values; uncompressed chunks without ``fletcher32`` have no check at all.
 
@@ -221,8 +222,15 @@ class _HDF5Iterator(BlockRowIterator):
         try:
             block = {key: self._read(key, start, end) for key in ds.keys}
         except (OSError, RuntimeError) as e:
+            self.release_work()
+            if ds.batch_size is None:  # a block cut at a budget-sized length may hold good rows of other chunks
+                bad = self._damaged_chunk(start, end)
+                if bad is not None and bad[0] > start:
+                    return self._read_good(start, bad[0])
+                if bad is not None:
+                    end = bad[1]
             # Continue after the failed rows (ignore_errors would otherwise re-read them forever); they are
-            # lost: one element (a batch) or end - start rows.
+            # lost: one element (a batch) or the rows of the damaged chunk.
             self._block_start, self._next = end, end
             raise DataLossError(f"{_WHAT}: cannot read rows {start}..{end} of {ds.keys} in {ds.path}: {e}; "
                                 "the chunk is corrupt (those rows are skipped under ignore_errors)",
@@ -232,6 +240,34 @@ class _HDF5Iterator(BlockRowIterator):
             self.release_work()
         self._block_start, self._next = start, end
         return block
+
+    def _read_good(self, start: int, end: int) -> dict[str, np.ndarray]:
+        try:
+            block = {key: self._read(key, start, end) for key in self._ds.keys}
+        finally:
+            self.release_work()
+        self._block_start, self._next = start, end
+        return block
+
+    def _damaged_chunk(self, start: int, end: int) -> tuple[int, int] | None:
+        """The rows ``(first, stop)`` of the first chunk in ``[start, end)`` that cannot be read (one row
+        read from each chunk that overlaps it, per key), clipped to this shard; ``None`` if each reads now.
+        A block is cut to fit the budget, not to chunk boundaries, so it may start in a damaged chunk and go
+        on into good ones: only the damaged chunk's rows are lost (a block of rows 15..30 over a damaged
+        chunk 0..16 lost rows 16..29 too)."""
+        ds = self._ds
+        for row in sorted({start, *(c for key in ds.keys if ds.chunks[key]
+                                     for c in range(start // ds.chunks[key][0] * ds.chunks[key][0]
+                                                    + ds.chunks[key][0], end, ds.chunks[key][0]))}):
+            for key in ds.keys:
+                try:
+                    self._read(key, row, row + 1)
+                except (OSError, RuntimeError):
+                    length = ds.chunks[key][0] if ds.chunks[key] else ds.stop - ds.start
+                    return row, min(ds.stop, (row // length + 1) * length) if ds.chunks[key] else ds.stop
+                finally:
+                    self.release_work()
+        return None
 
     def _read(self, key: str, start: int, end: int) -> np.ndarray:
         """Rows ``[start, end)`` of dataset ``key``, its decoded chunks charged while h5py reads them."""
