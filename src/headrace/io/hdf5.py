@@ -120,9 +120,10 @@ class HDF5Dataset(Dataset):
     mismatch) raises ``DataLossError`` naming the file, the keys and the rows; the reader continues after
     those rows, so ``ignore_errors()`` drops them (counted as that many elements, one per batch with
     ``batch_size``) and goes on. One row at a time, the rows lost are exactly the damaged chunk's, also where a
-    read (cut to fit the budget) spans it and good chunks. HDF5's Fletcher-32 sums 16-bit words in one's complement: it cannot tell a
-    word ``0x0000`` from ``0xFFFF`` (nor other damage that leaves both sums equal mod 65535), so such damage
-    comes back as wrong values; uncompressed chunks without ``fletcher32`` have no check at all.
+    read (cut to fit the budget) spans it and good chunks. HDF5's Fletcher-32 sums 16-bit words in one's
+    complement: it cannot tell a word ``0x0000`` from ``0xFFFF`` (nor other damage that leaves both sums
+    equal mod 65535), so such damage comes back as wrong values; uncompressed chunks without ``fletcher32``
+    have no check at all.
 
     Raises:
         FileNotFoundError: the file does not exist. DataLossError: not a readable HDF5 file, or a chunk that
