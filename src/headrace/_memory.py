@@ -590,7 +590,7 @@ class StageAccount:
                     if refuse is not None:
                         raise MemoryBudgetError(refuse(b.holders(), b.total_bytes + nbytes))
                     fit = min(nbytes, max(0, b.limit_bytes - b.total_bytes))
-                    if partial and fit < nbytes:
+                    if partial and fit < nbytes:  # (settle refuses the element if its real size cannot fit)
                         b.stalls += 1
                         self._stalled_short = True  # settle warns if the element does go over
                         return self._reserved(fit, unit)
@@ -662,15 +662,22 @@ class StageAccount:
             self._take(nbytes)
 
     def settle(self, reserved: int, actual: int, count: int = 1, *, unit: bool = True,
-               largest: int | None = None) -> None:
+               largest: int | None = None, refuse: bool = True) -> None:
         """Turn a reservation into ``count`` held elements of ``actual`` bytes in total.
 
         Less than reserved: the rest is released. More (an element larger than any before it): the excess
         is charged at once and counted as an estimate miss; the estimate grows (``unit=False``: not an
-        element of this stage's unit size, e.g. a stacked batch).
+        element of this stage's unit size, e.g. a stacked batch). An excess that would go over the budget
+        where this element and what the other stages cannot give back first can never fit together
+        (``_check_feasible``) raises ``MemoryBudgetError`` instead, nothing changed (the caller cancels the
+        reservation or the iterator's close gives it back): sweep seeds 390 and 454 overdrew by an element
+        larger than its estimate just before the stall breaker refused. ``refuse=False``: charge it anyway
+        (memory measured after the fact, e.g. a worker process's RSS).
         """
         b = self.budget
         with b._cv:
+            if refuse and actual > reserved and b.total_bytes + actual - reserved > b.limit_bytes:
+                self._check_feasible(actual - reserved if self.mandatory else actual)
             self.outstanding -= 1
             self.held_count += count
             per = largest if largest is not None else (-(-actual // count) if count else actual)

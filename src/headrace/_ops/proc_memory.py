@@ -178,7 +178,7 @@ class WorkerMemory:
         proc.own = rss
         proc.floor = reserved if floor else 0
         keep = max(rss, proc.floor)
-        self.account.settle(reserved, keep, count=1, unit=False)
+        self.account.settle(reserved, keep, count=1, unit=False, refuse=False)
         proc.footprint = keep
         self.account.grow_unit(rss)
 
@@ -207,7 +207,7 @@ class WorkerMemory:
             if not retire_idle():
                 got = acc.reserve(nbytes, stop, unit=False, ignore_cap=True)
                 break
-        acc.settle(got, nbytes, count=0, unit=False)
+        acc.settle(got, nbytes, count=0, unit=False, refuse=False)
         proc.footprint += nbytes
 
     def uncharge(self, proc: _Proc, nbytes: int) -> None:
