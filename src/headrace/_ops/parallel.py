@@ -586,6 +586,7 @@ class ParallelApplier:
         cv = self._cv
         waited = 0.0
         with cv:
+            gen = self._gen
             while True:
                 if self._crash is not None:
                     raise detached(self._crash)  # kept to raise again: the consumer's frames stay off it
@@ -594,7 +595,7 @@ class ParallelApplier:
                     break
                 if self._end_seq is not None and self._prefix >= self._end_seq:
                     raise StopIteration
-                if self._stop.is_set():
+                if self._stop.is_set() or self._gen != gen:  # (stop() from close() starts a new generation)
                     raise Cancelled()
                 if self.active == 0 and self._in_flight() == 0:
                     break  # inline: this thread computes the next element (outside the lock)
