@@ -59,7 +59,7 @@ import numpy as np
 
 from .._args import as_seed, count_arg
 from .._errors import MemoryBudgetError, StateError
-from .._handoff import delivers_charged, hand_off, taking
+from .._handoff import delivers_charged, hand_off, taking, waiter_urgency
 from .._memory import Cancelled
 from .._structure import flatten, nbytes
 from . import by_value
@@ -137,6 +137,7 @@ class _ShuffleIterator(DatasetIterator):
         self._stage = stage
         self._buffer_size = node.buffer_size
         self._account = ctx.account(stage, node.buffer_size)
+        self._below = ctx.stages_below(node)  # the stages of its input (their accounts, in _fit_capacity)
         self._by_hash = not source.replays_deterministically()
         self._by_value = not source.replays_same_elements()  # hashes cannot find them again: keep the values
         self._every = max(64, node.buffer_size // 2)
@@ -182,6 +183,10 @@ class _ShuffleIterator(DatasetIterator):
     def _fill(self) -> None:
         acc = self._account
         stop = stop_flag(self.ctx)
+        restoring = self._skipping or self.ctx.restoring.is_set()
+        # the consumer waits for this fill (or the pool worker's pull it serves is urgent): it may use the
+        # budget's reserve, and breaks a stall as the element the consumer waits for
+        urgent = _always if restoring else (waiter_urgency() or _always)
         while self._room_for_more():
             self._checkpoint()
             est = acc.estimate()
@@ -190,23 +195,25 @@ class _ShuffleIterator(DatasetIterator):
             # (shuffle(4).shuffle(4) of 2 MiB elements under 3 MiB counted each element twice: 1 s stalls)
             charged = est if delivers_charged(self._source) else 0
             est -= charged
-            if self._skipping or self.ctx.restoring.is_set():  # the recorded capacity, whatever the share now
-                reserved = acc.reserve(est, stop, urgent=_always, ignore_cap=True, charged_in=charged)
-            elif self._buf:
-                # While another stage has not sized an element, the shares are guesses (a map downstream may
-                # triple every element): when the budget limits this stage's share, fill at most half of it,
-                # so a stage found larger later is not left without room by a buffer that drains only
-                # through it.
-                cap = acc.cap_bytes
-                guess = (self._held + est > cap / 2 and cap < acc.demand_bytes()
-                         and acc.budget.sizes_unknown(acc))
-                reserved = None if guess else acc.try_reserve(est, charged_in=charged)
-                if reserved is None:  # no room now (this stage's share, or the budget as a whole)
-                    self._cap_bytes(self._held)
-                    return
-            else:
-                reserved = acc.reserve(est, stop, charged_in=charged)
+            # within the byte capacity (_fit_capacity): wait for room in the budget as a whole; what the other
+            # stages hold now never changes what the buffer holds, so never the order
+            reserved = acc.reserve(est, stop, urgent=urgent, ignore_cap=True, charged_in=charged)
+            largest = self._largest
             self._pull_into_buffer(reserved, len(self._buf))
+            if self._largest > largest:
+                self._fit_capacity()
+
+    def _fit_capacity(self) -> None:
+        """Whenever the largest element pulled grows (the first one included): the byte capacity becomes the
+        buffer's modelled share of the budget (``MemoryBudget.model_share``: from the budget's size, the
+        stages, this largest element and the largest elements of the stages before this one), or half of it
+        where other stages (those after this one) are modelled at this element's size (the half leaves room
+        for those whose elements turn out larger), unless it holds ``buffer_size`` elements of that size.
+        Never from what the stages hold at this moment."""
+        acc = self._account
+        share, others = acc.budget.model_share(acc, self._largest, self._below)
+        if share < self._buffer_size * self._largest:
+            self._cap_bytes(int(share // 2 if others else share))
 
     def _cap_bytes(self, byte_capacity: int) -> None:
         """Hold at most ``byte_capacity`` bytes from now on in this iteration (recorded in the state; a
