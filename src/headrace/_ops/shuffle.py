@@ -6,21 +6,25 @@ the next input element. With a ``seed`` the order is reproducible; with ``reshuf
 (default) every iterator (each ``iter(ds)``, each ``repeat`` epoch) draws its order from ``(seed, iteration
 path)`` (``headrace._ops.seeds``); the distribution is tf.data's, the random stream is not TensorFlow's.
 
-Memory: buffered elements are charged to an elastic account, each reserved before it is pulled. When no room
-is left for the next element (the stage's share of the budget, or the budget as a whole, is full), the buffer
-is capped at the bytes it holds then (one ``MemoryBudgetWarning``) and never grows past that byte capacity in
-this iteration: between two such events the output is a function of the input alone, and each event is
-recorded in the state and makes a downstream parallel stage take a snapshot right after it (``replay_epoch``),
-so a restore replays exactly what was produced. While another stage of the budget has not sized an element yet
-and the budget limits the buffer, it fills at most half of its share (the shares are guesses then: a ``map``
-downstream tripling each element, then ``batch``, needed more room than its guessed share, and the buffer that
-held it could drain only through that stage; found by ``bench/promises.py``). A downstream stage restores by
-skipping forward from its latest snapshot, a stretch in which the saved run had no event; so while a restore
-runs (``Iterator.set_state``, or ``skip_ahead``) the buffer fills to the recorded capacity, waiting for room
-in the budget as a whole (urgent: the consumer waits in ``set_state``; the stall breaker applies), and never
-caps afresh: that would draw from a buffer of another length and skip other elements than the saved run
-delivered (found by ``bench/promises.py``: a restore from a state saved after an earlier restore lost and
-repeated batches).
+Memory: buffered elements are charged to an elastic account, each reserved before it is pulled. The order
+is a function of the seed, the input (its elements and their sizes, in order) and the byte capacity, and the
+capacity a function of the budget's size, the pipeline's stages and the sizes of the elements pulled: never
+what the other stages hold at a moment, so two runs, and a run restored from a state (however many restores
+in a row), give the same order also under a budget that cannot hold ``buffer_size`` elements.
+Whenever the largest element pulled grows (the first one included), the capacity becomes the buffer's share
+of the budget as the budget's fair shares would give it if this stage's elements were that large, each stage
+below it (its input's) the larger of that and its largest element, and every other stage (those after it,
+other pipelines of a shared budget) that large: half of that share where there are such other stages (they
+may turn out larger: a ``map`` after it tripling each element, then ``batch``; found by
+``bench/promises.py``), unless it holds ``buffer_size`` elements; the capacity never grows in an iteration
+(one ``MemoryBudgetWarning`` when it first limits the buffer). The buffer holds elements while what it holds
+plus the largest element fits the capacity, and waits for room in the budget as a whole to pull the next one
+(as urgent as the pull it serves; the stall breaker applies) instead of shrinking: shrinking then would make
+the order depend on what the other stages held. The capacity is recorded in the state, and each change makes
+a downstream parallel stage take a snapshot right after it (``replay_epoch``). What can still differ between
+runs: the largest element a stage below has seen when the capacity is decided, where elements of different
+sizes are read ahead of the shuffle (a ``prefetch`` or parallel ``map`` before it), and the shares of a
+budget shared with other iterators (the process budget, without ``Options(memory_budget=...)``).
 
 State (bounded restore, exactly-once also below ``deterministic=False`` stages; a copy of the data only in
 the one case below):
