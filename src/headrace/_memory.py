@@ -290,11 +290,12 @@ class MemoryBudget:
         return reserve, caps
 
     def model_share(self, acc: StageAccount, unit: int, below: tuple[str, ...]) -> tuple[float, bool]:
-        """``acc``'s cap if its unit took ``unit`` bytes, each account of the stages ``below`` it (its input's,
-        named ``stage`` or ``stage ...``) the larger of ``unit`` and its largest element (learned or made; not
-        its reservations) and every other account ``unit`` (and whether there is any other): not what anyone
-        holds now, nor how far the stages after it have run, for a decision that must be reproducible (a
-        seeded ``shuffle``'s byte capacity)."""
+        """``acc``'s cap if its unit took ``unit`` bytes, each mandatory account of the stages ``below`` it (its
+        input's, named ``stage`` or ``stage ...``: a reader's buffers, a batch being assembled) the larger of
+        ``unit`` and its largest element (learned or made; not its reservations), its elastic ones (a prefetch,
+        a parallel map: the elements it reads, as far as they have read ahead) and every other account
+        ``unit`` (and whether there is any other such): not what anyone holds now, nor how far the stages after
+        it have run, for a decision that must be reproducible (a seeded ``shuffle``'s byte capacity)."""
         prefixes = tuple(f"{name} " for name in below)
         others = False
 
@@ -303,7 +304,7 @@ class MemoryBudget:
             if a is acc:
                 return unit
             if a.stage in below or a.stage.startswith(prefixes):
-                return max(unit, a.max_element_bytes)
+                return max(unit, a.max_element_bytes) if a.mandatory else unit
             others = True
             return unit
 

@@ -20,8 +20,10 @@ may turn out larger: a ``map`` after it tripling each element, then ``batch``; f
 (one ``MemoryBudgetWarning`` when it first limits the buffer). The buffer holds elements while what it holds
 plus the largest element fits the capacity, and waits for room in the budget as a whole to pull the next one
 (as urgent as the pull it serves; the stall breaker applies) instead of shrinking: shrinking then would make
-the order depend on what the other stages held. The capacity is recorded in the state, and each change makes
-a downstream parallel stage take a snapshot right after it (``replay_epoch``). What can still differ between
+the order depend on what the other stages held. The capacity is recorded in the state; the first fill a
+capacity stops (it limits the buffer: the order starts to depend on it) is an event that makes a downstream
+parallel stage take a snapshot right after it (``replay_epoch``; a capacity that never limits the buffer
+makes none: a batch after the shuffle would save its partial batch by value). What can still differ between
 runs: the largest element a stage below has seen when the capacity is decided, where elements of different
 sizes are read ahead of the shuffle (a ``prefetch`` or parallel ``map`` before it), and the shares of a
 budget shared with other iterators (the process budget, without ``Options(memory_budget=...)``).
@@ -151,6 +153,7 @@ class _ShuffleIterator(DatasetIterator):
         self._held = 0
         self._largest = 0  # the largest element pulled in this iteration (saved: the fill rule depends on it)
         self._capacity_changes = 0
+        self._limited_at: int | None = None  # the byte capacity that last limited the buffer (_note_limit)
         self._skipping = False  # in skip_ahead: no byte-capacity event (see there)
         self._start(0, None)
         self._pulls = 0
@@ -206,6 +209,7 @@ class _ShuffleIterator(DatasetIterator):
             self._pull_into_buffer(reserved, len(self._buf))
             if self._largest > largest:
                 self._fit_capacity()
+        self._note_limit()
 
     def _fit_capacity(self) -> None:
         """Whenever the largest element pulled grows (the first one included): the byte capacity becomes the
@@ -220,10 +224,18 @@ class _ShuffleIterator(DatasetIterator):
             self._cap_bytes(int(share // 2 if others else share))
 
     def _cap_bytes(self, byte_capacity: int) -> None:
-        """Hold at most ``byte_capacity`` bytes from now on in this iteration (recorded in the state; a
-        downstream stage snapshots right after it, see ``replay_epoch``)."""
+        """Hold at most ``byte_capacity`` bytes from now on in this iteration (recorded in the state)."""
         if self._byte_capacity is None or byte_capacity < self._byte_capacity:
             self._byte_capacity = byte_capacity
+
+    def _note_limit(self) -> None:
+        """After a fill: when the byte capacity stopped it (not ``buffer_size``, not the input's end), the first
+        time for this capacity, the order starts to depend on it: an event (one warning; a downstream stage
+        snapshots right after it, see ``replay_epoch``). A capacity that never limits the buffer changes nothing."""
+        cap = self._byte_capacity
+        if (cap is not None and cap != self._limited_at and self._buf and not self._input_done
+                and len(self._buf) < self._buffer_size and self._held + self._largest > cap):
+            self._limited_at = cap
             self._capacity_changes += 1
             self._account.warn_shrunk()
 
@@ -330,6 +342,7 @@ class _ShuffleIterator(DatasetIterator):
         self._drop_buffer()
         cap = state["byte_capacity"]
         self._start(int(state["draws"]), None if cap is None else int(cap))
+        self._limited_at = self._byte_capacity
         keys = state["keys"]
         base_pull = int(state["base_pull"])
         self._buf = [None] * len(keys)  # type: ignore[list-item]
