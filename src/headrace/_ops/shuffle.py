@@ -13,7 +13,8 @@ what the other stages hold at a moment, so two runs, and a run restored from a s
 in a row), give the same order also under a budget that cannot hold ``buffer_size`` elements.
 Whenever the largest element pulled grows (the first one included), the capacity becomes the buffer's share
 of the budget as the budget's fair shares would give it if this stage's elements were that large, each stage
-below it (its input's) the larger of that and its largest element, and every other stage (those after it,
+below it (its input's) holding other things than its elements (mandatory: a reader's buffers, a batch) the
+larger of that and its largest element, and every other stage (those after it,
 other pipelines of a shared budget) that large: half of that share where there are such other stages (they
 may turn out larger: a ``map`` after it tripling each element, then ``batch``; found by
 ``bench/promises.py``), unless it holds ``buffer_size`` elements; the capacity never grows in an iteration
@@ -24,8 +25,8 @@ the order depend on what the other stages held. The capacity is recorded in the 
 capacity stops (it limits the buffer: the order starts to depend on it) is an event that makes a downstream
 parallel stage take a snapshot right after it (``replay_epoch``; a capacity that never limits the buffer
 makes none: a batch after the shuffle would save its partial batch by value). What can still differ between
-runs: the largest element a stage below has seen when the capacity is decided, where elements of different
-sizes are read ahead of the shuffle (a ``prefetch`` or parallel ``map`` before it), and the shares of a
+runs: the largest element a mandatory stage below (a reader's buffers, a batch) has seen when the capacity
+is decided, where it runs ahead of the shuffle (behind a ``prefetch`` or parallel ``map``), and the shares of a
 budget shared with other iterators (the process budget, without ``Options(memory_budget=...)``).
 
 State (bounded restore, exactly-once also below ``deterministic=False`` stages; a copy of the data only in
