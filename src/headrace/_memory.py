@@ -260,31 +260,66 @@ class MemoryBudget:
     def _recompute_caps(self) -> None:
         """Max-min fair shares (lock held): minimums first, then mandatory demand, then water filling."""
         self.assumed_element_bytes = max((a.unit_bytes() for a in self._accounts if a.seen), default=0)
-        largest = max((a.unit_bytes() for a in self._accounts), default=0)
-        self.reserve_bytes = min(self.limit_bytes // 4, max(self.limit_bytes // 16, largest))
-        remaining = float(self.limit_bytes - self.reserve_bytes)
-        for a in self._accounts:
-            a.cap_bytes = a.min_bytes()
-            remaining -= a.cap_bytes
-        for a in self._accounts:
+        self.reserve_bytes, caps = self._fair_caps(StageAccount.unit_bytes)
+        for a, cap in zip(self._accounts, caps, strict=True):
+            a.cap_bytes = cap
+
+    def _fair_caps(self, unit_of: Callable[[StageAccount], int]) -> tuple[int, list[float]]:
+        """The reserve and every account's cap (in ``self._accounts`` order) if one unit of each account's
+        work took ``unit_of(account)`` bytes (lock held; nothing changes)."""
+        units = [unit_of(a) for a in self._accounts]
+        reserve = min(self.limit_bytes // 4, max(self.limit_bytes // 16, max(units, default=0)))
+        remaining = float(self.limit_bytes - reserve)
+        caps = [float(a.min_units * u) for a, u in zip(self._accounts, units, strict=True)]
+        remaining -= sum(caps)
+
+        def demand(i: int) -> float:
+            a, u = self._accounts[i], units[i]
+            return 0.0 if u == 0 else math.inf if a.demand is None else float(max(a.demand, a.min_units)) * u
+
+        for i, a in enumerate(self._accounts):
             if a.mandatory and remaining > 0:
                 # An unbounded mandatory stage (an in-memory cache) is given what it holds and one more unit,
                 # not everything: it is not limited by its cap anyway, and an infinite demand left every
                 # other stage its minimum (cache().shuffle(100) shuffled with a buffer of one element).
-                want = a.demand_bytes() if a.demand is not None else float(a.held_bytes + a.unit_bytes())
-                extra = min(max(0.0, want - a.cap_bytes), remaining)
-                a.cap_bytes += extra
+                want = demand(i) if a.demand is not None else float(a.held_bytes + units[i])
+                extra = min(max(0.0, want - caps[i]), remaining)
+                caps[i] += extra
                 remaining -= extra
-        elastic = sorted((a for a in self._accounts if not a.mandatory),
-                         key=lambda a: a.demand_bytes() - a.cap_bytes)
+        elastic = sorted((i for i, a in enumerate(self._accounts) if not a.mandatory),
+                         key=lambda i: demand(i) - caps[i])
         left = len(elastic)
-        for a in elastic:
+        for i in elastic:
             share = max(0.0, remaining) / left
-            want = max(0.0, a.demand_bytes() - a.cap_bytes)
+            want = max(0.0, demand(i) - caps[i])
             extra = want if want <= share else share
-            a.cap_bytes += extra
+            caps[i] += extra
             remaining -= extra
             left -= 1
+        return reserve, caps
+
+    def model_share(self, acc: StageAccount, unit: int, below: tuple[str, ...]) -> tuple[float, bool]:
+        """``acc``'s cap if its unit took ``unit`` bytes, each mandatory account of the stages ``below`` it (its
+        input's, named ``stage`` or ``stage ...``: a reader's buffers, a batch being assembled) the larger of
+        ``unit`` and its largest element (learned or made; not its reservations), its elastic ones (a prefetch,
+        a parallel map: the elements it reads, as far as they have read ahead) and every other account
+        ``unit`` (and whether there is any other such): not what anyone holds now, nor how far the stages after
+        it have run, for a decision that must be reproducible (a seeded ``shuffle``'s byte capacity)."""
+        prefixes = tuple(f"{name} " for name in below)
+        others = False
+
+        def unit_of(a: StageAccount) -> int:
+            nonlocal others
+            if a is acc:
+                return unit
+            if a.stage in below or a.stage.startswith(prefixes):
+                return max(unit, a.max_element_bytes) if a.mandatory else unit
+            others = True
+            return unit
+
+        with self._cv:
+            _, caps = self._fair_caps(unit_of)
+            return caps[self._accounts.index(acc)], others
 
     def _close_account(self, acc: StageAccount) -> None:
         with self._cv:

@@ -162,6 +162,19 @@ class IteratorContext:
                 self._names[(id(node), base)] = name
         return name
 
+    def stages_below(self, node: Any) -> tuple[str, ...]:
+        """The stage names of the nodes ``node`` reads from (its inputs, theirs, ...) built so far: a stage's
+        accounts are named by its name, or by it and a space and what they hold (``"parquet buffers"``)."""
+        ids: set[int] = set()
+        todo = list(node.inputs)
+        while todo:
+            n = todo.pop()
+            if id(n) not in ids:
+                ids.add(id(n))
+                todo.extend(n.inputs)
+        with self._lock:
+            return tuple(name for (i, _), name in self._names.items() if i in ids)
+
     def account(self, stage: str, demand: int | None, *, mandatory: bool = False, min_units: int = 1,
                 hint: str | None = None) -> StageAccount:
         extra = {} if hint is None else {"hint": hint}

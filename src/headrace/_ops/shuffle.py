@@ -6,21 +6,28 @@ the next input element. With a ``seed`` the order is reproducible; with ``reshuf
 (default) every iterator (each ``iter(ds)``, each ``repeat`` epoch) draws its order from ``(seed, iteration
 path)`` (``headrace._ops.seeds``); the distribution is tf.data's, the random stream is not TensorFlow's.
 
-Memory: buffered elements are charged to an elastic account, each reserved before it is pulled. When no room
-is left for the next element (the stage's share of the budget, or the budget as a whole, is full), the buffer
-is capped at the bytes it holds then (one ``MemoryBudgetWarning``) and never grows past that byte capacity in
-this iteration: between two such events the output is a function of the input alone, and each event is
-recorded in the state and makes a downstream parallel stage take a snapshot right after it (``replay_epoch``),
-so a restore replays exactly what was produced. While another stage of the budget has not sized an element yet
-and the budget limits the buffer, it fills at most half of its share (the shares are guesses then: a ``map``
-downstream tripling each element, then ``batch``, needed more room than its guessed share, and the buffer that
-held it could drain only through that stage; found by ``bench/promises.py``). A downstream stage restores by
-skipping forward from its latest snapshot, a stretch in which the saved run had no event; so while a restore
-runs (``Iterator.set_state``, or ``skip_ahead``) the buffer fills to the recorded capacity, waiting for room
-in the budget as a whole (urgent: the consumer waits in ``set_state``; the stall breaker applies), and never
-caps afresh: that would draw from a buffer of another length and skip other elements than the saved run
-delivered (found by ``bench/promises.py``: a restore from a state saved after an earlier restore lost and
-repeated batches).
+Memory: buffered elements are charged to an elastic account, each reserved before it is pulled. The order
+is a function of the seed, the input (its elements and their sizes, in order) and the byte capacity, and the
+capacity a function of the budget's size, the pipeline's stages and the sizes of the elements pulled: never
+what the other stages hold at a moment, so two runs, and a run restored from a state (however many restores
+in a row), give the same order also under a budget that cannot hold ``buffer_size`` elements.
+Whenever the largest element pulled grows (the first one included), the capacity becomes the buffer's share
+of the budget as the budget's fair shares would give it if this stage's elements were that large, each stage
+below it (its input's) holding other things than its elements (mandatory: a reader's buffers, a batch) the
+larger of that and its largest element, and every other stage (those after it,
+other pipelines of a shared budget) that large: half of that share where there are such other stages (they
+may turn out larger: a ``map`` after it tripling each element, then ``batch``; found by
+``bench/promises.py``), unless it holds ``buffer_size`` elements; the capacity never grows in an iteration
+(one ``MemoryBudgetWarning`` when it first limits the buffer). The buffer holds elements while what it holds
+plus the largest element fits the capacity, and waits for room in the budget as a whole to pull the next one
+(as urgent as the pull it serves; the stall breaker applies) instead of shrinking: shrinking then would make
+the order depend on what the other stages held. The capacity is recorded in the state; the first fill a
+capacity stops (it limits the buffer: the order starts to depend on it) is an event that makes a downstream
+parallel stage take a snapshot right after it (``replay_epoch``; a capacity that never limits the buffer
+makes none: a batch after the shuffle would save its partial batch by value). What can still differ between
+runs: the largest element a mandatory stage below (a reader's buffers, a batch) has seen when the capacity
+is decided, where it runs ahead of the shuffle (behind a ``prefetch`` or parallel ``map``), and the shares of a
+budget shared with other iterators (the process budget, without ``Options(memory_budget=...)``).
 
 State (bounded restore, exactly-once also below ``deterministic=False`` stages; a copy of the data only in
 the one case below):
@@ -59,7 +66,7 @@ import numpy as np
 
 from .._args import as_seed, count_arg
 from .._errors import MemoryBudgetError, StateError
-from .._handoff import delivers_charged, hand_off, taking
+from .._handoff import delivers_charged, hand_off, taking, waiter_urgency
 from .._memory import Cancelled
 from .._structure import flatten, nbytes
 from . import by_value
@@ -137,6 +144,7 @@ class _ShuffleIterator(DatasetIterator):
         self._stage = stage
         self._buffer_size = node.buffer_size
         self._account = ctx.account(stage, node.buffer_size)
+        self._below = ctx.stages_below(node)  # the stages of its input (their accounts, in _fit_capacity)
         self._by_hash = not source.replays_deterministically()
         self._by_value = not source.replays_same_elements()  # hashes cannot find them again: keep the values
         self._every = max(64, node.buffer_size // 2)
@@ -146,6 +154,7 @@ class _ShuffleIterator(DatasetIterator):
         self._held = 0
         self._largest = 0  # the largest element pulled in this iteration (saved: the fill rule depends on it)
         self._capacity_changes = 0
+        self._limited_at: int | None = None  # the byte capacity that last limited the buffer (_note_limit)
         self._skipping = False  # in skip_ahead: no byte-capacity event (see there)
         self._start(0, None)
         self._pulls = 0
@@ -182,6 +191,10 @@ class _ShuffleIterator(DatasetIterator):
     def _fill(self) -> None:
         acc = self._account
         stop = stop_flag(self.ctx)
+        restoring = self._skipping or self.ctx.restoring.is_set()
+        # the consumer waits for this fill (or the pool worker's pull it serves is urgent): it may use the
+        # budget's reserve, and breaks a stall as the element the consumer waits for
+        urgent = _always if restoring else (waiter_urgency() or _always)
         while self._room_for_more():
             self._checkpoint()
             est = acc.estimate()
@@ -190,29 +203,40 @@ class _ShuffleIterator(DatasetIterator):
             # (shuffle(4).shuffle(4) of 2 MiB elements under 3 MiB counted each element twice: 1 s stalls)
             charged = est if delivers_charged(self._source) else 0
             est -= charged
-            if self._skipping or self.ctx.restoring.is_set():  # the recorded capacity, whatever the share now
-                reserved = acc.reserve(est, stop, urgent=_always, ignore_cap=True, charged_in=charged)
-            elif self._buf:
-                # While another stage has not sized an element, the shares are guesses (a map downstream may
-                # triple every element): when the budget limits this stage's share, fill at most half of it,
-                # so a stage found larger later is not left without room by a buffer that drains only
-                # through it.
-                cap = acc.cap_bytes
-                guess = (self._held + est > cap / 2 and cap < acc.demand_bytes()
-                         and acc.budget.sizes_unknown(acc))
-                reserved = None if guess else acc.try_reserve(est, charged_in=charged)
-                if reserved is None:  # no room now (this stage's share, or the budget as a whole)
-                    self._cap_bytes(self._held)
-                    return
-            else:
-                reserved = acc.reserve(est, stop, charged_in=charged)
+            # within the byte capacity (_fit_capacity): wait for room in the budget as a whole; what the other
+            # stages hold now never changes what the buffer holds, so never the order
+            reserved = acc.reserve(est, stop, urgent=urgent, ignore_cap=True, charged_in=charged)
+            largest = self._largest
             self._pull_into_buffer(reserved, len(self._buf))
+            if self._largest > largest:
+                self._fit_capacity()
+        self._note_limit()
+
+    def _fit_capacity(self) -> None:
+        """Whenever the largest element pulled grows (the first one included): the byte capacity becomes the
+        buffer's modelled share of the budget (``MemoryBudget.model_share``: from the budget's size, the
+        stages, this largest element and the largest elements of the stages before this one), or half of it
+        where other stages (those after this one) are modelled at this element's size (the half leaves room
+        for those whose elements turn out larger), unless it holds ``buffer_size`` elements of that size.
+        Never from what the stages hold at this moment."""
+        acc = self._account
+        share, others = acc.budget.model_share(acc, self._largest, self._below)
+        if share < self._buffer_size * self._largest:
+            self._cap_bytes(int(share // 2 if others else share))
 
     def _cap_bytes(self, byte_capacity: int) -> None:
-        """Hold at most ``byte_capacity`` bytes from now on in this iteration (recorded in the state; a
-        downstream stage snapshots right after it, see ``replay_epoch``)."""
+        """Hold at most ``byte_capacity`` bytes from now on in this iteration (recorded in the state)."""
         if self._byte_capacity is None or byte_capacity < self._byte_capacity:
             self._byte_capacity = byte_capacity
+
+    def _note_limit(self) -> None:
+        """After a fill: when the byte capacity stopped it (not ``buffer_size``, not the input's end), the first
+        time for this capacity, the order starts to depend on it: an event (one warning; a downstream stage
+        snapshots right after it, see ``replay_epoch``). A capacity that never limits the buffer changes nothing."""
+        cap = self._byte_capacity
+        if (cap is not None and cap != self._limited_at and self._buf and not self._input_done
+                and len(self._buf) < self._buffer_size and self._held + self._largest > cap):
+            self._limited_at = cap
             self._capacity_changes += 1
             self._account.warn_shrunk()
 
@@ -319,6 +343,7 @@ class _ShuffleIterator(DatasetIterator):
         self._drop_buffer()
         cap = state["byte_capacity"]
         self._start(int(state["draws"]), None if cap is None else int(cap))
+        self._limited_at = self._byte_capacity
         keys = state["keys"]
         base_pull = int(state["base_pull"])
         self._buf = [None] * len(keys)  # type: ignore[list-item]

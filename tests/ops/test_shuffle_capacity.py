@@ -1,0 +1,92 @@
+"""A seeded shuffle's order under a tight budget does not depend on what the other stages hold meanwhile.
+
+Issue #22: a shuffle that could not hold ``buffer_size`` elements capped its buffer at the bytes it held
+when the budget (its share, or the budget as a whole) had no room left, and did so at any draw: what the
+other stages held at that moment (a parallel map's results, a downstream batch) decided the buffer's length
+and so the order. Two uninterrupted runs could differ, and a restored run, whose stages held less, kept a
+buffer the uninterrupted run had shrunk (``tests/ops/test_restore_chains.py`` case 112, restored at 1). The
+byte capacity now follows from the budget's size, the stages and the largest element pulled only
+(``_ShuffleIterator._fit_capacity``). Here a neighbour account of the same budget holds 0 to 4 MiB while the
+buffer fills and drains, and has sized its elements or not: the order is the same, and a chain of restores
+continues it element by element.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import headrace as hr
+import headrace._iterator
+from headrace._memory import MemoryBudget, StageAccount
+from tests.conftest import assert_same_order, read_through_restores
+
+MiB = 1024**2
+N, BUFFER = 48, 32  # 32 elements of 1 MiB do not fit a 16 MiB budget: the buffer holds fewer
+
+
+class _Neighbour:
+    """Another stage of the budget whose holdings the pipeline's own map sets: ``level`` bytes (elements of
+    1 MiB: it has sized its elements then) while elements ``lo`` to ``hi`` are made, nothing otherwise
+    (re-made elements of a restore set it again)."""
+
+    def __init__(self, account: StageAccount, level: int, lo: int = 2, hi: int = 20) -> None:
+        self.account, self.level, self.lo, self.hi = account, level, lo, hi
+        self.held = 0
+        self.most = 0
+
+    def element(self, i: Any) -> np.ndarray:
+        want = self.level if self.lo <= int(i) < self.hi else 0
+        if want != self.held:
+            if self.held:
+                self.account.release(self.held, self.held // MiB)
+            if want:
+                self.account.hold(want, want // MiB)
+            self.held = want
+        self.most = max(self.most, want)
+        return np.full(MiB // 8, int(i), np.int64)
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, level: int, chain: list[int] | None) -> tuple[list[int], dict]:
+    budget = MemoryBudget(16 * MiB)
+    monkeypatch.setattr(headrace._iterator, "budget_for", lambda limit: budget)
+    neighbour = _Neighbour(budget.account("neighbour", 1), level)
+
+    def make() -> hr.Dataset:
+        return (hr.Dataset.range(N).map(neighbour.element).shuffle(BUFFER, seed=3)
+                .map(lambda x: int(x[0])))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
+        if chain is None:
+            with iter(make()) as it:
+                out = [int(x) for x in it]
+        else:
+            out = [int(x) for x in read_through_restores(make, chain)]
+    neighbour.element(-1)  # (gives its bytes back)
+    stats = {"peak": budget.peak_bytes, "overdraft": budget.overdraft_bytes, "neighbour": neighbour.most}
+    return out, stats
+
+
+def test_the_order_does_not_depend_on_what_another_stage_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    want, stats = _run(monkeypatch, 0, None)
+    assert sorted(want) == list(range(N))
+    assert want != sorted(want), "not shuffled at all"
+    for level in (2 * MiB, 4 * MiB):
+        got, stats = _run(monkeypatch, level, None)
+        assert stats["neighbour"] == level and stats["overdraft"] == 0 and stats["peak"] <= 16 * MiB, stats
+        assert_same_order(got, want, f"the neighbour holding {level} bytes while the buffer fills")
+
+
+@pytest.mark.parametrize("chain", [[1], [0, 5], [3, 1, 4], [0, 0, 9, 2]])
+def test_a_chain_of_restores_continues_the_straight_order(monkeypatch: pytest.MonkeyPatch,
+                                                          chain: list[int]) -> None:
+    want, _ = _run(monkeypatch, 0, None)
+    for level in (0, 4 * MiB):
+        got, stats = _run(monkeypatch, level, chain)
+        assert stats["overdraft"] == 0, stats
+        assert sorted(got) == list(range(N)), f"not exactly once: {chain}, neighbour {level}"
+        assert_same_order(got, want, f"restored at {chain}, the neighbour holding {level} bytes")
