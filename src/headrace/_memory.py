@@ -688,11 +688,15 @@ class StageAccount:
                 self.seen = True
                 b._recompute_caps()
 
-    def force(self, nbytes: int) -> None:
+    def force(self, nbytes: int, *, refuse: bool = False) -> None:
         """Charge ``nbytes`` that already exist beyond what was reserved for them, without waiting (an
-        element larger than its estimate); counted as an estimate miss."""
+        element larger than its estimate, a worker process that grew); counted as an estimate miss.
+        ``refuse``: where they would go over the budget and cannot fit beside what the other stages cannot
+        give back first (``_check_feasible``), raise ``MemoryBudgetError`` instead, nothing charged."""
         b = self.budget
         with b._cv:
+            if refuse and b.total_bytes + nbytes > b.limit_bytes:
+                self._check_feasible(nbytes if self.mandatory else self.held_bytes + nbytes)
             b.miss_bytes += nbytes
             self._take(nbytes)
 

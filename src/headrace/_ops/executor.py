@@ -288,6 +288,7 @@ class AutoExecutor:
         workers = min(self.max_workers, self.cpu_budget)
         self._procs = ProcessExecutor(self.fn, self.stage, self.ctx, workers, why, self.measured)
         procs = self._procs.workers
+        procs.memory.refuse_growth = False  # a worker that grows past the budget sends this stage back to threads
         stop = self._stop_start
 
         def start_one() -> None:

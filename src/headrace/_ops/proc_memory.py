@@ -146,6 +146,9 @@ class WorkerMemory:
             hint="use fewer worker processes (num_parallel_calls) or map_executor='thread'")
         self.account.promised_bytes = WORKER_ESTIMATE_BYTES  # its first worker, in the workers' share
         self.measured = False  # a worker's footprint was measured after a call
+        # growth that cannot fit beside the other stages' needs is refused (an "auto" executor moves back to
+        # threads instead, and turns this off)
+        self.refuse_growth = True
         self.declined = 0      # starts refused for lack of budget
         self.declined_s = 0.0  # when the last one was
 
@@ -224,8 +227,8 @@ class WorkerMemory:
         if first:
             proc.floor = 0
         delta = max(proc.floor, proc.own + segs) - proc.footprint
-        if delta > 0:
-            self.account.force(delta)
+        if delta > 0:  # a worker that grew past what the budget can ever hold ends the pipeline, not overdraws
+            self.account.force(delta, refuse=self.refuse_growth)
             proc.footprint += delta
         elif delta < 0 and first:
             self.uncharge(proc, -delta)

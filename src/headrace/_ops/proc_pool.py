@@ -56,7 +56,7 @@ from typing import Any
 
 import psutil
 
-from .._errors import RemoteTraceback, WorkerError
+from .._errors import MemoryBudgetError, RemoteTraceback, WorkerError
 from .._memory import WAIT_SLICE_S, Cancelled, MemoryBudget
 from .._sync import Condition
 from .proc_child import child_command, encode, receive_frames, send_value
@@ -494,14 +494,22 @@ class ProcessWorkers:
             raise
         except BaseException as e:
             if isinstance(e.__cause__, RemoteTraceback):
-                proc.remeasure()
+                self._remeasure(proc)
                 self.checkin(proc)  # the function raised: the worker is fine
             else:
                 self.discard(proc)
             raise
-        proc.remeasure()
+        self._remeasure(proc)
         self.checkin(proc)
         return value
+
+    def _remeasure(self, proc: _Proc) -> None:
+        """``proc.remeasure()``; a worker grown past what the budget can hold (``MemoryBudgetError``) is ended."""
+        try:
+            proc.remeasure()
+        except MemoryBudgetError:
+            self.discard(proc)
+            raise
 
     # -- reporting / shutdown -------------------------------------------------------------------------
     def pids(self) -> list[int]:
