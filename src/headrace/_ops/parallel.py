@@ -891,9 +891,13 @@ class ParallelApplier:
                     "index": self._index_base + prefix}
 
     def _inline_state(self) -> dict[str, Any] | None:
-        """After inline calls and with nothing in flight, the input's position *is* the prefix's."""
-        if not self._acquire_input(self._stop):
-            return None
+        """After inline calls and with nothing in flight, the input's position *is* the prefix's. Waiting for
+        the input lock ends once a worker has taken it and snapshotted (``_resnapshot_after_inline``): the
+        snapshots then say the state, and that worker may be waiting for budget room that only this consumer's
+        progress frees (sweep seed 400 under load: ``get_state`` inside ``next()`` waited for ever)."""
+        while not self._input_lock.acquire(timeout=WAIT_SLICE_S):
+            if self._stop.is_set() or not self._inline_dirty:
+                return None
         try:
             with self._cv:
                 if (self._next_seq != self._prefix or self._beyond or self._results
