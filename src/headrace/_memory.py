@@ -476,14 +476,19 @@ class StageAccount:
         if not others:  # (one that holds nothing now is not counted: a restore's replay of a reader not read)
             return
         needs = [(self.stage, self.held_bytes + nbytes)] + [(a.stage, a.held_bytes) for a in others]
+        self._refuse_over(needs, f"{len(needs)} readers are open at once and each holds its buffers while the "
+                                 "others read", "together", "read fewer at once (a smaller interleave cycle_length), "
+                                 "raise Options(memory_budget=...)")
+
+    def _refuse_over(self, needs: list[tuple[str, int]], what: str, when: str, fix: str) -> None:
+        """``MemoryBudgetError`` naming each ``(stage, bytes)`` of ``needs`` if together they exceed the budget."""
+        limit = self.budget.limit_bytes
         total = sum(n for _, n in needs)
-        if total > b.limit_bytes:
+        if total > limit:
             each = ", ".join(f"{stage} {format_bytes(n)}" for stage, n in needs)
             raise MemoryBudgetError(
-                f"{len(needs)} readers are open at once and each holds its buffers while the others read "
-                f"({each}): {format_bytes(total)} ({total} bytes) together, more than the whole memory budget "
-                f"of {format_bytes(b.limit_bytes)} ({b.limit_bytes} bytes); read fewer at once (a smaller "
-                f"interleave cycle_length), raise Options(memory_budget=...) or {self.hint}")
+                f"{what} ({each}): {format_bytes(total)} ({total} bytes) {when}, more than the whole memory "
+                f"budget of {format_bytes(limit)} ({limit} bytes); {fix} or {self.hint}")
 
     def _check_feasible(self, nbytes: int) -> None:
         """At a stall (nothing released for ``STALL_S``, the consumer waiting): ``MemoryBudgetError`` if this
@@ -506,15 +511,9 @@ class StageAccount:
                 least = max(float(a.held_bytes), least)
             if least > 0:
                 needs.append((a.stage, int(least)))
-        total = sum(n for _, n in needs)
-        if total <= b.limit_bytes:
-            return
-        each = ", ".join(f"{stage} {format_bytes(n)}" for stage, n in needs)
-        raise MemoryBudgetError(
-            f"{self.stage}: needs {format_bytes(nbytes)} more while the pipeline's stages hold what they cannot "
-            f"give back first and need their minimum ({each}): {format_bytes(total)} ({total} bytes) at once, "
-            f"more than the whole memory budget of {format_bytes(b.limit_bytes)} ({b.limit_bytes} bytes); raise "
-            f"Options(memory_budget=...) or {self.hint}")
+        self._refuse_over(needs, f"{self.stage}: needs {format_bytes(nbytes)} more while the pipeline's stages "
+                                 "hold what they cannot give back first and need their minimum", "at once",
+                          "raise Options(memory_budget=...)")
 
     def _check_possible(self, nbytes: int) -> None:
         limit = self.budget.limit_bytes
