@@ -264,20 +264,22 @@ class MemoryBudget:
         for a, cap in zip(self._accounts, caps, strict=True):
             a.cap_bytes = cap
 
-    def _fair_caps(self, unit_of: Callable[[StageAccount], int]) -> tuple[int, list[float]]:
-        """The reserve and every account's cap (in ``self._accounts`` order) if one unit of each account's
-        work took ``unit_of(account)`` bytes (lock held; nothing changes)."""
-        units = [unit_of(a) for a in self._accounts]
+    def _fair_caps(self, unit_of: Callable[[StageAccount], int],
+                   accounts: list[StageAccount] | None = None) -> tuple[int, list[float]]:
+        """The reserve and every account's cap (in the order of ``accounts``, default all) if one unit of each
+        account's work took ``unit_of(account)`` bytes (lock held; nothing changes)."""
+        accounts = self._accounts if accounts is None else accounts
+        units = [unit_of(a) for a in accounts]
         reserve = min(self.limit_bytes // 4, max(self.limit_bytes // 16, max(units, default=0)))
         remaining = float(self.limit_bytes - reserve)
-        caps = [float(a.min_units * u) for a, u in zip(self._accounts, units, strict=True)]
+        caps = [float(a.min_units * u) for a, u in zip(accounts, units, strict=True)]
         remaining -= sum(caps)
 
         def demand(i: int) -> float:
-            a, u = self._accounts[i], units[i]
+            a, u = accounts[i], units[i]
             return 0.0 if u == 0 else math.inf if a.demand is None else float(max(a.demand, a.min_units)) * u
 
-        for i, a in enumerate(self._accounts):
+        for i, a in enumerate(accounts):
             if a.mandatory and remaining > 0:
                 # An unbounded mandatory stage (an in-memory cache) is given what it holds and one more unit,
                 # not everything: it is not limited by its cap anyway, and an infinite demand left every
@@ -286,7 +288,7 @@ class MemoryBudget:
                 extra = min(max(0.0, want - caps[i]), remaining)
                 caps[i] += extra
                 remaining -= extra
-        elastic = sorted((i for i, a in enumerate(self._accounts) if not a.mandatory),
+        elastic = sorted((i for i, a in enumerate(accounts) if not a.mandatory),
                          key=lambda i: demand(i) - caps[i])
         left = len(elastic)
         for i in elastic:
@@ -317,9 +319,10 @@ class MemoryBudget:
             others = True
             return unit
 
-        with self._cv:
-            _, caps = self._fair_caps(unit_of)
-            return caps[self._accounts.index(acc)], others
+        with self._cv:  # the accounts of datasets made while the pipeline runs come and go with timing: left out
+            accounts = [a for a in self._accounts if not a.nested or a is acc]
+            _, caps = self._fair_caps(unit_of, accounts)
+            return caps[accounts.index(acc)], others
 
     def _close_account(self, acc: StageAccount) -> None:
         with self._cv:
@@ -395,6 +398,8 @@ class StageAccount:
         self.holds_between = False
         # Keeps what it holds until the iterator closes (an in-memory cache, unique's values): see _check_feasible.
         self.keeps = False
+        # Of a dataset made while the pipeline runs (an interleave's slot): left out of model_share.
+        self.nested = False
 
     # estimates ----------------------------------------------------------------------------------------
     def unit_bytes(self) -> int:

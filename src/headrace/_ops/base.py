@@ -33,10 +33,11 @@ the settings on restore and close the inputs.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._errors import StateError
@@ -95,6 +96,19 @@ class IteratorContext:
         self.resources: dict[str, Any] = {}  # per iteration, shared by copies: worker processes
         self.tunings: dict[str, Any] = {}    # per iteration: AUTOTUNE settings per stage (headrace._ops.tuner)
         self.warnings: Any = None  # headrace._warn.PipelineWarnings: the stages' warnings, at the user's line
+        self._building = threading.local()  # .nested: building a dataset made while the pipeline runs
+
+    @contextlib.contextmanager
+    def nested_build(self) -> Iterator[None]:
+        """Iterators built inside are of a dataset made while the pipeline runs (an ``interleave`` /
+        ``flat_map`` function's result): their accounts come and go with it (``StageAccount.nested``), so a
+        decision that must be reproducible (a seeded shuffle's capacity) leaves them out."""
+        b = self._building
+        b.nested = getattr(b, "nested", 0) + 1
+        try:
+            yield
+        finally:
+            b.nested -= 1
 
     def resource(self, key: str, make: Callable[[], Any]) -> Any:
         """The object kept under ``key`` for this iteration (made by ``make()`` the first time): what a stage
@@ -181,6 +195,7 @@ class IteratorContext:
         acc = self.budget.account(stage, demand, mandatory=mandatory, min_units=min_units, owner=self.owner,
                                   **extra)
         acc.warnings = self.warnings
+        acc.nested = getattr(self._building, "nested", 0) > 0
         return acc
 
     def deterministic(self, value: bool | None) -> bool:

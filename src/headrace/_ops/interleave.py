@@ -221,7 +221,8 @@ class _InterleaveIterator(DatasetIterator):
             raise note_error(TypeError(f"{self._stage}: map_func returned {type(ds).__name__}; it must return a "
                                        "headrace.Dataset (e.g. headrace.io.TFRecordDataset(filename))"),
                              self._stage, i)
-        it = node.make_iterator(self.ctx)
+        with self.ctx.nested_build():
+            it = node.make_iterator(self.ctx)
         if self._parallel:
             it = PoolIterator(self.ctx, it, _identity, f"{self._stage}[slot {slot}]", 1, True,
                               kind="interleave_slot", window=self._slot_window, account=self._account,
