@@ -537,4 +537,4 @@ class Tuner:
         return {"state": self.state, "trials": self.trials, "accepted": list(self.accepted),
                 "converged_after_s": self.converged_after_s, "rate_per_s": round(self.last_rate, 1),
                 "cpu_budget": self.cpu_budget, "cpu_granted": round(self.cpu_granted, 2),
-                "history": [dict(h) for h in self.history]}
+                "history": [dict(h) for h in list(self.history)]}  # (list() in C: the tuner thread appends)
