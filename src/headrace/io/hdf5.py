@@ -221,13 +221,12 @@ class _HDF5Iterator(BlockRowIterator):
             block = self.rows_per_block(ds.row_bytes, ds.block_rows)
             end = min(ds.stop, (start // block + 1) * block)
         try:
-            block = {key: self._read(key, start, end) for key in ds.keys}
+            return self._read_rows(start, end)
         except (OSError, RuntimeError) as e:
-            self.release_work()
             if ds.batch_size is None:  # a block cut at a budget-sized length may hold good rows of other chunks
                 bad = self._damaged_chunk(start, end)
                 if bad is not None and bad[0] > start:
-                    return self._read_good(start, bad[0])
+                    return self._read_rows(start, bad[0])
                 if bad is not None:
                     end = bad[1]
             # Continue after the failed rows (ignore_errors would otherwise re-read them forever); they are
@@ -237,12 +236,9 @@ class _HDF5Iterator(BlockRowIterator):
                                 "the chunk is corrupt (those rows are skipped under ignore_errors)",
                                 path=ds.path, reason="bad chunk",
                                 lost_elements=1 if ds.batch_size is not None else end - start) from e
-        finally:
-            self.release_work()
-        self._block_start, self._next = start, end
-        return block
 
-    def _read_good(self, start: int, end: int) -> dict[str, np.ndarray]:
+    def _read_rows(self, start: int, end: int) -> dict[str, np.ndarray]:
+        """Rows ``[start, end)`` of every key, now the block in hand (the read's buffers released after)."""
         try:
             block = {key: self._read(key, start, end) for key in self._ds.keys}
         finally:
@@ -257,15 +253,14 @@ class _HDF5Iterator(BlockRowIterator):
         on into good ones: only the damaged chunk's rows are lost (a block of rows 15..30 over a damaged
         chunk 0..16 lost rows 16..29 too)."""
         ds = self._ds
-        for row in sorted({start, *(c for key in ds.keys if ds.chunks[key]
-                                     for c in range(start // ds.chunks[key][0] * ds.chunks[key][0]
-                                                    + ds.chunks[key][0], end, ds.chunks[key][0]))}):
-            for key in ds.keys:
+        lengths = {key: ds.chunks[key][0] if ds.chunks[key] else ds.stop for key in ds.keys}
+        firsts = {start} | {c for n in lengths.values() for c in range((start // n + 1) * n, end, n)}
+        for row in sorted(firsts):
+            for key, n in lengths.items():
                 try:
                     self._read(key, row, row + 1)
                 except (OSError, RuntimeError):
-                    length = ds.chunks[key][0] if ds.chunks[key] else ds.stop - ds.start
-                    return row, min(ds.stop, (row // length + 1) * length) if ds.chunks[key] else ds.stop
+                    return row, min(ds.stop, (row // n + 1) * n)
                 finally:
                     self.release_work()
         return None
