@@ -235,6 +235,11 @@ class DatasetIterator:
     """
 
     kind = "iterator"
+    #: Each element depends on the input's order or position, not only on one input element: the op groups,
+    #: pairs, counts, cuts or carries state along the stream (``zip``, ``batch``, ``window``, ``scan``, ``take``
+    #: ...). Below a ``deterministic=False`` stage a re-read then makes other elements
+    #: (``replays_same_elements``), and a shuffle above keeps its buffer by value.
+    depends_on_input_order = False
     ctx: IteratorContext | None = None
     _closed = False
 
@@ -331,9 +336,12 @@ class DatasetIterator:
 
     def replays_same_elements(self) -> bool:
         """Whether re-reading after ``set_state`` yields the same elements, in any order (a shuffle's hash
-        keys need it); False where a stage combines elements of a ``deterministic=False`` input by position
-        (a zip pairs other elements on each pass)."""
-        return all(child.replays_same_elements() for child in self._children() if child is not None)
+        keys need it); False where a stage whose elements depend on its input's order
+        (``depends_on_input_order``) reads an input that does not replay in order (below ``deterministic=False``)."""
+        children = [child for child in self._children() if child is not None]
+        if self.depends_on_input_order and not all(child.replays_deterministically() for child in children):
+            return False
+        return all(child.replays_same_elements() for child in children)
 
     def skip_ahead(self, n: int) -> None:
         """Advance ``n`` positions (an element that raises counts as one); sources override it to seek."""

@@ -114,6 +114,7 @@ class _BatchIterator(DatasetIterator):
     """Gathers ``batch_size`` elements; combines them (``combine``) or hands them on as a group (parallel)."""
 
     kind = "batch_gather"
+    depends_on_input_order = True  # consecutive elements
 
     def __init__(self, ctx: IteratorContext, source: DatasetIterator, account: StageAccount, batch_size: int,
                  drop_remainder: bool, stage: str, combine: Callable[[list[Any], str], Any] | None) -> None:
@@ -285,10 +286,6 @@ class _BatchIterator(DatasetIterator):
     def _close_self(self) -> None:
         self._drop_items()
         self._account.close()
-
-    def replays_same_elements(self) -> bool:
-        # a batch groups consecutive elements: re-reading an input that delivers in another order groups others
-        return self._source.replays_deterministically()
 
     def _children(self) -> list[DatasetIterator]:
         return [self._source]

@@ -47,6 +47,7 @@ class PredicateIterator(UnaryIterator):
         self._predicate = predicate
         self._stage = stage
         self._stop_on_false = stop_on_false
+        self.depends_on_input_order = stop_on_false  # take_while: the elements before the first false
         self._index = 0
         self._done = False
 

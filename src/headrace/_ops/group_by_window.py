@@ -84,6 +84,7 @@ class GroupByWindowNode(DatasetNode):
 
 
 class _GroupIterator(UnaryIterator):
+    depends_on_input_order = True  # consecutive elements of a key
     kind = "group_by_window"
 
     def __init__(self, ctx: IteratorContext, source: DatasetIterator, node: GroupByWindowNode, stage: str) -> None:

@@ -69,6 +69,7 @@ class RejectionResampleNode(DatasetNode):
 
 
 class _ResampleIterator(UnaryIterator):
+    depends_on_input_order = True  # the acceptance draws go by position
     kind = "rejection_resample"
 
     def __init__(self, ctx: IteratorContext, source: DatasetIterator, node: RejectionResampleNode, stage: str) -> None:

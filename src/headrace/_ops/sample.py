@@ -47,6 +47,8 @@ def _check_datasets(datasets: Sequence[Any], what: str) -> list[DatasetNode]:
 class _MultiSourceIterator(MultiInputIterator):
     """Holds several input iterators and their exhausted flags; subclasses pick the next source."""
 
+    depends_on_input_order = True  # each input's next element, by position
+
     def __init__(self, ctx: IteratorContext, sources: list[DatasetIterator], stop_on_empty: bool) -> None:
         super().__init__(ctx, sources)
         self._exhausted = [False] * len(sources)

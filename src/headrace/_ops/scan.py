@@ -54,6 +54,7 @@ class ScanNode(DatasetNode):
 
 
 class _ScanIterator(UnaryIterator):
+    depends_on_input_order = True  # the state carried along the stream
     kind = "scan"
 
     def __init__(self, ctx: IteratorContext, source: DatasetIterator, node: ScanNode, stage: str) -> None:

@@ -49,11 +49,12 @@ the position in the epoch or of an upstream ``repeat``. State size: one int or o
 buffered element. Hash keys need a set-deterministic input (the same elements on every pass, in any order):
 a map drawing unseeded random numbers is not, and restoring it raises ``StateError``.
 
-Behind a stage that combines elements of a ``deterministic=False`` input by position (a ``zip`` of it with
-another input, a ``batch`` of it: each re-read pairs or groups other elements, ``replays_same_elements()``
-is False), no key can find a
-buffered element again, so the state holds the buffered elements by value (``keys_by: "value"``,
-:mod:`by_value`) and the input's state now; the restore is exact, the state as large as the buffer.
+Behind a stage whose elements depend on the order of a ``deterministic=False`` input (a ``zip`` of it with
+another input, a ``batch``, ``window``, ``group_by_window``, ``scan``, ``take`` of it: each re-read pairs,
+groups, counts or cuts other elements; ``DatasetIterator.depends_on_input_order``, so
+``replays_same_elements()`` is False), no key can find a buffered element again, so the state holds the
+buffered elements by value (``keys_by: "value"``, :mod:`by_value`) and the input's state now; the restore is
+exact, the state as large as the buffer.
 """
 
 from __future__ import annotations

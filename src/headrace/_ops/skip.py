@@ -29,6 +29,7 @@ class SkipNode(DatasetNode):
 
 
 class _SkipIterator(UnaryIterator):
+    depends_on_input_order = True  # the first `count` of the input order
     kind = "skip"
 
     def __init__(self, ctx: IteratorContext, source: DatasetIterator, count: int) -> None:

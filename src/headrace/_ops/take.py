@@ -31,6 +31,7 @@ class TakeNode(DatasetNode):
 
 
 class _TakeIterator(UnaryIterator):
+    depends_on_input_order = True  # the first `count` of the input order
     kind = "take"
 
     def __init__(self, ctx: IteratorContext, source: DatasetIterator, count: int) -> None:

@@ -62,6 +62,7 @@ class WindowNode(DatasetNode):
 
 
 class _WindowIterator(UnaryIterator):
+    depends_on_input_order = True  # consecutive elements
     kind = "window"
 
     def __init__(self, ctx: IteratorContext, source: DatasetIterator, node: WindowNode, stage: str) -> None:

@@ -68,6 +68,7 @@ class _ZipIterator(MultiInputIterator):
 
     def __init__(self, ctx: IteratorContext, sources: list[DatasetIterator], structure: Any) -> None:
         super().__init__(ctx, sources)
+        self.depends_on_input_order = len(sources) > 1  # pairs the inputs' elements by position
         self._structure = structure
         self._ended = False
 
@@ -97,13 +98,6 @@ class _ZipIterator(MultiInputIterator):
         if ended:
             raise StopIteration
         return pack_as(self._structure, values)
-
-    def replays_same_elements(self) -> bool:
-        # each input's order may differ on a re-read below deterministic=False: the pairs differ then
-        sources = self._sources
-        if len(sources) > 1 and not all(s.replays_deterministically() for s in sources):
-            return False
-        return super().replays_same_elements()
 
     def _counters(self) -> dict[str, Any]:
         return {"ended": self._ended}
