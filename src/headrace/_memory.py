@@ -264,11 +264,13 @@ class MemoryBudget:
         for a, cap in zip(self._accounts, caps, strict=True):
             a.cap_bytes = cap
 
-    def _fair_caps(self, unit_of: Callable[[StageAccount], int],
-                   accounts: list[StageAccount] | None = None) -> tuple[int, list[float]]:
+    def _fair_caps(self, unit_of: Callable[[StageAccount], int], accounts: list[StageAccount] | None = None,
+                   *, at_start: bool = False) -> tuple[int, list[float]]:
         """The reserve and every account's cap (in the order of ``accounts``, default all) if one unit of each
-        account's work took ``unit_of(account)`` bytes (lock held; nothing changes)."""
+        account's work took ``unit_of(account)`` bytes (lock held; nothing changes); ``at_start``: with the
+        demands the stages started with, before AUTOTUNE moved them."""
         accounts = self._accounts if accounts is None else accounts
+        demands = [a.start_demand if at_start else a.demand for a in accounts]
         units = [unit_of(a) for a in accounts]
         reserve = min(self.limit_bytes // 4, max(self.limit_bytes // 16, max(units, default=0)))
         remaining = float(self.limit_bytes - reserve)
@@ -276,15 +278,15 @@ class MemoryBudget:
         remaining -= sum(caps)
 
         def demand(i: int) -> float:
-            a, u = accounts[i], units[i]
-            return 0.0 if u == 0 else math.inf if a.demand is None else float(max(a.demand, a.min_units)) * u
+            d, u = demands[i], units[i]
+            return 0.0 if u == 0 else math.inf if d is None else float(max(d, accounts[i].min_units)) * u
 
         for i, a in enumerate(accounts):
             if a.mandatory and remaining > 0:
                 # An unbounded mandatory stage (an in-memory cache) is given what it holds and one more unit,
                 # not everything: it is not limited by its cap anyway, and an infinite demand left every
                 # other stage its minimum (cache().shuffle(100) shuffled with a buffer of one element).
-                want = demand(i) if a.demand is not None else float(a.held_bytes + units[i])
+                want = demand(i) if demands[i] is not None else float(a.held_bytes + units[i])
                 extra = min(max(0.0, want - caps[i]), remaining)
                 caps[i] += extra
                 remaining -= extra
@@ -305,8 +307,9 @@ class MemoryBudget:
         input's, named ``stage`` or ``stage ...``: a reader's buffers, a batch being assembled) the larger of
         ``unit`` and its largest element (learned or made; not its reservations), its elastic ones (a prefetch,
         a parallel map: the elements it reads, as far as they have read ahead) and every other account
-        ``unit`` (and whether there is any other such): not what anyone holds now, nor how far the stages after
-        it have run, for a decision that must be reproducible (a seeded ``shuffle``'s byte capacity)."""
+        ``unit`` (and whether there is any other such), each with the demand it started with: not what anyone
+        holds now, how far the stages after it have run, nor what AUTOTUNE made of their buffers since, for a
+        decision that must be reproducible (a seeded ``shuffle``'s byte capacity)."""
         prefixes = tuple(f"{name} " for name in below)
         others = False
 
@@ -321,7 +324,7 @@ class MemoryBudget:
 
         with self._cv:  # the accounts of datasets made while the pipeline runs come and go with timing: left out
             accounts = [a for a in self._accounts if not a.nested or a is acc]
-            _, caps = self._fair_caps(unit_of, accounts)
+            _, caps = self._fair_caps(unit_of, accounts, at_start=True)
             return caps[accounts.index(acc)], others
 
     def _close_account(self, acc: StageAccount) -> None:
@@ -374,6 +377,7 @@ class StageAccount:
         self.hint = hint
         self.stage = stage
         self.demand = demand
+        self.start_demand = demand  # before AUTOTUNE moved it: what a reproducible model reads (model_share)
         self.mandatory = mandatory
         self.min_units = min_units
         self.owner = owner
@@ -660,10 +664,13 @@ class StageAccount:
             if grew:
                 b._recompute_caps()
 
-    def set_demand(self, demand: int | None) -> None:
-        """The stage now wants up to ``demand`` elements (AUTOTUNE changed its buffer): shares recomputed."""
+    def set_demand(self, demand: int | None, *, start: bool = False) -> None:
+        """The stage now wants up to ``demand`` elements (AUTOTUNE changed its buffer): shares recomputed.
+        ``start``: the stage's starting value, set while the pipeline is built (``start_demand``)."""
         b = self.budget
         with b._cv:
+            if start:
+                self.start_demand = demand
             if demand != self.demand:
                 self.demand = demand
                 b._recompute_caps()

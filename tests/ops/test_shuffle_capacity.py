@@ -119,3 +119,46 @@ def test_accounts_of_datasets_made_while_the_pipeline_runs_do_not_move_the_capac
     assert inner.nested and not ctx.account("outer", 4).nested
     runs = [first_bytes() for _ in range(4)]
     assert all(r == runs[0] for r in runs[1:]) and sorted(runs[0]) == sorted(runs[1])
+
+
+class _Tuned:
+    """Another stage whose buffer AUTOTUNE resizes: its demand is ``demand`` elements while elements ``lo`` to
+    ``hi`` are made, its starting demand otherwise (the tuner thread's timing decides when, in a pipeline)."""
+
+    def __init__(self, account: StageAccount, demand: int, lo: int = 0, hi: int = 20) -> None:
+        self.account, self.demand, self.lo, self.hi = account, demand, lo, hi
+        self.start = account.demand
+
+    def element(self, i: Any) -> np.ndarray:
+        self.account.set_demand(self.demand if self.lo <= int(i) < self.hi else self.start)
+        return np.full(MiB // 8, int(i), np.int64)
+
+
+@pytest.mark.parametrize("chain", [None, [3, 1]])
+def test_the_order_does_not_depend_on_autotune_resizing_another_stage(monkeypatch: pytest.MonkeyPatch,
+                                                                       chain: list[int] | None) -> None:
+    """A prefetch's or parallel map's demand moves when the tuner thread says so; a capacity modelled from
+    it moved with it. The model takes each stage's demand at the start of the pipeline."""
+
+    def run(demand: int) -> list[int]:
+        budget = MemoryBudget(16 * MiB)
+        monkeypatch.setattr(headrace._iterator, "budget_for", lambda limit: budget)
+        tuned = _Tuned(budget.account("prefetch", 1), demand)
+
+        def make() -> hr.Dataset:
+            return hr.Dataset.range(N).map(tuned.element).shuffle(BUFFER, seed=3).map(lambda x: int(x[0]))
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
+            if chain is None:
+                with iter(make()) as it:
+                    out = [int(x) for x in it]
+            else:
+                out = [int(x) for x in read_through_restores(make, chain)]
+        assert budget.overdraft_bytes == 0
+        return out
+
+    want = run(1)
+    assert sorted(want) == list(range(N))
+    for demand in (4, 64):
+        assert_same_order(run(demand), want, f"another stage's demand tuned from 1 to {demand}")

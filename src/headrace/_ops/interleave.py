@@ -172,14 +172,15 @@ class _InterleaveIterator(DatasetIterator):
                        f"AUTOTUNE start: {self._read_ahead} elements per slot (within its share of the budget)")
                 t.add(self)
                 for name, k in t.knobs.items():
-                    self.apply_knob(name, k.value)
+                    self.apply_knob(name, k.value, start=True)
 
     # ---- AUTOTUNE (headrace._ops.tuner) ------------------------------------------------------------------
-    def apply_knob(self, name: str, value: int) -> None:
+    def apply_knob(self, name: str, value: int, *, start: bool = False) -> None:
+        """Set knob ``name`` to ``value`` (the tuner thread; ``start``: its starting value, while building)."""
         if name == "read_ahead":
             self._read_ahead = max(1, value)
             if self._account is not None:
-                self._account.set_demand(self._cycle_length * self._read_ahead)
+                self._account.set_demand(self._cycle_length * self._read_ahead, start=start)
         elif name == "parallel_slots":
             self._parallel_slots = value
             for j, slot in enumerate(list(self._slots)):

@@ -1018,22 +1018,23 @@ class PoolIterator(DatasetIterator):
         t.add(self)
         self._tuning = t
         for name, k in t.knobs.items():
-            self.apply_knob(name, k.value)
+            self.apply_knob(name, k.value, start=True)
 
-    def apply_knob(self, name: str, value: int) -> None:
+    def apply_knob(self, name: str, value: int, *, start: bool = False) -> None:
+        """Set knob ``name`` to ``value`` (the tuner thread; ``start``: its starting value, while building)."""
         pool = self._pool
         if name == "workers":
             pool.set_workers(value)
         elif name == "window":
             pool.set_window(value)
             if self._owns_account:
-                self._account.set_demand(value)
+                self._account.set_demand(value, start=start)
         elif name == "buffer":
             pool.set_workers(1 if value > 0 else 0)
             if value > 0:
                 pool.set_window(value)
                 if self._owns_account:
-                    self._account.set_demand(value)
+                    self._account.set_demand(value, start=start)
 
     def tuning_stats(self) -> dict[str, Any]:
         return self._pool.stats()
