@@ -2,8 +2,9 @@
 around it (:class:`PoolIterator`).
 
 Used by parallel ``map``, ``prefetch`` (one worker, identity), parallel ``batch`` and ``interleave``'s slots.
-:class:`ParallelApplier` is assembled from one part per concern, each in its module (they share the pool's
-fields, so that the per-element paths read them without a call):
+:class:`ParallelApplier` is one object assembled from one part per concern, each in its module; the parts
+share the pool's fields, listed with their owners in ``pool_fields``, so that the per-element paths read them
+without a call:
 
 - ``pool_order``: the results window: sequence numbers, at most ``window`` elements in flight, the order the
   consumer takes results in (``deterministic``), errors re-raised at their position; the consumer's ``next()``;

@@ -23,6 +23,7 @@ from typing import Any
 from .._memory import Cancelled
 from .._sync import Flag
 from .base import note_error
+from .pool_fields import PoolFields
 from .pool_stats import PoolStats
 
 LEAN_TIMING_EVERY = 8
@@ -30,12 +31,9 @@ LEAN_TIMING_EVERY = 8
 LEAN_TIMING_MASK = LEAN_TIMING_EVERY - 1
 
 
-class InlinePath:
-    """The consumer-thread paths of :class:`~headrace._ops.parallel.ParallelApplier` (a mixin)."""
-
-    _inline_direct: bool
-    _inline_stats: PoolStats
-    _lean: bool
+class InlinePath(PoolFields):
+    """The consumer-thread paths of :class:`~headrace._ops.parallel.ParallelApplier`
+    (a part: its fields are listed in ``pool_fields``)."""
 
     def _init_inline(self) -> None:
         self._inline_direct = self.executor is None  # see _inline_call

@@ -30,43 +30,17 @@ from .._handoff import hand_off, waiter_urgency
 from .._memory import WAIT_SLICE_S, Cancelled
 from .._sync import Condition
 from .base import detached
+from .pool_fields import PoolFields, Result
 
 
-class Result:
-    """One sequence number's outcome: its value and bytes, or its error."""
-
-    __slots__ = ("error", "nbytes", "value")
-
-    def __init__(self, value: Any, n: int, error: BaseException | None) -> None:
-        self.value = value
-        self.nbytes = n
-        self.error = error
-
-
-class ResultsWindow:
-    """The window and ordering part of :class:`~headrace._ops.parallel.ParallelApplier` (a mixin: the other
-    parts read these fields directly, the hot paths without a call)."""
-
-    deterministic: bool
-    headroom: bool
-    urgent_when_waited: bool
-    delivers_as: Any
-    delivered: int
-    delivered_bytes: int
-    consumer_wait_s: float
-    _index_base: int
-    _next_seq: int
-    _end_seq: int | None
-    _results: dict[int, Result]
-    _prefix: int
-    _beyond: set[int]
-    _skip: set[int]
-    _barrier: int | None
+class ResultsWindow(PoolFields):
+    """The window and ordering part of :class:`~headrace._ops.parallel.ParallelApplier`
+    (a part: its fields are listed in ``pool_fields``)."""
 
     def _init_window(self, stage: str, window: int | Callable[[], int], refill_at: int | Callable[[], int] | None,
                      deterministic: bool, headroom: bool, urgent_when_waited: bool) -> None:
         self._window = window
-        self._window_set: int | None = None
+        self._window_set = None
         self._refill_at = refill_at
         self.deterministic = deterministic
         self.headroom = headroom
@@ -75,7 +49,7 @@ class ResultsWindow:
         self._cv = Condition(f"{stage} results")            # the consumer waits here for a result
         self._room = Condition(f"{stage} room", self._cv.lock)  # a worker (holding the input lock) waits for room
         self._consumer_waiting = False
-        self._waiter_urgent: Callable[[], bool] | None = None  # the waiting consumer's own urgency (_handoff)
+        self._waiter_urgent = None  # the waiting consumer's own urgency (_handoff)
         self._room_waiting = False
         self.consumer_wait_s = 0.0
         self.delivered = 0

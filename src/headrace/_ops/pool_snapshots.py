@@ -35,7 +35,7 @@ from .._errors import StateError
 from .._memory import WAIT_SLICE_S
 from .._structure import nbytes
 from .base import DatasetIterator
-from .pool_order import Result
+from .pool_fields import PoolFields, Result
 from .positions import fast_forward
 
 RESTORE_WAIT_S = 60.0
@@ -48,17 +48,9 @@ def replays_deterministically(it: DatasetIterator) -> bool:
     return True if probe is None else bool(probe())
 
 
-class InputSnapshots:
-    """The state part of :class:`~headrace._ops.parallel.ParallelApplier` (a mixin)."""
-
-    record_state: bool
-    _every: int
-    _replay_epoch: int
-    _snaps: dict[int, tuple[Any, int]]
-    _prepulled: dict[int, Result]
-    _prepull_end: int
-    _inline_dirty: bool
-    _epoch_stale: bool
+class InputSnapshots(PoolFields):
+    """The state part of :class:`~headrace._ops.parallel.ParallelApplier`
+    (a part: its fields are listed in ``pool_fields``)."""
 
     def _init_snapshots(self, record_state: bool, every: int) -> Any:
         """Set up the snapshots; the input's state now (the base snapshot), or None without state."""
@@ -72,7 +64,7 @@ class InputSnapshots:
                 self.record_state = False
         self._every = every
         self._replay_epoch = source.replay_epoch() if self.record_state else 0
-        self._events: deque[tuple[int, int]] = deque()  # (seq, epoch increase) of replay events not delivered
+        self._events = deque()  # (seq, epoch increase) of replay events not delivered
         self._prepulled = {}  # seq -> input element read by restore() (see _prepull)
         self._epoch_out = 0  # replay events among the delivered elements (what a downstream stage sees)
         return base_state

@@ -21,15 +21,13 @@ from .._memory import Cancelled
 from .._structure import nbytes
 from .._sync import Flag
 from .base import note_error
-from .pool_order import Result
+from .pool_fields import PoolFields
 from .pool_stats import PoolStats
 
 
-class ElementSteps:
-    """The per-element steps of :class:`~headrace._ops.parallel.ParallelApplier` (a mixin)."""
-
-    _prepulled: dict[int, Result]
-    _prepull_end: int
+class ElementSteps(PoolFields):
+    """The per-element steps of :class:`~headrace._ops.parallel.ParallelApplier`
+    (a part: its fields are listed in ``pool_fields``)."""
 
     def _next_input(self, seq: int, gen: int | None = None) -> Any:
         """Input lock held: element ``seq`` of the input (read ahead by a restore, or pulled now). The end of

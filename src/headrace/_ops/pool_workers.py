@@ -37,20 +37,13 @@ from .._memory import WAIT_SLICE_S, Cancelled
 from .._structure import nbytes
 from .._sync import Flag
 from .base import join_threads, mark_crash, start_thread
-from .pool_order import Result
+from .pool_fields import PoolFields, Result
 from .pool_stats import PoolStats
 
 
-class WorkerThreads:
-    """The worker side of :class:`~headrace._ops.parallel.ParallelApplier` (a mixin)."""
-
-    _threads: list[threading.Thread]
-    _stale: list[threading.Thread]
-    _stop: Flag
-    _gen: int
-    _crash: BaseException | None
-    _in_max: int
-    _worker_stats: list[PoolStats]
+class WorkerThreads(PoolFields):
+    """The worker side of :class:`~headrace._ops.parallel.ParallelApplier`
+    (a part: its fields are listed in ``pool_fields``)."""
 
     def _init_workers(self) -> None:
         self._threads = []
