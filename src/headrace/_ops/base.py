@@ -46,6 +46,7 @@ from .._memory import MemoryBudget, StageAccount
 from .._options import Options
 from .._sync import Flag
 from .._sync import Lock as TimedLock
+from .positions import advance
 
 JOIN_TIMEOUT_S = 1.0
 
@@ -344,14 +345,8 @@ class DatasetIterator:
         return all(child.replays_same_elements() for child in children)
 
     def skip_ahead(self, n: int) -> None:
-        """Advance ``n`` positions (an element that raises counts as one); sources override it to seek."""
-        for _ in range(n):
-            try:
-                self.__next__()
-            except StopIteration:
-                return
-            except Exception:
-                continue
+        """Advance ``n`` positions (the rule: ``headrace._ops.positions``); sources override it to seek."""
+        advance(self.__next__, n)
 
 
 def check_state(state: Any, kind: str, **settings: Any) -> dict[str, Any]:

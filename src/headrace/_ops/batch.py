@@ -33,6 +33,7 @@ from .autotune import parallelism
 from .base import DatasetIterator, IteratorContext, check_state, note_error, stop_flag
 from .node import DatasetNode, SpecOf
 from .parallel import PoolIterator
+from .positions import advance
 from .stacking import BufferPool, stack
 
 
@@ -227,16 +228,13 @@ class _BatchIterator(DatasetIterator):
         return self._combine is not None
 
     def skip_ahead(self, n: int) -> None:
-        """Skip ``n`` batches (a restore's fast-forward); a skipped group gives its bytes back."""
-        for _ in range(n):
-            try:
-                out = self.__next__()
-            except StopIteration:
-                return
-            except Exception:
-                continue
+        """Skip ``n`` batches (a restore's fast-forward, ``headrace._ops.positions``); a skipped group gives
+        its bytes back."""
+        def drop(out: Any) -> None:
             if isinstance(out, _Group):
                 self._account.release(out.nbytes, count=len(out.items))
+
+        advance(self.__next__, n, drop)
 
     def get_state(self) -> dict[str, Any]:
         state = {"kind": self.kind, "batch_size": self._bs, "drop_remainder": self._drop, "done": self._done,

@@ -1,0 +1,272 @@
+"""The worker threads of a parallel stage (``headrace._ops.parallel``): their loop, their reservations and
+their shutdown.
+
+A worker claims the next sequence number under the input lock once the window has room, reserves, pulls,
+applies ``fn`` outside the lock and stores the result for the consumer (``headrace._ops.pool_order``); the
+steps themselves live in ``headrace._ops.pool_steps``.
+
+Memory ("bounded work in flight", as torchdata's ``_SingleThreadedMapper``, in bytes as well as count): every
+element in flight is covered by the stage's memory account *before it exists*: a worker reserves the stage's
+estimate (its input's largest size plus its output's largest size; one element for ``identity``, the output
+only for ``input_charged``) before it pulls, settles the reservation to the real output size when ``fn``
+returns, and the result holds its bytes until the consumer takes it (see ``headrace._memory``). Results waiting
+for the consumer are therefore counted, and so is the input a worker holds while ``fn`` runs. An input that
+delivers its element charged hands it into the reservation (``headrace._handoff``).
+
+Executor: with ``executor`` (``headrace._ops.executor``: worker processes or ``"auto"``) a worker thread
+calls ``executor.call(x, index, stop)`` instead of ``fn(x)``; the reservation adds
+``executor.extra_bytes(out)`` (a process call holds one more copy of the output).
+
+Workers above ``active`` (``set_workers``) park, holding nothing; threads are started when needed.
+
+Shutdown: ``signal_stop()`` sets the generation's stop event and wakes every waiter (never blocks);
+``join(deadline)`` joins the threads; ``alive_threads()`` lists those still inside user code after it;
+``stop()`` also drops the held results and starts a new generation. Every wait is a timed wait that re-checks
+the stop event. A defect in the pool's own machinery is stored (``_crash``) and re-raised to the consumer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from .._errors import MemoryBudgetError
+from .._handoff import delivers_charged, pulling_for, taking
+from .._memory import WAIT_SLICE_S, Cancelled
+from .._structure import nbytes
+from .._sync import Flag
+from .base import join_threads, mark_crash, start_thread
+from .pool_fields import PoolFields, Result
+from .pool_stats import PoolStats
+
+
+class WorkerThreads(PoolFields):
+    """The worker side of :class:`~headrace._ops.parallel.ParallelApplier`
+    (a part: its fields are listed in ``pool_fields``)."""
+
+    def _init_workers(self) -> None:
+        self._threads = []
+        self._stale = []  # threads of stopped generations still inside user code
+        self._stop = Flag()
+        self._gen = 0
+        self._crash = None
+        self._in_max = 0  # the largest input seen (the reservation's input part)
+        self._worker_stats = []
+
+    def _start(self) -> None:
+        self._started = True
+        self._ensure_threads(self.active)
+
+    def _ensure_threads(self, n: int) -> None:
+        """Threads 0..n-1 of this generation exist (a thread parks while its index >= ``active``)."""
+        gen, stop = self._gen, self._stop
+        while len(self._threads) < n:
+            i = len(self._threads)
+            while len(self._worker_stats) <= i:
+                self._worker_stats.append(PoolStats())
+            stats = self._worker_stats[i]
+            stats.t0, stats.parked_s = time.monotonic(), 0.0
+            self._threads.append(start_thread(f"{self.thread_name}-{i}",
+                                              lambda i=i, st=stats: self._work(gen, stop, i, st), stop))
+
+    def _need(self, out: int) -> int:
+        """The bytes one call holds at once for an output of ``out`` bytes (its input too, unless charged
+        elsewhere, and the executor's extra)."""
+        ex = self.executor
+        extra = ex.extra_bytes(out) if ex is not None else 0
+        return out + extra if (self.identity or self.input_charged) else out + extra + self._in_max
+
+    def _estimate(self) -> int:
+        need = self._need(self.account.estimate())
+        ex = self.executor
+        if ex is not None:
+            ex.check_fits(need)  # worker processes: one worker and one call must fit the budget
+        return need
+
+    # ---- the loop ----------------------------------------------------------------------------------
+    def _work(self, gen: int, stop: Flag, index: int, stats: PoolStats) -> None:
+        try:
+            self._work_loop(gen, stop, index, stats)
+        except Cancelled:
+            return
+        except BaseException as e:  # a defect in the pool itself: the consumer must see it, not hang
+            with self._cv:
+                if gen == self._gen and self._crash is None:
+                    self._crash = mark_crash(e)
+                self._notify_all()
+
+    def _acquire_input(self, stop: Flag) -> bool:
+        while not self._input_lock.acquire(timeout=WAIT_SLICE_S):
+            if stop.is_set():
+                return False
+        return True
+
+    def _park(self, stop: Flag, index: int) -> None:
+        """Wait (timed) while this worker is above the active count (``set_workers``)."""
+        if index < self.active:
+            return
+        t0 = time.monotonic()
+        with self._cv:
+            while index >= self.active and not stop.is_set():
+                self._room.wait(WAIT_SLICE_S)
+        self._worker_stats[index].parked_s += time.monotonic() - t0
+
+    def _work_loop(self, gen: int, stop: Flag, index: int, stats: PoolStats) -> None:
+        cv = self._cv
+        clock = time.perf_counter
+        while not stop.is_set():
+            self._park(stop, index)
+            t0 = clock()
+            if not self._acquire_input(stop):
+                return
+            reserved = 0
+            opened = False
+            try:
+                t1 = clock()
+                with cv:
+                    while (not stop.is_set() and self._end_seq is None and index < self.active
+                           and self._in_flight() >= self.window):
+                        self._room_waiting = True
+                        self._room.wait(WAIT_SLICE_S)
+                        self._room_waiting = False
+                    if stop.is_set() or self._end_seq is not None:
+                        return
+                    if index >= self.active:
+                        continue  # parked meanwhile: give the input lock back (below) and park
+                    seq = self._next_seq
+                    self._next_seq += 1
+                if self._inline_dirty:
+                    self._resnapshot_after_inline(seq)
+                t2 = clock()
+                estimate = self._estimate()
+                # an input that delivers its element charged hands it into this reservation (_handoff):
+                # room for it is checked against this stage's share only, not taken from the budget again
+                charged = (estimate if self.identity else self._in_max) if (
+                    not self.input_charged and delivers_charged(self.source)) else None
+                urgent = self._urgent(seq)
+                reserved = self.account.reserve(estimate - (charged or 0), stop, urgent=urgent,
+                                                headroom=self.headroom, partial=True, charged_in=charged or 0,
+                                                speculative=True)
+                opened = True
+                t3 = clock()
+                with pulling_for(urgent):
+                    if charged is None:
+                        x, error, ended = self._pull(gen, stop, seq)
+                    else:
+                        with taking(self.account, self.source) as taker:
+                            try:
+                                x, error, ended = self._pull(gen, stop, seq)
+                            finally:
+                                reserved += taker.nbytes
+                if ended:
+                    opened = False
+                    self.account.cancel(reserved)
+                    reserved = 0
+                    return
+            except BaseException:
+                if opened:
+                    self.account.cancel(reserved)
+                raise
+            finally:
+                self._input_lock.release()
+            t4 = clock()
+            stats.room_s += t2 - t1
+            stats.budget_s += t3 - t2
+            stats.input_s += (t1 - t0) + (t4 - t3)
+            self._finish(gen, stop, seq, x, error, reserved, stats)
+            x = error = None  # no reference to the element while this worker waits for room
+
+    def _pull(self, gen: int, stop: Flag, seq: int) -> tuple[Any, BaseException | None, bool]:
+        """Input lock held: snapshot if due, pull element ``seq``; ``(x, error, ended)``."""
+        prepulled = seq < self._prepull_end
+        if self.record_state and self._every > 1 and seq % self._every == 0 and seq and not prepulled:
+            self._snapshot_at(gen, seq)
+        try:
+            x = self._next_input(seq, gen)
+        except StopIteration:
+            return None, None, True
+        except Exception as e:
+            # an element that raised is a position too: a replay event while pulling it counts from it
+            if self.record_state and not prepulled:
+                self._snapshot_after_replay_event(gen, seq)
+            return None, e, False
+        if self.record_state and not prepulled:
+            self._snapshot_after_replay_event(gen, seq)
+        return x, None, False
+
+    def _finish(self, gen: int, stop: Flag, seq: int, x: Any, error: BaseException | None,
+                reserved: int, stats: PoolStats) -> None:
+        cv = self._cv
+        if seq in self._skip:  # delivered before the state this run was restored from
+            self.account.cancel(reserved)
+            if error is None and self.release_input is not None:
+                self.release_input(x)
+            with cv:
+                self._skip.discard(seq)
+                self._advance(seq)
+                self._notify_all()
+            return
+        value, n = None, 0
+        if error is None:
+            if not (self.identity or self.input_charged):
+                n_in = nbytes(x)
+                if n_in > self._in_max:
+                    self._in_max = n_in
+            try:
+                value, n, error = self._apply(x, seq, stop, stats)
+            except Cancelled:
+                self.account.cancel(reserved)
+                raise
+            x = None
+        if error is None:
+            try:  # a call that needs more than the whole budget is refused before its excess is charged
+                self.account.check_possible(self._need(n))
+            except MemoryBudgetError:
+                self.account.cancel(reserved)
+                raise
+            self.account.settle(reserved, n)
+        else:
+            self.account.cancel(reserved)
+        with cv:
+            if gen != self._gen or stop.is_set():
+                if error is None:
+                    self.account.release(n)
+                return
+            self._results[seq] = Result(value, n, error)
+            # ordered delivery: only the result the consumer waits for is worth waking it
+            if self._consumer_waiting and (seq == self._prefix or not self.deterministic):
+                cv.notify()
+
+    # ---- shutdown ----------------------------------------------------------------------------------
+    def signal_stop(self) -> None:
+        """Stop this generation's workers (never blocks; they exit at their next check)."""
+        self._lean = False
+        self._stop.set()
+        if self._cv.lock.acquire(timeout=0.2):
+            try:
+                self._notify_all()
+            finally:
+                self._cv.lock.release()
+
+    def join(self, deadline: float) -> None:
+        join_threads(self._threads, max(0.0, deadline - time.monotonic()))
+
+    def alive_threads(self) -> list[threading.Thread]:
+        self._stale = [t for t in self._stale if t.is_alive()]
+        return [t for t in self._threads if t.is_alive()] + self._stale
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        """Stop, join (``timeout_s``), drop held results and start a new generation."""
+        self.signal_stop()
+        self.join(time.monotonic() + timeout_s)
+        with self._cv:
+            self._gen += 1
+            for r in self._results.values():
+                if r.error is None:
+                    self.account.release(r.nbytes)
+            self._results.clear()
+            self._crash = None
+        self._stale += [t for t in self._threads if t.is_alive()]
+        self._threads = []
+        self._stop = Flag()
