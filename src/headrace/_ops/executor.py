@@ -178,7 +178,7 @@ class ThreadExecutor:
         return False
 
     def report(self) -> dict[str, Any]:
-        return {"executor": "thread", "why": THREAD_WHY}
+        return {"executor": str(self.kind), "why": THREAD_WHY}
 
     def rss_bytes(self) -> int:
         return 0
@@ -246,7 +246,7 @@ class ProcessExecutor:
 
     def report(self) -> dict[str, Any]:
         w = self.workers
-        return {"executor": "process", "why": self.why, "measured": self.measured, "processes": len(w.pids()),
+        return {"executor": str(self.kind), "why": self.why, "measured": self.measured, "processes": len(w.pids()),
                 "target_processes": w.target, "started": w.started, "crashes": w.crashes,
                 "start_s": [round(s, 3) for s in w.start_s], "worker_rss_bytes": w.rss_bytes(),
                 "worker_cpu_s": round(w.cpu_s, 3)}

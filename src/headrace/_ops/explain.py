@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._memory import format_bytes
+from .executor import THREAD_WHY, Executor
 from .knobs import StageStats, StageTuning
 from .parallel import PoolIterator
 
@@ -69,7 +70,7 @@ def _shares(st: StageStats) -> dict[str, float]:
 
 
 def describe_stage(it: Any, stages: dict[str, dict[str, Any]], limit: int, tunings: dict[str, StageTuning],
-                   resources: dict[str, Any], started_s: float) -> dict[str, Any]:
+                   resources: dict[str, Executor], started_s: float) -> dict[str, Any]:
     name = _name(it)
     node: dict[str, Any] = {"stage": name, "kind": getattr(it, "kind", type(it).__name__)}
     st: StageStats | None = None
@@ -92,11 +93,11 @@ def describe_stage(it: Any, stages: dict[str, dict[str, Any]], limit: int, tunin
     else:
         node["why"] = {"settings": "as given (not AUTOTUNE)"}
     executor = resources.get(name)
-    if executor is not None and hasattr(executor, "report"):
+    if executor is not None:
         node["executor"] = executor.report()
     elif node["kind"] == "map":
-        node["executor"] = {"executor": "thread" if hasattr(it, "pool") else "inline (num_parallel_calls=None)",
-                            "why": "executor='thread' or an explicit num_parallel_calls"}
+        where = "thread" if isinstance(it, PoolIterator) else "inline (num_parallel_calls=None)"
+        node["executor"] = {"executor": where, "why": THREAD_WHY}
     cur, peak, cap, accounts = _stage_bytes(stages, name)
     if accounts:
         node["bytes"] = cur
@@ -107,7 +108,7 @@ def describe_stage(it: Any, stages: dict[str, dict[str, Any]], limit: int, tunin
 
 
 def build_tree(root: Any, stages: dict[str, dict[str, Any]], limit: int, tunings: dict[str, Any],
-               resources: dict[str, Any], started_s: float) -> dict[str, Any]:
+               resources: dict[str, Executor], started_s: float) -> dict[str, Any]:
     def walk(it: Any, seen: set[int]) -> dict[str, Any]:
         node = describe_stage(it, stages, limit, tunings, resources, started_s)
         seen.add(id(it))
