@@ -33,15 +33,22 @@ Processes are chosen when all of these hold (otherwise threads, and the report s
 The decision and its figures are kept for the iteration (the stage made again for each ``repeat`` epoch
 reuses them and the workers) and reported by ``Iterator.explain()``. The worker processes start side
 by side (0.3-1 s); calls wait for them (computing on threads meanwhile would slow their start down).
+
+Every executor is an :class:`Executor` (:class:`ThreadExecutor`, :class:`ProcessExecutor`,
+:class:`AutoExecutor`): the calls the pool (``headrace._ops.parallel``), the tuner and ``explain()`` make.
+Results of worker processes are normalized here, then go through the stage's ``finish`` (its
+``output_signature`` conversion or traced-spec check), in the parent.
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from enum import StrEnum
+from typing import Any, Protocol
 
 from .._errors import MemoryBudgetError
 from .._memory import WAIT_SLICE_S, Cancelled
@@ -52,6 +59,8 @@ from .proc_memory import WORKER_ESTIMATE_BYTES, process_extra_bytes
 from .proc_pool import ProcessWorkers
 
 EXECUTORS = ("auto", "thread", "process")
+"""The values of ``map(executor=...)`` / ``Options(map_executor=...)``."""
+THREAD_WHY = "executor='thread' or an explicit num_parallel_calls"
 SOLO_CALLS = 4
 PAIR_CALLS = 8
 CPU_BOUND_SHARE = 0.25
@@ -88,21 +97,139 @@ def pickle_function(fn: Callable[..., Any], stage: str) -> bytes:
                         "executor='thread'") from e
 
 
-class ProcessExecutor:
-    """Calls ``fn`` in worker processes (created lazily by the first calls)."""
+class ExecutorKind(StrEnum):
+    """Where an executor runs the calls now."""
 
-    kind = "process"
+    THREAD = "thread"
+    PROCESS = "process"
+    MEASURING = "measuring"
+    """``"auto"`` before its decision: the calls run on threads, measured."""
+
+
+Finish = Callable[[Any], Any]
+"""A stage's conversion of each result in the parent (``output_signature``, the traced-spec check)."""
+
+
+class Executor(Protocol):
+    """Where a parallel ``map`` runs its calls. The pool calls ``call``, ``extra_bytes``, ``check_fits``
+    and ``set_workers``; the tuner reads ``kind``, ``settling`` and ``memory_limited``; ``explain()``
+    ``report()``; an executor kept as the iteration's resource (``IteratorContext.resource``) is asked for
+    its ``rss_bytes()`` and ``threads()`` and closed with the iterator."""
+
+    @property
+    def kind(self) -> ExecutorKind: ...
+
+    @property
+    def settling(self) -> bool:
+        """Still measuring, or starting worker processes: the tuner leaves the stage alone meanwhile."""
+        ...
+
+    def call(self, x: Any, index: int, stop: Flag | None) -> Any:
+        """The stage's result for element ``x`` (number ``index``); ``stop``: the pool's stop flag."""
+        ...
+
+    def extra_bytes(self, out_bytes: int) -> int:
+        """Bytes a call holds beyond its input and output (a process call: one more output)."""
+        ...
+
+    def check_fits(self, call_bytes: int) -> None:
+        """Raise ``MemoryBudgetError`` (or move back to threads) when a call of ``call_bytes`` cannot fit."""
+        ...
+
+    def set_workers(self, n: int) -> None:
+        """The pool runs ``n`` workers from now on."""
+        ...
+
+    def memory_limited(self, within_s: float) -> bool:
+        """A worker start was refused for lack of budget in the last ``within_s`` s (the tuner adds none)."""
+        ...
+
+    def report(self) -> dict[str, Any]: ...
+
+    def rss_bytes(self) -> int: ...
+
+    def threads(self) -> list[threading.Thread]: ...
+
+    def close(self) -> None: ...
+
+
+class ThreadExecutor:
+    """Calls ``fn`` (the stage's whole call, ``finish`` included) in the pool's own threads."""
+
+    kind = ExecutorKind.THREAD
+    settling = False
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def call(self, x: Any, index: int, stop: Flag | None) -> Any:
+        return self.fn(x)
+
+    def extra_bytes(self, out_bytes: int) -> int:
+        return 0
+
+    def check_fits(self, call_bytes: int) -> None:
+        return None
+
+    def set_workers(self, n: int) -> None:
+        return None
+
+    def memory_limited(self, within_s: float) -> bool:
+        return False
+
+    def report(self) -> dict[str, Any]:
+        return {"executor": str(self.kind), "why": THREAD_WHY}
+
+    def rss_bytes(self) -> int:
+        return 0
+
+    def threads(self) -> list[threading.Thread]:
+        return []
+
+    def close(self) -> None:
+        return None
+
+
+class ProcessExecutor:
+    """Calls ``fn`` in worker processes (created lazily by the first calls), then ``finish`` in the parent.
+
+    ``finish`` is set by each build of the stage (``map``: the same conversion every time); one kept as a
+    resource serves every ``repeat`` epoch of its stage."""
+
+    kind = ExecutorKind.PROCESS
+    settling = False
 
     def __init__(self, fn: Callable[..., Any], stage: str, ctx: IteratorContext, workers: int,
-                 why: str = "executor='process'", measured: dict[str, Any] | None = None) -> None:
+                 why: str = "executor='process'", measured: dict[str, Any] | None = None, *,
+                 finish: Finish | None = None, refuse_growth: bool = True) -> None:
         self.stage = stage
         self.why = why
         self.measured = measured or {}
-        self.workers = ProcessWorkers(fn, stage, ctx.budget, ctx.owner, workers, pickle_function(fn, stage))
-        self.workers.memory.account.warnings = ctx.warnings  # queued for the consumer (headrace._warn)
+        self.finish = finish
+        self.workers = ProcessWorkers(fn, stage, ctx.budget, ctx.owner, workers, pickle_function(fn, stage),
+                                      warnings=ctx.warnings, refuse_growth=refuse_growth)
 
-    def call(self, x: Any, index: int, stop: Any) -> Any:
-        return normalize(self.workers.call(x, index, stop), self.stage)
+    def call(self, x: Any, index: int, stop: Flag | None) -> Any:
+        y = self.compute(x, index, stop)
+        return y if self.finish is None else self.finish(y)
+
+    def compute(self, x: Any, index: int, stop: Flag | None, fallback: Callable[[Any], Any] | None = None) -> Any:
+        """``fn(x)`` in a worker process, normalized (not finished). Once the workers drain (``drain``):
+        ``fallback(x)``, or ``Cancelled`` without one."""
+        proc = self.workers.checkout(stop)
+        if proc is None:
+            if fallback is None:
+                raise Cancelled()
+            return fallback(x)
+        return normalize(self.workers.call_on(proc, x, index, stop), self.stage)
+
+    def prestart(self, stop: Flag) -> bool:
+        """Start one more idle worker if fewer than the target exist (False: none was started)."""
+        return self.workers.prestart(stop)
+
+    def drain(self) -> None:
+        """No more calls will come: the workers end as their calls finish."""
+        self.workers.drain()
 
     def extra_bytes(self, out_bytes: int) -> int:
         return process_extra_bytes(out_bytes)
@@ -112,15 +239,14 @@ class ProcessExecutor:
 
     def check_fits(self, call_bytes: int) -> None:
         """``MemoryBudgetError`` when one worker and one call's bytes cannot fit the budget at all."""
-        self.workers.memory.check_fits(call_bytes)
+        self.workers.check_fits(call_bytes)
 
     def memory_limited(self, within_s: float) -> bool:
-        """A worker start was refused for lack of budget in the last ``within_s`` s (the tuner adds none)."""
-        return self.workers.memory.memory_limited(within_s)
+        return self.workers.memory_limited(within_s)
 
     def report(self) -> dict[str, Any]:
         w = self.workers
-        return {"executor": "process", "why": self.why, "measured": self.measured, "processes": len(w.pids()),
+        return {"executor": str(self.kind), "why": self.why, "measured": self.measured, "processes": len(w.pids()),
                 "target_processes": w.target, "started": w.started, "crashes": w.crashes,
                 "start_s": [round(s, 3) for s in w.start_s], "worker_rss_bytes": w.rss_bytes(),
                 "worker_cpu_s": round(w.cpu_s, 3)}
@@ -128,22 +254,27 @@ class ProcessExecutor:
     def rss_bytes(self) -> int:
         return self.workers.rss_bytes()
 
+    def threads(self) -> list[threading.Thread]:
+        return []
+
     def close(self) -> None:
         self.workers.close()
 
 
 class AutoExecutor:
-    """Measure the first calls on threads, then stay on threads or move to processes (module docstring)."""
+    """Measure the first calls on threads, then stay on threads or move to processes (module docstring).
+    ``thread_fn``: the call on a thread (normalized); ``finish`` as for :class:`ProcessExecutor`."""
 
     def __init__(self, fn: Callable[..., Any], thread_fn: Callable[[Any], Any], stage: str, ctx: IteratorContext,
-                 workers: int, cpu_budget: int) -> None:
+                 workers: int, cpu_budget: int, *, finish: Finish | None = None) -> None:
         self.fn = fn
         self.thread_fn = thread_fn
+        self.finish = finish
         self.stage = stage
         self.ctx = ctx
         self.max_workers = workers
         self.cpu_budget = cpu_budget
-        self.kind = "measuring"
+        self.kind = ExecutorKind.MEASURING
         self.why = "measuring the first calls"
         self.measured: dict[str, Any] = {}
         self._cv = Condition(f"{stage} executor measurement")
@@ -158,29 +289,29 @@ class AutoExecutor:
         self._starters: list[Any] = []
         self._stop_start = Flag()
         if workers < 2 or cpu_budget < 2:
-            self._decide("thread", f"{min(workers, cpu_budget)} worker(s) may compute at once (num_parallel_calls="
+            self._on_threads(f"{min(workers, cpu_budget)} worker(s) may compute at once (num_parallel_calls="
                                    f"{workers}, cpu_budget={cpu_budget}): nothing to scale")
 
     # ---- calls -----------------------------------------------------------------------------------------
-    def call(self, x: Any, index: int, stop: Any) -> Any:
+    def call(self, x: Any, index: int, stop: Flag | None) -> Any:
         kind = self.kind
-        if kind == "thread":
-            return self.thread_fn(x)
-        if kind == "process":
-            procs = self._procs
-            if procs is not None:
-                # While the workers start, calls wait for them: computing on threads meanwhile would take the
-                # cores (and the GIL) the starting interpreters need, and start them 3-4x slower.
-                proc = procs.workers.checkout(stop)
-                if proc is not None:  # None: it went back to threads meanwhile
-                    return normalize(procs.workers.call_on(proc, x, index, stop), self.stage)
-            return self.thread_fn(x)
-        return self._measured_call(x, stop)
+        procs = self._procs
+        if kind is ExecutorKind.PROCESS and procs is not None:
+            # While the workers start, calls wait for them: computing on threads meanwhile would take the cores
+            # (and the GIL) the starting interpreters need, and start them 3-4x slower. Once it went back to
+            # threads (the workers drain), on a thread.
+            y = procs.compute(x, index, stop, self.thread_fn)
+        elif kind is not ExecutorKind.MEASURING:
+            y = self.thread_fn(x)
+        else:
+            y = self._measured_call(x, stop)
+        finish = self.finish
+        return y if finish is None else finish(y)
 
     def _measured_call(self, x: Any, stop: Any) -> Any:
         cv = self._cv
         with cv:
-            while self.kind == "measuring" and self._running >= (1 if len(self._solo) < SOLO_CALLS else 2):
+            while self.kind is ExecutorKind.MEASURING and self._running >= (1 if len(self._solo) < SOLO_CALLS else 2):
                 if stop is not None and stop.is_set():
                     raise Cancelled()
                 cv.wait(WAIT_SLICE_S)
@@ -196,7 +327,7 @@ class AutoExecutor:
                 if not self._warm:  # the first call (imports, caches, lazy set-up) is not a typical one
                     self._warm = True
                     self._probe = start_thread(f"{self.stage}-gil-probe", self._probe_gil, None)
-                elif self.kind == "measuring":
+                elif self.kind is ExecutorKind.MEASURING:
                     if solo:
                         self._solo.append((w1 - w0, cpu))
                     else:
@@ -211,7 +342,7 @@ class AutoExecutor:
         calls, this does not change when other processes load the machine (a sleeper is woken promptly)."""
         late = self._probe_late
         deadline = time.monotonic() + MEASURE_MAX_S + 5.0
-        while self.kind == "measuring" and not self._stop_start.is_set() and time.monotonic() < deadline:
+        while self.kind is ExecutorKind.MEASURING and not self._stop_start.is_set() and time.monotonic() < deadline:
             running = self._running > 0
             t = time.perf_counter()
             time.sleep(GIL_PROBE_S)
@@ -232,16 +363,16 @@ class AutoExecutor:
         if len(solo) < SOLO_CALLS:
             return
         if share < CPU_BOUND_SHARE:
-            self._decide("thread", f"a call spends {share:.0%} of its time on the CPU (it waits: threads overlap it)")
+            self._on_threads(f"a call spends {share:.0%} of its time on the CPU (it waits: threads overlap it)")
             return
         if wall1 < MIN_PROCESS_CALL_S:
-            self._decide("thread", f"a call takes {wall1 * 1e6:.0f} us, less than a process round trip "
+            self._on_threads(f"a call takes {wall1 * 1e6:.0f} us, less than a process round trip "
                                    f"(~{MIN_PROCESS_CALL_S * 1e6:.0f} us)")
             return
         pair = self._pair
         if len(pair) < PAIR_CALLS:
             if time.monotonic() - self._t0 > MEASURE_MAX_S:
-                self._decide("thread", "two calls never ran at once while measuring (the input is slower than "
+                self._on_threads("two calls never ran at once while measuring (the input is slower than "
                                        "the function)")
             return
         t0 = min(s for s, _, _ in pair)
@@ -258,16 +389,16 @@ class AutoExecutor:
         if gil_wait is not None:
             m.update(gil_wait_ms=round(gil_wait * 1e3, 2), gil_probes=len(late))
         if overlap < MIN_OVERLAP:
-            self._decide("thread", f"two calls overlapped only {overlap:.2f}x while measuring (the input is slower "
+            self._on_threads(f"two calls overlapped only {overlap:.2f}x while measuring (the input is slower "
                                    "than the function)")
             return
         if gil_wait is not None and not held:
-            self._decide("thread", f"a thread waiting for the GIL got it after {gil_wait * 1e3:.2f} ms while a call "
+            self._on_threads(f"a thread waiting for the GIL got it after {gil_wait * 1e3:.2f} ms while a call "
                                    f"ran (it releases the GIL; 2 threads ran it {overlap / slowdown:.2f}x as fast "
                                    "as 1)")
             return
         if gil_wait is None and slowdown < GIL_SLOWDOWN:
-            self._decide("thread", f"2 threads run it {overlap / slowdown:.2f}x as fast as 1 (it releases the GIL)")
+            self._on_threads(f"2 threads run it {overlap / slowdown:.2f}x as fast as 1 (it releases the GIL)")
             return
         why = (f"2 threads run it only {overlap / slowdown:.2f}x as fast as 1 (a call slows {slowdown:.2f}x when "
                f"two run: it holds the GIL" + (f"; a thread waited {gil_wait * 1e3:.1f} ms for it" if held else "")
@@ -275,10 +406,10 @@ class AutoExecutor:
         try:
             fn_bytes_ok = self._make_processes(why)
         except (TypeError, MemoryBudgetError) as e:
-            self._decide("thread", f"would use processes ({why}) but {e}")
+            self._on_threads(f"would use processes ({why}) but {e}")
             return
         if fn_bytes_ok:
-            self._decide("process", why)
+            self._decide(ExecutorKind.PROCESS, why)
 
     def _make_processes(self, why: str) -> bool:
         budget = self.ctx.budget
@@ -286,9 +417,9 @@ class AutoExecutor:
             raise MemoryBudgetError(f"a worker process (~{WORKER_ESTIMATE_BYTES >> 20} MiB) does not fit half of "
                                     f"the memory budget ({budget.limit_bytes >> 20} MiB)")
         workers = min(self.max_workers, self.cpu_budget)
-        self._procs = ProcessExecutor(self.fn, self.stage, self.ctx, workers, why, self.measured)
-        procs = self._procs.workers
-        procs.memory.refuse_growth = False  # a worker that grows past the budget sends this stage back to threads
+        # refuse_growth=False: a worker that grows past the budget sends this stage back to threads
+        procs = self._procs = ProcessExecutor(self.fn, self.stage, self.ctx, workers, why, self.measured,
+                                              refuse_growth=False)
         stop = self._stop_start
 
         def start_one() -> None:
@@ -302,7 +433,10 @@ class AutoExecutor:
         self._starters = [start_thread(f"{self.stage}-process-start-{i}", start_one, None) for i in range(workers)]
         return True
 
-    def _decide(self, kind: str, why: str) -> None:
+    def _on_threads(self, why: str) -> None:
+        self._decide(ExecutorKind.THREAD, why)
+
+    def _decide(self, kind: ExecutorKind, why: str) -> None:
         self.why = why
         self.kind = kind
         self.measured["decided_after_s"] = round(time.monotonic() - self._t0, 3)
@@ -311,10 +445,10 @@ class AutoExecutor:
     @property
     def settling(self) -> bool:
         """Still measuring, or moved to processes that are still starting (the tuner waits meanwhile)."""
-        return self.kind == "measuring" or any(t.is_alive() for t in self._starters)
+        return self.kind is ExecutorKind.MEASURING or any(t.is_alive() for t in self._starters)
 
     def extra_bytes(self, out_bytes: int) -> int:
-        return process_extra_bytes(out_bytes) if self.kind == "process" else 0
+        return process_extra_bytes(out_bytes) if self.kind is ExecutorKind.PROCESS else 0
 
     def set_workers(self, n: int) -> None:
         if self._procs is not None:
@@ -324,28 +458,28 @@ class AutoExecutor:
         """A worker process that turned out not to fit the budget (measured, with one call): back to threads
         (the calls in flight finish on their processes, which then end)."""
         procs = self._procs
-        if self.kind != "process" or procs is None:
+        if self.kind is not ExecutorKind.PROCESS or procs is None:
             return
         try:
             procs.check_fits(call_bytes)
         except MemoryBudgetError as e:
             with self._cv:
-                if self.kind == "process":
-                    self._decide("thread", f"moved back to threads: {e}")
-            procs.workers.drain()
+                if self.kind is ExecutorKind.PROCESS:
+                    self._on_threads(f"moved back to threads: {e}")
+            procs.drain()
 
     def memory_limited(self, within_s: float) -> bool:
         return self._procs is not None and self._procs.memory_limited(within_s)
 
     def report(self) -> dict[str, Any]:
-        if self.kind == "process" and self._procs is not None:
+        if self.kind is ExecutorKind.PROCESS and self._procs is not None:
             return {**self._procs.report(), "why": f"auto: {self.why}"}
-        return {"executor": self.kind, "why": f"auto: {self.why}", "measured": dict(self.measured)}
+        return {"executor": str(self.kind), "why": f"auto: {self.why}", "measured": dict(self.measured)}
 
     def rss_bytes(self) -> int:
         return self._procs.rss_bytes() if self._procs is not None else 0
 
-    def threads(self) -> list[Any]:
+    def threads(self) -> list[threading.Thread]:
         return [t for t in [*self._starters, self._probe] if t is not None and t.is_alive()]
 
     def close(self) -> None:

@@ -15,10 +15,12 @@ below), ``output`` (waiting for room in its window: its consumer is slower) and 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from .._memory import format_bytes
+from .executor import THREAD_WHY, Executor
+from .knobs import StageStats, StageTuning
+from .parallel import PoolIterator
 
 BUSY_BOTTLENECK = 0.5
 """A stage whose workers compute at least this share of the time can be the bottleneck."""
@@ -35,13 +37,24 @@ def _name(it: Any) -> str:
     return getattr(it, "stage", None) or getattr(it, "_stage", None) or getattr(it, "kind", type(it).__name__)
 
 
+def account_stage(account: str, figures: dict[str, Any], stage: str) -> bool:
+    """Whether the account ``account`` (its budget ``figures``) belongs to ``stage``: the stage the account
+    names (``figures["stage"]``: the account's ``stage_of``, set where it is made: a batch's ``assembly``, a
+    reader's ``buffers``, a process map's ``workers``), else the stage it is named after. Until the budget
+    reports ``"stage"`` for every account, an account named ``"<stage> ..."`` / ``"<stage>[...]"`` counts as
+    ``stage``'s (the name is what the accounts made outside ``_ops/explain``'s reach carry today)."""
+    owner = figures.get("stage")
+    if owner is not None:
+        return bool(owner == stage)
+    return account == stage or account.startswith((stage + " ", stage + "["))
+
+
 def _stage_bytes(stages: dict[str, dict[str, Any]], name: str) -> tuple[int, int, int, list[str]]:
-    """Bytes held now, at peak, and the cap of every account of stage ``name`` (``name``, ``name
-    assembly``, ``name workers``, slot accounts)."""
+    """Bytes held now, at peak, and the cap of every account of stage ``name`` (:func:`account_stage`)."""
     cur = peak = cap = 0
     accounts = []
     for acc_name, s in stages.items():
-        if acc_name == name or acc_name.startswith(name + " ") or acc_name.startswith(name + "["):
+        if account_stage(acc_name, s, name):
             cur += s["current_bytes"]
             peak += s["peak_bytes"]
             cap += s["cap_bytes"] or 0
@@ -49,48 +62,42 @@ def _stage_bytes(stages: dict[str, dict[str, Any]], name: str) -> tuple[int, int
     return cur, peak, cap, accounts
 
 
-def _shares(st: dict[str, Any], workers: float) -> dict[str, float]:
-    span = st.get("worker_time_s") or max(1.0, workers) * st.get("elapsed_s", 0.0)
+def _shares(st: StageStats) -> dict[str, float]:
+    span = st.worker_time_s or max(1.0, st.workers) * st.elapsed_s
     span = max(1e-9, span)
-    return {"busy": st.get("busy_s", 0.0) / span, "input": st.get("input_s", 0.0) / span,
-            "output": st.get("room_s", 0.0) / span, "budget": st.get("budget_s", 0.0) / span}
+    return {"busy": st.busy_s / span, "input": st.input_s / span, "output": st.room_s / span,
+            "budget": st.budget_s / span}
 
 
-def describe_stage(it: Any, stages: dict[str, dict[str, Any]], limit: int, tunings: dict[str, Any],
-                   resources: dict[str, Any], started_s: float) -> dict[str, Any]:
+def describe_stage(it: Any, stages: dict[str, dict[str, Any]], limit: int, tunings: dict[str, StageTuning],
+                   resources: dict[str, Executor], started_s: float) -> dict[str, Any]:
     name = _name(it)
     node: dict[str, Any] = {"stage": name, "kind": getattr(it, "kind", type(it).__name__)}
-    st: dict[str, Any] | None = None
+    st: StageStats | None = None
     tuning = tunings.get(name)
     if tuning is not None and it in tuning.members():
         st = tuning.stats()  # over the stage's iterators in this iteration (one per repeat epoch)
-    elif hasattr(it, "pool"):
-        st = it.pool.stats()
-    elif hasattr(it, "timing_stats"):
-        st = it.timing_stats(time.monotonic() - started_s)
+    elif isinstance(it, PoolIterator):
+        st = StageStats.of(it.pool.stats())
     if st is not None:
-        workers = float(st.get("workers", 1))
-        node["workers"] = int(workers)
-        if "window" in st:
-            node["window"] = int(st["window"])
-        elapsed = st.get("elapsed_s", 0.0)
-        delivered = st.get("delivered", st.get("calls", 0))
-        node["throughput_per_s"] = round(delivered / elapsed, 1) if elapsed > 0 else None
-        node["shares"] = {k: round(v, 3) for k, v in _shares(st, workers).items()}
-        node["consumer_wait_s"] = round(st.get("consumer_wait_s", 0.0), 3)
-        calls = st.get("calls", 0)
-        node["call_ms"] = round(st.get("busy_s", 0.0) / calls * 1e3, 3) if calls else None
+        node["workers"] = st.workers
+        node["window"] = st.window
+        elapsed = st.elapsed_s
+        node["throughput_per_s"] = round(st.delivered / elapsed, 1) if elapsed > 0 else None
+        node["shares"] = {k: round(v, 3) for k, v in _shares(st).items()}
+        node["consumer_wait_s"] = round(st.consumer_wait_s, 3)
+        node["call_ms"] = round(st.busy_s / st.calls * 1e3, 3) if st.calls else None
     if tuning is not None:
-        node["settings"] = {k: v.value for k, v in tuning.knobs.items()}
-        node["why"] = {k: v.why for k, v in tuning.knobs.items()}
+        node["settings"] = {k.value: v.value for k, v in tuning.knobs.items()}
+        node["why"] = {k.value: v.why for k, v in tuning.knobs.items()}
     else:
         node["why"] = {"settings": "as given (not AUTOTUNE)"}
     executor = resources.get(name)
-    if executor is not None and hasattr(executor, "report"):
+    if executor is not None:
         node["executor"] = executor.report()
     elif node["kind"] == "map":
-        node["executor"] = {"executor": "thread" if hasattr(it, "pool") else "inline (num_parallel_calls=None)",
-                            "why": "executor='thread' or an explicit num_parallel_calls"}
+        where = "thread" if isinstance(it, PoolIterator) else "inline (num_parallel_calls=None)"
+        node["executor"] = {"executor": where, "why": THREAD_WHY}
     cur, peak, cap, accounts = _stage_bytes(stages, name)
     if accounts:
         node["bytes"] = cur
@@ -101,7 +108,7 @@ def describe_stage(it: Any, stages: dict[str, dict[str, Any]], limit: int, tunin
 
 
 def build_tree(root: Any, stages: dict[str, dict[str, Any]], limit: int, tunings: dict[str, Any],
-               resources: dict[str, Any], started_s: float) -> dict[str, Any]:
+               resources: dict[str, Executor], started_s: float) -> dict[str, Any]:
     def walk(it: Any, seen: set[int]) -> dict[str, Any]:
         node = describe_stage(it, stages, limit, tunings, resources, started_s)
         seen.add(id(it))

@@ -30,6 +30,7 @@ and restores each slot where it was; when the input does not replay deterministi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -40,11 +41,11 @@ from . import by_value
 from .autotune import cpu_count
 from .base import DatasetIterator, IteratorContext, check_state, fn_name, note_error
 from .counting import counting_enabled, elements, memoized
+from .knobs import MAX_BUFFER, KnobKind, StageStats, stage_tuning
 from .map import call_with_element, guarded_call
 from .node import DatasetNode, SpecOf, node_of, trace
 from .parallel import PoolIterator
 from .prefetch import _identity
-from .tuner import MAX_BUFFER, stage_tuning
 
 SLOT_BUFFER = 16  # elements read ahead per parallel slot (records are small; the budget still caps bytes)
 
@@ -166,36 +167,33 @@ class _InterleaveIterator(DatasetIterator):
             self._account.warn_shrink = False
             if node.num_parallel_calls == AUTOTUNE and ctx.options.autotune_enabled is not False:
                 t = self._tuning = stage_tuning(ctx, stage, "interleave")
-                t.knob("parallel_slots", cycle_length, 0, cycle_length,
+                t.knob(KnobKind.PARALLEL_SLOTS, cycle_length, 0, cycle_length,
                        f"AUTOTUNE start: every slot of cycle_length={cycle_length} read by its own thread")
-                t.knob("read_ahead", self._read_ahead, 1, MAX_BUFFER,
+                t.knob(KnobKind.READ_AHEAD, self._read_ahead, 1, MAX_BUFFER,
                        f"AUTOTUNE start: {self._read_ahead} elements per slot (within its share of the budget)")
-                t.add(self)
-                for name, k in t.knobs.items():
-                    self.apply_knob(name, k.value, start=True)
+                t.start(self)
 
     # ---- AUTOTUNE (headrace._ops.tuner) ------------------------------------------------------------------
-    def apply_knob(self, name: str, value: int, *, start: bool = False) -> None:
-        """Set knob ``name`` to ``value`` (the tuner thread; ``start``: its starting value, while building)."""
-        if name == "read_ahead":
+    def apply_knob(self, kind: KnobKind, value: int, *, start: bool = False) -> None:
+        """Set ``kind`` to ``value`` (the tuner thread; ``start``: its starting value, while building)."""
+        if kind is KnobKind.READ_AHEAD:
             self._read_ahead = max(1, value)
             if self._account is not None:
                 self._account.set_demand(self._cycle_length * self._read_ahead, start=start)
-        elif name == "parallel_slots":
+        elif kind is KnobKind.PARALLEL_SLOTS:
             self._parallel_slots = value
             for j, slot in enumerate(list(self._slots)):
                 if slot is not None and isinstance(slot.iterator, PoolIterator):
                     slot.iterator.pool.set_workers(1 if j < value else 0)
 
-    def tuning_stats(self) -> dict[str, Any]:
-        total: dict[str, Any] = {}
+    def tuning_stats(self) -> StageStats:
+        """The slots' counters summed; its settings: the slots read by their own thread (its workers) and the
+        elements each reads ahead (its window)."""
+        total = StageStats()
         for slot in list(self._slots):
             if slot is not None and isinstance(slot.iterator, PoolIterator):
-                for key, v in slot.iterator.pool.stats().items():
-                    total[key] = total.get(key, 0) + v
-        total["workers"] = self._parallel_slots
-        total["window"] = self._read_ahead
-        return total
+                total = total + StageStats.of(slot.iterator.pool.stats())
+        return dataclasses.replace(total, workers=self._parallel_slots, window=self._read_ahead)
 
     def _slot_window(self) -> int:
         """Read-ahead per slot: SLOT_BUFFER (or block_length; AUTOTUNE: the tuned read-ahead), at most a

@@ -39,7 +39,7 @@ from .calls import (
     stop_iteration_error,
     traced_guard,
 )
-from .executor import AutoExecutor, ProcessExecutor, validate_executor
+from .executor import AutoExecutor, Executor, ProcessExecutor, ThreadExecutor, validate_executor
 from .node import DatasetNode, SpecOf, trace
 from .parallel import PoolIterator
 from .sources import convert_to_spec
@@ -89,25 +89,32 @@ class MapNode(DatasetNode):
         if self.num_parallel_calls is None and kind == "thread":
             return _MapIterator(ctx, source, self.fn, stage, finish)
         workers = parallelism(self.num_parallel_calls, ctx)
-        fn = self.fn
-        executor: Any = None
-        if kind == "process":
-            executor = ctx.resource(stage, lambda: ProcessExecutor(fn, stage, ctx, workers))
-        elif kind == "auto":
-            executor = ctx.resource(stage, lambda: AutoExecutor(fn, thread_fn, stage, ctx, workers, ctx.cpu_budget))
-        apply = thread_fn
         if kind == "process":  # results normalized by the executor: refuse () here ("auto" first calls on threads)
             after = finish
             finish = (lambda y: refuse_empty(y, stage)) if after is None else (lambda y: after(refuse_empty(y, stage)))
+        apply = thread_fn
         if finish is not None:
-            if executor is not None:
-                executor = _Finishing(executor, finish)
-
             def apply(x: Any) -> Any:
                 return finish(thread_fn(x))
+        executor = self._executor(kind, ctx, stage, workers, thread_fn, apply, finish)
         return PoolIterator(ctx, source, apply, stage, workers, ctx.deterministic(self.deterministic), kind="map",
                             window=MAP_WINDOW_PER_WORKER * workers, executor=executor,
                             autotune=self.num_parallel_calls == AUTOTUNE)
+
+    def _executor(self, kind: str, ctx: IteratorContext, stage: str, workers: int, thread_fn: Callable[[Any], Any],
+                  apply: Callable[[Any], Any], finish: Callable[[Any], Any] | None) -> Executor:
+        """The stage's executor: threads calling ``apply`` (``thread_fn``, then ``finish``), or the iteration's
+        process / ``"auto"`` executor of this stage (a resource: every ``repeat`` epoch's build reuses it),
+        whose results go through this build's ``finish`` in the parent."""
+        if kind == "thread":
+            return ThreadExecutor(apply)
+        fn = self.fn
+        if kind == "process":
+            ex: ProcessExecutor | AutoExecutor = ctx.resource(stage, lambda: ProcessExecutor(fn, stage, ctx, workers))
+        else:
+            ex = ctx.resource(stage, lambda: AutoExecutor(fn, thread_fn, stage, ctx, workers, ctx.cpu_budget))
+        ex.finish = finish
+        return ex
 
     def executor_kind(self, ctx: IteratorContext) -> str:
         """``"thread"``, ``"process"`` or ``"auto"`` for this stage (see the module docstring)."""
@@ -118,21 +125,6 @@ class MapNode(DatasetNode):
         if ctx.options.map_executor is not None:
             return ctx.options.map_executor
         return "auto" if self.num_parallel_calls == AUTOTUNE else "thread"
-
-
-class _Finishing:
-    """An executor whose results go through ``finish`` (the output_signature conversion or the traced-spec
-    check) in the parent; every other attribute is the executor's."""
-
-    def __init__(self, executor: Any, finish: Callable[[Any], Any]) -> None:
-        self._executor = executor
-        self._finish = finish
-
-    def call(self, x: Any, index: int, stop: Any) -> Any:
-        return self._finish(self._executor.call(x, index, stop))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._executor, name)
 
 
 class _MapIterator(UnaryIterator):

@@ -2,7 +2,7 @@
 
 A worker is a fresh interpreter (the *spawn* start method, an ``exec`` of a new Python, never a ``fork``
 of the threaded parent) that loads this file by its location and calls :func:`main` (see
-``proc_pool.child_command``: ``python -P -c <bootstrap> proc_child.py FD``; never ``python proc_child.py``,
+``child_command``: ``python -P -c <bootstrap> proc_child.py FD``; never ``python proc_child.py``,
 which would put ``_ops`` first on ``sys.path``). The parent imports it for :func:`encode` and
 :func:`receive_frames`. It imports nothing from headrace, so a worker starts in the time Python and
 numpy take to import (plus whatever the user's function imports when it is unpickled). Its standard

@@ -262,6 +262,19 @@ class _Proc:
                 pass
 
 
+def _reap(proc: _Proc, grace_s: float = 0.0) -> None:
+    """Close ``proc``'s files and wait for it (``grace_s``, then ``SIGKILL``)."""
+    proc.close_files()
+    try:
+        proc.popen.wait(timeout=max(grace_s, 0.001))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        try:
+            proc.popen.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a process that ignores SIGKILL
+            pass
+
+
 # ---- the workers of one stage ------------------------------------------------------------------------
 class ProcessWorkers:
     """The worker processes of one ``map`` stage: checked out by the pool's threads one call at a time.
@@ -274,12 +287,16 @@ class ProcessWorkers:
     """
 
     def __init__(self, fn: Callable[..., Any], stage: str, budget: MemoryBudget, owner: object,
-                 target: int, fn_bytes: bytes) -> None:
+                 target: int, fn_bytes: bytes, *, warnings: Any = None, refuse_growth: bool = True) -> None:
+        """``warnings``: where the workers' budget warnings queue (``headrace._warn``); ``refuse_growth``
+        (``proc_memory``): False for an ``"auto"`` stage, which goes back to threads instead."""
         self.fn = fn
         self.stage = stage
         self.fn_bytes = fn_bytes
         self.target = max(1, int(target))
         self.memory = WorkerMemory(budget, stage, owner)
+        self.memory.account.warnings = warnings
+        self.memory.refuse_growth = refuse_growth
         self._cv = Condition(f"{stage} worker processes")
         self._idle: list[_Proc] = []
         self._all: list[_Proc] = []
@@ -293,6 +310,14 @@ class ProcessWorkers:
         self.start_s: list[float] = []
 
     # -- memory ---------------------------------------------------------------------------------------
+    def check_fits(self, call_bytes: int) -> None:
+        """``MemoryBudgetError`` when one worker and one call's bytes cannot fit the budget at all."""
+        self.memory.check_fits(call_bytes)
+
+    def memory_limited(self, within_s: float) -> bool:
+        """A worker start was refused for lack of budget in the last ``within_s`` s."""
+        return self.memory.memory_limited(within_s)
+
     def charge(self, proc: _Proc, nbytes: int, stop: Any) -> None:
         """Reserve ``nbytes`` for a segment of ``proc`` before it is created (idle workers end first when the
         budget is short)."""
@@ -339,7 +364,7 @@ class ProcessWorkers:
         except BaseException:
             mem.cancel_start(reserved)
             proc.kill()
-            self._reap(proc)
+            _reap(proc)
             raise
         mem.started(proc, reserved, proc.rss() or reserved, floor)
         self.started += 1
@@ -458,21 +483,9 @@ class ProcessWorkers:
                 pass
         else:
             proc.kill()
-        self._reap(proc, EXIT_GRACE_S if graceful else 0.0)
+        _reap(proc, EXIT_GRACE_S if graceful else 0.0)
         self.memory.release(proc)
         self.memory.set_workers(len(self._all) + self._starting)
-
-    @staticmethod
-    def _reap(proc: _Proc, grace_s: float = 0.0) -> None:
-        proc.close_files()
-        try:
-            proc.popen.wait(timeout=max(grace_s, 0.001))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            try:
-                proc.popen.wait(timeout=2.0)
-            except subprocess.TimeoutExpired:  # pragma: no cover - a process that ignores SIGKILL
-                pass
 
     # -- the call -------------------------------------------------------------------------------------
     def call(self, x: Any, index: int, stop: Any) -> Any:
@@ -550,6 +563,6 @@ class ProcessWorkers:
             except subprocess.TimeoutExpired:
                 p.kill()
         for p in procs:
-            self._reap(p)
+            _reap(p)
             p.footprint = 0
         self.memory.close()

@@ -14,9 +14,11 @@ stage                                              knobs (range)
 =================================================  ==============================================================
 
 ``cycle_length`` itself is not tuned: it decides the output order (tf.data fixes it at the CPU count too).
+The knobs (``KnobKind``), the stages' typed counters (``StageStats``) and the per-stage record the tuner
+moves (``StageTuning``) live in ``headrace._ops.knobs``; this module is the tuner thread and its rules.
 
 Measurement: the iterator counts the elements it hands out; every stage counts time inside its function
-(wall and CPU), waiting for input, for room and for the budget (``PoolStats``). The tuner works on the
+(wall and CPU), waiting for input, for room and for the budget (``StageStats``). The tuner works on the
 output rate: hill climbing, one knob at a time. A *trial* measures the rate for ``window_s`` (at least
 ``MIN_WINDOW_S`` and ``MIN_ELEMENTS`` elements), changes one knob, lets it settle, measures again, and
 keeps the change only if the rate rose by ``ACCEPT`` (a gain below ``CONFIRM`` is measured twice), else
@@ -51,15 +53,26 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .._memory import WAIT_SLICE_S
 from .._sync import Condition
-from .._sync import Lock as TimedLock
 from .base import start_thread
-from .executor import CPU_BOUND_SHARE
+from .executor import CPU_BOUND_SHARE, ExecutorKind
+from .knobs import (  # noqa: F401  (MAX_*, stage_tuning, workers_start_reason: parallel.py imports them from here)
+    MAX_BUFFER,
+    MAX_WINDOW,
+    MAX_WORKERS,
+    Knob,
+    KnobKind,
+    StageStats,
+    StageTuning,
+    stage_tuning,
+    workers_start_reason,
+)
 
 MIN_WINDOW_S = 0.2
 MIN_ELEMENTS = 8
@@ -69,11 +82,6 @@ ACCEPT = 1.05
 CONFIRM = 1.2
 DRIFT = 0.25
 WATCH_S = 2.0
-MAX_WORKERS = 64
-MAX_WINDOW = 512
-MAX_BUFFER = 64
-CURRENT_KEYS = ("workers", "window", "threads")
-"""Settings, not counters: not carried over from closed iterators."""
 CONSUMER_WAITS_SHARE = 0.5
 """A prefetch buffer whose consumer waits this share of the time or more is empty: trying no buffer (no
 thread, the consumer's thread produces) is a candidate."""
@@ -93,113 +101,69 @@ MEMORY_BOUND_SHARE = 0.2
 they would only wait longer (and worker processes need memory themselves)."""
 
 
-class Knob:
-    """One tunable setting of a stage: its value, range, and why it has that value."""
+# ---- candidates: per knob kind, the moves worth a trial ------------------------------------------------
+@dataclass(slots=True)
+class _Load:
+    """What one stage's last window says, for its knobs' moves (``Tuner._load``)."""
 
-    __slots__ = ("compute", "hi", "lo", "name", "value", "why")
-
-    def __init__(self, name: str, value: int, lo: int, hi: int, why: str, compute: bool = False) -> None:
-        self.name = name
-        self.value = int(value)
-        self.lo = lo
-        self.hi = hi
-        self.why = why
-        self.compute = compute  # counted against the CPU budget (map / batch workers)
-
-
-class StageTuning:
-    """The tuned settings of one stage for one iteration, shared by the stage's iterators (a stage made
-    again for each ``repeat`` epoch, the slots of an interleave) and applied to every live one."""
-
-    def __init__(self, stage: str, kind: str) -> None:
-        self.stage = stage
-        self.kind = kind
-        self.knobs: dict[str, Knob] = {}
-        self._members: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._retired: dict[str, float] = {}  # counters of the members closed so far (earlier epochs)
-        self._lock = TimedLock(f"{stage} tuning")
-        self.executor: Any = None
-
-    def knob(self, name: str, value: int, lo: int, hi: int, why: str, compute: bool = False) -> Knob:
-        """The knob ``name`` (made with these settings the first time)."""
-        with self._lock:
-            k = self.knobs.get(name)
-            if k is None:
-                k = self.knobs[name] = Knob(name, value, lo, hi, why, compute)
-            return k
-
-    def value(self, name: str, default: int) -> int:
-        k = self.knobs.get(name)
-        return default if k is None else k.value
-
-    def add(self, member: Any) -> None:
-        with self._lock:
-            self._members.add(member)
-
-    def remove(self, member: Any) -> None:
-        """``member`` closes (a ``repeat`` epoch ended): its counters stay in the stage's sums."""
-        with self._lock:
-            if member not in self._members:
-                return
-            self._members.discard(member)
-        final = member.tuning_stats()
-        with self._lock:
-            for key, v in final.items():
-                if isinstance(v, int | float) and key not in CURRENT_KEYS:
-                    self._retired[key] = self._retired.get(key, 0.0) + v
-
-    def members(self) -> list[Any]:
-        with self._lock:
-            return list(self._members)
-
-    def set(self, name: str, value: int, why: str) -> None:
-        k = self.knobs[name]
-        k.value = max(k.lo, min(k.hi, int(value)))
-        k.why = why
-        for m in self.members():
-            m.apply_knob(name, k.value)
-
-    def stats(self) -> dict[str, float]:
-        """The counters (``ParallelApplier.stats`` keys) summed over the stage's iterators in this iteration,
-        the closed ones included (a stage made again per ``repeat`` epoch); ``CURRENT_KEYS``: the live ones'."""
-        with self._lock:
-            total: dict[str, float] = dict(self._retired)
-        for m in self.members():
-            for key, v in m.tuning_stats().items():
-                if isinstance(v, int | float):
-                    total[key] = total.get(key, 0.0) + v
-        return total
-
-    def busy(self) -> bool:
-        """Whether the stage may not be tuned now (its executor is still measuring the function or starting
-        its worker processes: rates measured meanwhile say nothing about a setting)."""
-        ex = self.executor
-        return ex is not None and bool(getattr(ex, "settling", False))
+    util: float            # share of the workers' time inside the function
+    per_call: float        # seconds per call
+    wait_in: float         # share of the workers' time waiting on the input
+    room: float            # share of the workers' time waiting for room (the consumer is slower)
+    consumer_waits: float  # share of the time the consumer waited on the stage
+    io_bound: bool         # a worker uses less than half a core (it waits on I/O)
+    memory_bound: bool     # the workers wait for the memory budget (or a worker process was refused)
+    compute_stages: int    # tuned compute stages with live iterators
 
 
-def workers_start_reason(workers: int, cpu_budget: int, budget_set: bool, *, taken: int = 0,
-                         split_over: int = 0) -> str:
-    """Why an AUTOTUNE stage starts with ``workers`` workers, for ``explain()``: the cores the pipeline may
-    keep busy (``cpu_budget``, set by ``Options(cpu_budget=...)`` when ``budget_set``, else the CPU count),
-    and either the ``taken`` of them the stages built before this one started with, or the number of tuned
-    stages they were split evenly over (``split_over``)."""
-    source = "Options(cpu_budget=...)" if budget_set else "the CPU count; Options(cpu_budget=...) changes it"
-    text = f"AUTOTUNE starts with {workers} worker(s): the pipeline may keep {cpu_budget} core(s) busy ({source})"
-    if split_over:
-        text += f", split evenly over its {split_over} tuned stages"
-    elif taken:
-        text += (f", and the stages built before this one started with {min(taken, cpu_budget)} of them, "
-                 f"which left {max(0, cpu_budget - taken)}")
-    return text + "; the tuner then moves workers to whichever stage is slowest"
+Move = tuple[float, int]
+"""A candidate value of a knob and its score (higher: tried first)."""
 
 
-def stage_tuning(ctx: Any, stage: str, kind: str) -> StageTuning:
-    """The :class:`StageTuning` of ``stage`` in this iteration (``ctx.tunings``; made the first time)."""
-    with ctx._lock:
-        t = ctx.tunings.get(stage)
-        if t is None:
-            t = ctx.tunings[stage] = StageTuning(stage, kind)
-        return t
+def _workers_moves(k: Knob, t: StageTuning, load: _Load) -> list[Move]:
+    v = k.value
+    moves: list[Move] = []
+    if not load.memory_bound:
+        moves.append((2.0 + load.util, v * 2 if load.io_bound and v >= 2 else v + 1))
+    if v > 0 and (load.util < BUSY_SHARE or load.compute_stages > 1):
+        # fewer workers help another stage get the CPU, or a stage that waits; never the only compute stage
+        # while its workers are busy (a trial that costs a window at half rate)
+        moves.append((0.5 + (1 - load.util), v - 1))
+    if v > 1 and load.per_call < CHEAP_CALL_S:
+        moves.append((1.5, 0))
+    return moves
+
+
+def _window_moves(k: Knob, t: StageTuning, load: _Load) -> list[Move]:
+    """``window`` and ``read_ahead``: the elements a stage may hold ahead."""
+    v = k.value
+    if k.kind is KnobKind.WINDOW and t.value(KnobKind.WORKERS, 1) == 0:
+        return []  # inline: nothing is in flight, the window has no effect
+    return [(1.0 + load.room, v * 2)] + ([(0.3, max(1, v // 2))] if v > 1 else [])
+
+
+def _buffer_moves(k: Knob, t: StageTuning, load: _Load) -> list[Move]:
+    v = k.value
+    moves: list[Move] = [(1.0 + load.wait_in, max(1, v * 2))]
+    if v > 0:
+        moves.append((0.8, v // 2))
+    if v > 1 and load.consumer_waits >= CONSUMER_WAITS_SHARE:
+        # the consumer waits on the buffer anyway (it is empty): its thread only adds a hand-off per element;
+        # without it the consumer's thread produces (kept only if faster)
+        moves.append((1.6, 0))
+    return moves
+
+
+def _slots_moves(k: Knob, t: StageTuning, load: _Load) -> list[Move]:
+    v = k.value
+    return [(1.2, v + 1)] + ([(0.8, v - 1)] if v > 0 else [])
+
+
+MOVES: dict[KnobKind, Callable[[Knob, StageTuning, _Load], list[Move]]] = {
+    KnobKind.WORKERS: _workers_moves, KnobKind.WINDOW: _window_moves, KnobKind.READ_AHEAD: _window_moves,
+    KnobKind.BUFFER: _buffer_moves, KnobKind.PARALLEL_SLOTS: _slots_moves,
+}
+"""The moves the tuner tries per knob kind (module docstring: "Candidates")."""
 
 
 # ---- the tuner ----------------------------------------------------------------------------------------
@@ -212,23 +176,23 @@ class _Trial:
         self.knob = knob
         self.old = knob.value
         self.new = new
-        self.changes: list[tuple[str, int, int, str]] = [(knob.name, knob.value, new, knob.why)]
-        window = stage.knobs.get("window")
-        if knob.name == "workers" and window is not None and new > max(1, knob.value):
+        self.changes: list[tuple[KnobKind, int, int, str]] = [(knob.kind, knob.value, new, knob.why)]
+        window = stage.knobs.get(KnobKind.WINDOW)
+        if knob.kind is KnobKind.WORKERS and window is not None and new > max(1, knob.value):
             scaled = min(window.hi, -(-window.value * new // max(1, knob.value)))
             if scaled > window.value:
-                self.changes.append(("window", window.value, scaled, window.why))
+                self.changes.append((KnobKind.WINDOW, window.value, scaled, window.why))
 
     def apply(self, why: str) -> None:
-        for name, _old, new, _why in self.changes:
-            self.stage.set(name, new, why)
+        for kind, _old, new, _why in self.changes:
+            self.stage.set(kind, new, why)
 
     def undo(self) -> None:
-        for name, old, _new, why in reversed(self.changes):
-            self.stage.set(name, old, why)
+        for kind, old, _new, why in reversed(self.changes):
+            self.stage.set(kind, old, why)
 
     def describe(self) -> str:
-        return ", ".join(f"{name} {old}->{new}" for name, old, new, _ in self.changes)
+        return ", ".join(f"{kind} {old}->{new}" for kind, old, new, _ in self.changes)
 
 
 class Tuner:
@@ -247,12 +211,12 @@ class Tuner:
         self.cpu_granted = 0.0
         self._t0 = time.monotonic()
         self._cv = Condition("tuner")
-        self._tried: set[tuple[str, str, int]] = set()
+        self._tried: set[tuple[str, KnobKind, int]] = set()  # (stage, knob, value) tried in this search
         self._reopened = 0
         self._weights: dict[str, float] = {}
         self._shares: dict[str, float] = {}  # per stage the largest recent CPU share of its calls (decaying)
-        self._prev: dict[str, dict[str, float]] = {}
-        self._recent: dict[str, dict[str, float]] = {}
+        self._prev: dict[str, StageStats] = {}    # per stage its stats at the end of the last window
+        self._recent: dict[str, StageStats] = {}  # per stage the change over the last window
         self._thread: threading.Thread | None = None
 
     # ---- life cycle --------------------------------------------------------------------------------
@@ -264,15 +228,14 @@ class Tuner:
         """Before the first element: ``cpu_budget`` split evenly over the tuned compute stages (each made
         stage took what the ones made before it left, so the innermost had it all); the inner stages get
         the remainder. Workers are counted as 1 core each until measured."""
-        stages = [(t, t.knobs["workers"]) for t in list(self.ctx.tunings.values())
-                  if "workers" in t.knobs and t.knobs["workers"].compute]
+        stages = [(t, k) for t in list(self.ctx.tunings.values()) if (k := t.compute_workers()) is not None]
         if len(stages) < 2:
             return
         share, extra = divmod(self.cpu_budget, len(stages))
         for i, (t, k) in enumerate(stages):
             value = min(k.hi, share + (1 if i < extra else 0))
             if value != k.value:
-                t.set("workers", value, workers_start_reason(
+                t.set(KnobKind.WORKERS, value, workers_start_reason(
                     value, self.cpu_budget, self.ctx.options.cpu_budget is not None, split_over=len(stages)))
 
     def threads(self) -> list[threading.Thread]:
@@ -330,18 +293,13 @@ class Tuner:
         granted = 0.0
         for t in list(self.ctx.tunings.values()):
             now = t.stats()
-            prev = self._prev.get(t.stage, {})
-            recent = {key: v - prev.get(key, 0.0) for key, v in now.items()}
-            for key in ("workers", "window", "threads"):
-                if key in now:
-                    recent[key] = now[key]
-            self._recent[t.stage] = recent
+            recent = self._recent[t.stage] = now.since(self._prev.get(t.stage, StageStats()))
             self._prev[t.stage] = now
-            k = t.knobs.get("workers")
-            if k is None or not k.compute:
+            k = t.compute_workers()
+            if k is None:
                 continue
-            busy, cpu = recent.get("busy_s", 0.0), recent.get("cpu_s", 0.0)
-            if getattr(t.executor, "kind", "") == "process":
+            busy, cpu = recent.busy_s, recent.cpu_s
+            if t.executor is not None and t.executor.kind == ExecutorKind.PROCESS:
                 w = 1.0
             elif busy > 0.01 and not t.busy():
                 share = cpu / busy
@@ -368,58 +326,31 @@ class Tuner:
         return self.cpu_granted + w * (value - knob.value)
 
     # ---- candidates --------------------------------------------------------------------------------
+    def _load(self, t: StageTuning, compute_stages: int) -> _Load:
+        recent = self._recent.get(t.stage)
+        st = StageStats.of(recent) if recent else t.stats()
+        per_call = st.busy_s / st.calls if st.calls else 0.0
+        span = max(1e-9, st.worker_time_s)
+        ex = t.executor
+        return _Load(util=st.busy_s / span, per_call=per_call, wait_in=st.input_s / span, room=st.room_s / span,
+                     consumer_waits=st.consumer_wait_s / max(1e-9, st.elapsed_s),
+                     io_bound=self._weights.get(t.stage, 1.0) < 0.5,
+                     memory_bound=(st.budget_s / span >= MEMORY_BOUND_SHARE
+                                   or (ex is not None and ex.memory_limited(MAX_WINDOW_S))),
+                     compute_stages=compute_stages)
+
     def _candidates(self) -> list[tuple[StageTuning, Knob, int]]:
         out: list[tuple[float, StageTuning, Knob, int]] = []
+        compute_stages = self._compute_stages()
         for t in list(self.ctx.tunings.values()):
             if t.busy() or not t.members():
                 continue
-            st = self._recent.get(t.stage) or t.stats()
-            calls = st.get("calls", 0.0)
-            busy = st.get("busy_s", 0.0)
-            per_call = busy / calls if calls else 0.0
-            span = max(1e-9, st.get("worker_time_s", 0.0))
-            util = busy / span
-            wait_in = st.get("input_s", 0.0) / span
-            room = st.get("room_s", 0.0) / span
-            io_bound = self._weights.get(t.stage, 1.0) < 0.5
-            consumer_waits = st.get("consumer_wait_s", 0.0) / max(1e-9, st.get("elapsed_s", 0.0))
-            limited = getattr(t.executor, "memory_limited", None)
-            memory_bound = (st.get("budget_s", 0.0) / span >= MEMORY_BOUND_SHARE
-                            or (limited is not None and limited(MAX_WINDOW_S)))
+            load = self._load(t, compute_stages)
             for k in t.knobs.values():
                 v = k.value
-                moves: list[tuple[float, int]] = []
-                if k.name == "workers":
-                    up = v * 2 if io_bound and v >= 2 else v + 1
-                    if not memory_bound:
-                        moves.append((2.0 + util, up))
-                    if v > 0 and (util < BUSY_SHARE or self._compute_stages() > 1):
-                        # fewer workers help another stage get the CPU, or a stage that waits; never the only
-                        # compute stage while its workers are busy (a trial that costs a window at half rate)
-                        moves.append((0.5 + (1 - util), v - 1))
-                    if v > 1 and per_call < CHEAP_CALL_S:
-                        moves.append((1.5, 0))
-                elif k.name in ("window", "read_ahead"):
-                    if k.name == "window" and t.value("workers", 1) == 0:
-                        continue  # inline: nothing is in flight, the window has no effect
-                    moves.append((1.0 + room, v * 2))
-                    if v > 1:
-                        moves.append((0.3, max(1, v // 2)))
-                elif k.name == "buffer":
-                    moves.append((1.0 + wait_in, max(1, v * 2)))
-                    if v > 0:
-                        moves.append((0.8, v // 2))
-                    if v > 1 and consumer_waits >= CONSUMER_WAITS_SHARE:
-                        # the consumer waits on the buffer anyway (it is empty): its thread only adds a
-                        # hand-off per element; without it the consumer's thread produces (kept only if faster)
-                        moves.append((1.6, 0))
-                elif k.name == "parallel_slots":
-                    moves.append((1.2, v + 1))
-                    if v > 0:
-                        moves.append((0.8, v - 1))
-                for score, new in moves:
-                    new = max(k.lo, min(k.hi, new))
-                    if new == v or (t.stage, k.name, new) in self._tried:
+                for score, move in MOVES[k.kind](k, t, load):
+                    new = max(k.lo, min(k.hi, move))
+                    if new == v or (t.stage, k.kind, new) in self._tried:
                         continue
                     if new > v and self._cost(t, k, new) > self.cpu_budget + 1e-9:
                         continue
@@ -428,8 +359,7 @@ class Tuner:
         return [(t, k, new) for _s, t, k, new in out]
 
     def _compute_stages(self) -> int:
-        return sum(1 for t in list(self.ctx.tunings.values())
-                   if "workers" in t.knobs and t.knobs["workers"].compute and t.members())
+        return sum(1 for t in list(self.ctx.tunings.values()) if t.compute_workers() is not None and t.members())
 
     def _enforce_cpu(self) -> None:
         """Take workers away while measured use exceeds the CPU budget (a stage's calls turned more CPU-bound):
@@ -439,14 +369,14 @@ class Tuner:
             excess = self.cpu_granted - self.cpu_budget
             options = []
             for t in list(self.ctx.tunings.values()):
-                k = t.knobs.get("workers")
-                if k is not None and k.compute and k.value > k.lo:
+                k = t.compute_workers()
+                if k is not None and k.value > k.lo:
                     options.append((self._weights.get(t.stage, 1.0), t, k))
             if not options:
                 return
             covering = [o for o in options if o[0] >= excess - 1e-9]
             w, t, k = min(covering, key=lambda o: o[0]) if covering else max(options, key=lambda o: o[0])
-            t.set("workers", k.value - 1, f"reduced to stay inside cpu_budget={self.cpu_budget}")
+            t.set(KnobKind.WORKERS, k.value - 1, f"reduced to stay inside cpu_budget={self.cpu_budget}")
             self.cpu_granted -= w
 
     # ---- the loop ----------------------------------------------------------------------------------
@@ -500,7 +430,7 @@ class Tuner:
             rate = self._measure()
             if rate is None:
                 return
-            self._tried.add((t.stage, k.name, new))
+            self._tried.add((t.stage, k.kind, new))
             if base * ACCEPT <= rate < base * CONFIRM:  # a small gain: measure once more before keeping it
                 again = self._measure()
                 if again is None:
@@ -517,7 +447,7 @@ class Tuner:
                 # Each setting is tried once per search (a search ends when nothing is left to try; a drift
                 # starts a new one): the number of trials is bounded and the tuner converges even where
                 # noise makes some changes look good. Going straight back is not tried.
-                self._tried.add((t.stage, k.name, trial.old))
+                self._tried.add((t.stage, k.kind, trial.old))
                 if self._reopened < MAX_REOPEN:
                     # the other stages' rejected changes were measured against the old bottleneck (a prefetch
                     # buffer cannot help while the map below it is slow): try them again, a bounded number of times
