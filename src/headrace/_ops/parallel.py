@@ -25,6 +25,7 @@ knobs (``workers``, ``window``, ``buffer``) to them.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,8 @@ from typing import Any
 from .._memory import StageAccount
 from .._sync import Lock as TimedLock
 from .base import DatasetIterator, check_state
+from .executor import Executor, ExecutorKind, ThreadExecutor
+from .knobs import MAX_BUFFER, MAX_WINDOW, MAX_WORKERS, KnobKind, StageStats, stage_tuning, workers_start_reason
 from .pool_inline import LEAN_TIMING_EVERY, InlinePath
 from .pool_order import ResultsWindow
 from .pool_snapshots import RESTORE_WAIT_S, InputSnapshots, replays_deterministically
@@ -40,7 +43,6 @@ from .pool_stats import PoolStats, summarize
 from .pool_steps import ElementSteps
 from .pool_workers import WorkerThreads
 from .positions import fast_forward
-from .tuner import MAX_BUFFER, MAX_WINDOW, MAX_WORKERS, stage_tuning, workers_start_reason
 
 __all__ = ["LEAN_TIMING_EVERY", "RESTORE_WAIT_S", "SNAPSHOT_EVERY", "ParallelApplier", "PoolIterator", "PoolStats",
            "fast_forward", "replays_deterministically"]
@@ -69,10 +71,11 @@ class ParallelApplier(ResultsWindow, ElementSteps, WorkerThreads, InlinePath, In
                  thread_name: str, index_base: int = 0, identity: bool = False, input_charged: bool = False,
                  release_input: Callable[[Any], None] | None = None, record_state: bool = True,
                  refill_at: int | Callable[[], int] | None = None, snapshot_every: int | None = None,
-                 urgent_when_waited: bool = False, headroom: bool | None = None, executor: Any = None) -> None:
+                 urgent_when_waited: bool = False, headroom: bool | None = None,
+                 executor: Executor | None = None) -> None:
         self.source = source
         self.fn = fn
-        self.executor = executor
+        self.executor: Executor = executor if executor is not None else ThreadExecutor(fn)
         self.num_workers = num_workers
         self.active = num_workers      # workers taking elements now (0: inline in the consumer's thread)
         self.account = account
@@ -113,10 +116,14 @@ class ParallelApplier(ResultsWindow, ElementSteps, WorkerThreads, InlinePath, In
             if self._started:
                 self._ensure_threads(n)
             self._notify_all()
-        if self.executor is not None and n > 0:
+        if n > 0:
             self.executor.set_workers(n)
 
     def stats(self) -> dict[str, Any]:
+        """:meth:`stage_stats` by name."""
+        return dataclasses.asdict(self.stage_stats())
+
+    def stage_stats(self) -> StageStats:
         """The counters (:class:`PoolStats` summed over the workers and the inline calls) and settings
         (``headrace._ops.pool_stats``)."""
         return summarize(self._worker_stats, len(self._threads), self._inline_stats, active=self.active,
@@ -160,45 +167,44 @@ class PoolIterator(DatasetIterator):
     def _tune(self, ctx: Any, workers: int, window: int | Callable[[], int]) -> None:
         t = stage_tuning(ctx, self.stage, self.kind)
         if self.kind == "prefetch":
-            t.knob("buffer", int(window) if isinstance(window, int) else 1, 0, MAX_BUFFER,
+            t.knob(KnobKind.BUFFER, int(window) if isinstance(window, int) else 1, 0, MAX_BUFFER,
                    f"AUTOTUNE start: {window} elements")
         else:
             executor = self._pool.executor
             t.executor = executor
-            hi = ctx.cpu_budget if getattr(executor, "kind", "") == "process" else MAX_WORKERS
+            hi = ctx.cpu_budget if executor.kind is ExecutorKind.PROCESS else MAX_WORKERS
             if ctx.options.max_parallelism:
                 hi = min(hi, ctx.options.max_parallelism)
             taken = 0
-            if "workers" not in t.knobs:  # the first stage made takes from what is left of the CPU budget
+            if KnobKind.WORKERS not in t.knobs:  # the first stage made takes from what is left of the CPU budget
                 taken = sum(k.value for u in list(ctx.tunings.values()) for k in u.knobs.values() if k.compute)
                 workers = max(0, min(workers, ctx.cpu_budget - taken))
             why = workers_start_reason(workers, ctx.cpu_budget, ctx.options.cpu_budget is not None, taken=taken)
-            t.knob("workers", workers, 0, hi, why, compute=True)
+            t.knob(KnobKind.WORKERS, workers, 0, hi, why, compute=True)
             if isinstance(window, int):
-                t.knob("window", window, 1, MAX_WINDOW, f"AUTOTUNE start: {window // max(1, workers)} per worker")
-        t.add(self)
+                t.knob(KnobKind.WINDOW, window, 1, MAX_WINDOW,
+                       f"AUTOTUNE start: {window // max(1, workers)} per worker")
         self._tuning = t
-        for name, k in t.knobs.items():
-            self.apply_knob(name, k.value, start=True)
+        t.start(self)
 
-    def apply_knob(self, name: str, value: int, *, start: bool = False) -> None:
-        """Set knob ``name`` to ``value`` (the tuner thread; ``start``: its starting value, while building)."""
+    def apply_knob(self, kind: KnobKind, value: int, *, start: bool = False) -> None:
+        """Set ``kind`` to ``value`` (the tuner thread; ``start``: its starting value, while building)."""
         pool = self._pool
-        if name == "workers":
+        if kind is KnobKind.WORKERS:
             pool.set_workers(value)
-        elif name == "window":
+        elif kind is KnobKind.WINDOW:
             pool.set_window(value)
             if self._owns_account:
                 self._account.set_demand(value, start=start)
-        elif name == "buffer":
+        elif kind is KnobKind.BUFFER:
             pool.set_workers(1 if value > 0 else 0)
             if value > 0:
                 pool.set_window(value)
                 if self._owns_account:
                     self._account.set_demand(value, start=start)
 
-    def tuning_stats(self) -> dict[str, Any]:
-        return self._pool.stats()
+    def tuning_stats(self) -> StageStats:
+        return self._pool.stage_stats()
 
     def __next__(self) -> Any:
         return self._pool.next()

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .._sync import Condition, Flag
     from .._sync import Lock as TimedLock
     from .base import DatasetIterator
+    from .executor import Executor
     from .pool_stats import PoolStats
 
 
@@ -41,7 +42,7 @@ class PoolFields:
     # ---- the pool itself (parallel.ParallelApplier.__init__) ---------------------------------------------
     source: DatasetIterator
     fn: Callable[[Any], Any]
-    executor: Any                     # headrace._ops.executor, or None: fn on the worker threads
+    executor: Executor                # headrace._ops.executor (ThreadExecutor(fn): fn on the worker threads)
     num_workers: int
     active: int                       # workers taking elements now (0: inline in the consumer's thread)
     account: StageAccount

@@ -23,6 +23,7 @@ from typing import Any
 from .._memory import Cancelled
 from .._sync import Flag
 from .base import note_error
+from .executor import ExecutorKind
 from .pool_fields import PoolFields
 from .pool_stats import PoolStats
 
@@ -36,7 +37,7 @@ class InlinePath(PoolFields):
     (a part: its fields are listed in ``pool_fields``)."""
 
     def _init_inline(self) -> None:
-        self._inline_direct = self.executor is None  # see _inline_call
+        self._inline_direct = self.executor.kind is ExecutorKind.THREAD  # see _inline_call
         self._inline_stats = PoolStats()
         self._lean = False
 
@@ -170,7 +171,7 @@ class InlinePath(PoolFields):
         if self._inline_direct:
             return self.fn(x)
         executor = self.executor
-        if executor.kind == "thread":  # final: an "auto" executor never moves on from threads
+        if executor.kind is ExecutorKind.THREAD:  # final: an "auto" executor never moves on from threads
             self._inline_direct = True
             return self.fn(x)
         return executor.call(x, self._index_base + seq, stop)

@@ -11,7 +11,8 @@ budget. On the consumer side: the time it waited for a result and the elements a
 from __future__ import annotations
 
 import time
-from typing import Any
+
+from .knobs import StageStats
 
 
 class PoolStats:
@@ -31,7 +32,7 @@ class PoolStats:
 
 
 def summarize(workers: list[PoolStats], threads: int, inline: PoolStats, *, active: int, window: int,
-              consumer_wait_s: float, delivered: int, delivered_bytes: int, started_s: float) -> dict[str, Any]:
+              consumer_wait_s: float, delivered: int, delivered_bytes: int, started_s: float) -> StageStats:
     """The counters of ``workers`` (the first ``threads`` of them running now) and of the ``inline`` calls
     summed, with the settings and the consumer's counters; ``worker_time_s``: the time the workers existed
     and were not parked (the denominator of shares)."""
@@ -39,11 +40,10 @@ def summarize(workers: list[PoolStats], threads: int, inline: PoolStats, *, acti
     now = time.monotonic()
     span = sum(now - p.t0 - p.parked_s for p in workers[:threads])
     span += inline.busy_s + inline.input_s  # the consumer's thread, while it computed inline
-    return {
-        "workers": active, "threads": threads, "window": window, "worker_time_s": span,
-        "calls": sum(p.calls for p in parts), "busy_s": sum(p.busy_s for p in parts),
-        "cpu_s": sum(p.cpu_s for p in parts), "input_s": sum(p.input_s for p in parts),
-        "room_s": sum(p.room_s for p in parts), "budget_s": sum(p.budget_s for p in parts),
-        "consumer_wait_s": consumer_wait_s, "delivered": delivered,
-        "delivered_bytes": delivered_bytes, "elapsed_s": now - started_s,
-    }
+    return StageStats(
+        workers=active, threads=threads, window=window, worker_time_s=span,
+        calls=sum(p.calls for p in parts), busy_s=sum(p.busy_s for p in parts),
+        cpu_s=sum(p.cpu_s for p in parts), input_s=sum(p.input_s for p in parts),
+        room_s=sum(p.room_s for p in parts), budget_s=sum(p.budget_s for p in parts),
+        consumer_wait_s=consumer_wait_s, delivered=delivered,
+        delivered_bytes=delivered_bytes, elapsed_s=now - started_s)

@@ -68,10 +68,10 @@ class ElementSteps(PoolFields):
             try:
                 if inline:
                     value = self.fn(x) if self._inline_direct else self._inline_call(x, seq, stop)
-                elif self.executor is not None:
-                    value = self.executor.call(x, self._index_base + seq, stop)
-                else:
+                elif self._inline_direct:
                     value = self.fn(x)
+                else:
+                    value = self.executor.call(x, self._index_base + seq, stop)
             finally:  # the input's bytes go whether fn succeeded or not
                 if self.release_input is not None:
                     self.release_input(x)

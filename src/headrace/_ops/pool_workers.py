@@ -13,9 +13,10 @@ returns, and the result holds its bytes until the consumer takes it (see ``headr
 for the consumer are therefore counted, and so is the input a worker holds while ``fn`` runs. An input that
 delivers its element charged hands it into the reservation (``headrace._handoff``).
 
-Executor: with ``executor`` (``headrace._ops.executor``: worker processes or ``"auto"``) a worker thread
-calls ``executor.call(x, index, stop)`` instead of ``fn(x)``; the reservation adds
-``executor.extra_bytes(out)`` (a process call holds one more copy of the output).
+Executor (``headrace._ops.executor.Executor``; default: ``ThreadExecutor(fn)``): while it runs the calls on
+threads for good, a worker calls ``fn(x)`` itself; otherwise (worker processes, ``"auto"`` measuring) it calls
+``executor.call(x, index, stop)``, and the reservation adds ``executor.extra_bytes(out)`` (a process call
+holds one more copy of the output).
 
 Workers above ``active`` (``set_workers``) park, holding nothing; threads are started when needed.
 
@@ -73,15 +74,13 @@ class WorkerThreads(PoolFields):
     def _need(self, out: int) -> int:
         """The bytes one call holds at once for an output of ``out`` bytes (its input too, unless charged
         elsewhere, and the executor's extra)."""
-        ex = self.executor
-        extra = ex.extra_bytes(out) if ex is not None else 0
+        extra = 0 if self._inline_direct else self.executor.extra_bytes(out)
         return out + extra if (self.identity or self.input_charged) else out + extra + self._in_max
 
     def _estimate(self) -> int:
         need = self._need(self.account.estimate())
-        ex = self.executor
-        if ex is not None:
-            ex.check_fits(need)  # worker processes: one worker and one call must fit the budget
+        if not self._inline_direct:
+            self.executor.check_fits(need)  # worker processes: one worker and one call must fit the budget
         return need
 
     # ---- the loop ----------------------------------------------------------------------------------
