@@ -190,7 +190,8 @@ def test_the_tuner_adds_no_worker_while_the_stage_waits_for_memory(budget_s, lim
     was refused a worker for lack of it, is offered fewer workers, never more (before: more, first)."""
     from types import SimpleNamespace
 
-    from headrace._ops.tuner import StageTuning, Tuner
+    from headrace._ops.knobs import StageTuning
+    from headrace._ops.tuner import Tuner
 
     t = StageTuning("map(f)", "map")
     t.knob("workers", 2, 1, 8, "start", compute=True)

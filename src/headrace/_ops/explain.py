@@ -78,7 +78,7 @@ def describe_stage(it: Any, stages: dict[str, dict[str, Any]], limit: int, tunin
     if tuning is not None and it in tuning.members():
         st = tuning.stats()  # over the stage's iterators in this iteration (one per repeat epoch)
     elif isinstance(it, PoolIterator):
-        st = StageStats.of(it.pool.stats())
+        st = it.pool.stage_stats()
     if st is not None:
         node["workers"] = st.workers
         node["window"] = st.window

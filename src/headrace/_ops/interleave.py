@@ -192,7 +192,7 @@ class _InterleaveIterator(DatasetIterator):
         total = StageStats()
         for slot in list(self._slots):
             if slot is not None and isinstance(slot.iterator, PoolIterator):
-                total = total + StageStats.of(slot.iterator.pool.stats())
+                total = total + slot.iterator.pool.stage_stats()
         return dataclasses.replace(total, workers=self._parallel_slots, window=self._read_ahead)
 
     def _slot_window(self) -> int:

@@ -62,17 +62,7 @@ from .._memory import WAIT_SLICE_S
 from .._sync import Condition
 from .base import start_thread
 from .executor import CPU_BOUND_SHARE, ExecutorKind
-from .knobs import (  # noqa: F401  (MAX_*, stage_tuning, workers_start_reason: parallel.py imports them from here)
-    MAX_BUFFER,
-    MAX_WINDOW,
-    MAX_WORKERS,
-    Knob,
-    KnobKind,
-    StageStats,
-    StageTuning,
-    stage_tuning,
-    workers_start_reason,
-)
+from .knobs import Knob, KnobKind, StageStats, StageTuning, workers_start_reason
 
 MIN_WINDOW_S = 0.2
 MIN_ELEMENTS = 8
