@@ -8,7 +8,6 @@ budget's ledger (``charge`` / ``credit`` / ``move``); admission, refusals and wa
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import MemoryBudgetError
 from . import admission, notices
 from .refusals import refuse_going_over, refuse_impossible, refuse_infeasible
+from .reservation import Reservation
 
 if TYPE_CHECKING:
     from .ledger import MemoryBudget
@@ -75,14 +75,6 @@ class StageAccount:
     def min_bytes(self) -> float:
         return float(self.min_units * self.unit_bytes())
 
-    def demand_bytes(self) -> float:
-        unit = self.unit_bytes()
-        if unit == 0:
-            return 0.0
-        if self.demand is None:
-            return math.inf
-        return float(max(self.demand, self.min_units)) * unit
-
     def _admit(self, nbytes: int, urgent: bool, headroom: bool, *flags: bool, **options: Any) -> bool:
         return admission.admits(self, nbytes, urgent, headroom, *flags, **options)
 
@@ -90,9 +82,8 @@ class StageAccount:
         return admission.stalled(self, urgent, speculative)
 
     def check_possible(self, nbytes: int) -> None:
-        """``MemoryBudgetError`` if ``nbytes`` at once (a call's input and output that exist now, larger than any
-        estimate) can never fit this stage, before ``settle`` charges their excess past the budget (issue 22: a
-        map's first call, 2 MiB in and 2 MiB out under 3 MiB, went 1 MiB over before the next reservation refused)."""
+        """``MemoryBudgetError`` if ``nbytes`` at once (a call's input and output found larger than any estimate)
+        can never fit this stage, before ``settle`` charges their excess (issue 22: 1 MiB over under 3 MiB)."""
         with self.budget.cv:
             refuse_impossible(self, nbytes)
 
@@ -166,6 +157,10 @@ class StageAccount:
                 b.wait()
             return self._reserved(nbytes, unit)
 
+    def reserving(self, nbytes: int, stop: Any = None, **flags: Any) -> Reservation:
+        """``reserve`` as an object to settle or cancel once (a ``with`` block cancels it unless settled)."""
+        return Reservation(self, self.reserve(nbytes, stop, **flags))
+
     def _reserved(self, nbytes: int, unit: bool) -> int:
         if not self.seen and self.outstanding == 0:
             self.probe_s = time.monotonic()
@@ -221,8 +216,7 @@ class StageAccount:
                 b.recompute_caps()
                 b.wake()
 
-    def _sized(self, per: int, unit: bool = True) -> bool:
-        """An element of ``per`` bytes exists: whether the stage's sizes grew (its first, or its largest)."""
+    def _sized(self, per: int, unit: bool = True) -> bool:  # an element of per bytes: did the sizes grow?
         grew = not self.seen
         if unit and per > self.max_element_bytes:
             self.max_element_bytes = per

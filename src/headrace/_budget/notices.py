@@ -8,6 +8,7 @@ Called with the budget's lock held.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import TYPE_CHECKING
 
@@ -45,9 +46,19 @@ def maybe_warn_shrunk(acc: StageAccount) -> None:
         return
     if acc.held_count == 0 or acc.held_count >= acc.demand:
         return
-    if acc.held_bytes + acc.max_element_bytes <= acc.cap_bytes or acc.cap_bytes >= acc.demand_bytes():
+    if acc.held_bytes + acc.max_element_bytes <= acc.cap_bytes or acc.cap_bytes >= _demand_bytes(acc):
         return  # room left, or the share is all it asked for (not shrunk by the budget)
     warn_shrunk(acc)
+
+
+def _demand_bytes(acc: StageAccount) -> float:
+    """What the stage asked for, in bytes of its unit (inf: unbounded; 0: no size known yet)."""
+    unit = acc.unit_bytes()
+    if unit == 0:
+        return 0.0
+    if acc.demand is None:
+        return math.inf
+    return float(max(acc.demand, acc.min_units)) * unit
 
 
 def warn_shrunk(acc: StageAccount) -> None:
