@@ -17,7 +17,8 @@ below it (its input's) holding other things than its elements (mandatory: a read
 larger of that and its largest element, and every other stage (those after it,
 other pipelines of a shared budget) that large: half of that share where there are such other stages (they
 may turn out larger: a ``map`` after it tripling each element, then ``batch``; found by
-``bench/promises.py``), unless it holds ``buffer_size`` elements; the capacity never grows in an iteration
+``bench/promises.py``), unless it holds ``buffer_size`` elements (the budget's rule:
+``MemoryBudget.fixed_capacity``; the state it fixes: :mod:`shuffle_capacity`); the capacity never grows in an iteration
 (one ``MemoryBudgetWarning`` when it first limits the buffer). The buffer holds elements while what it holds
 plus the largest element fits the capacity, and waits for room in the budget as a whole to pull the next one
 (as urgent as the pull it serves; the stall breaker applies) instead of shrinking: shrinking then would make
