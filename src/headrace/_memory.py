@@ -81,11 +81,11 @@ Every wait is a timed wait (``WAIT_SLICE_S``) that re-checks a stop event, so ``
 a cancelled wait raises :class:`Cancelled` (internal; the iterator turns it into
 :class:`~headrace.IteratorClosedError`).
 
-
 Where each rule lives (:mod:`headrace._budget`): the budget, its lock and ledger in ``ledger``, a stage's
-verbs in ``account``, admission and the stall breaker in ``admission``, fair shares in ``shares``, refusals
-in ``refusals``, warnings in ``notices``, byte counts in ``sizes``; this module keeps the scope (the process
-budget and the share of a process tree) and re-exports the names the engine imports from here.
+verbs in ``account`` (a reservation as an object in ``reservation``), admission and the stall breaker in
+``admission``, fair shares in ``shares``, refusals in ``refusals``, warnings in ``notices``, byte counts in
+``sizes``; this module keeps the scope (the process budget and the share of a process tree) and re-exports
+the names the engine imports from here.
 """
 
 from __future__ import annotations
