@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._deps import require
+from ._memory import budget_share
 from ._structure import map_structure
 
 torch = require("torch", "headrace.torch")
@@ -110,11 +111,9 @@ class TorchIterableDataset(IterableDataset):
                              f"{actual}; pass the DataLoader's num_workers to to_torch (len() uses it)")
         if info is None or info.num_workers == 1:
             return self.dataset
-        from . import _memory
         from ._dataset import Dataset
         from ._ops.shard import shard_at_source
 
-        _memory.set_process_share(info.num_workers)  # the workers split the memory budget
         if not self.shard_by_worker:
             return self.dataset
         return Dataset(shard_at_source(self.dataset._node, info.num_workers, info.id))
@@ -134,15 +133,24 @@ class TorchIterableDataset(IterableDataset):
         # cut short) still counts the epoch, so all workers stay on the same iteration path.
         info = get_worker_info()
         epoch = self._next_epoch(info)
-        return self._elements(self._worker_dataset(info), epoch)
+        share = 1 if info is None else max(1, info.num_workers)  # the workers split the memory budget
+        return self._elements(self._worker_dataset(info), epoch, share)
 
     @staticmethod
-    def _elements(dataset: Dataset, epoch: int) -> Iterator[Any]:
+    def _elements(dataset: Dataset, epoch: int, share: int) -> Iterator[Any]:
+        """The epoch's elements as tensors; the budgets its iterator makes, while it is built and advanced, are
+        ``1/share`` of what the options say (``headrace._memory.budget_share``): a worker's share."""
         from ._iterator import Iterator as HeadraceIterator
 
-        it = HeadraceIterator(dataset, iteration=epoch)
+        with budget_share(share):
+            it = HeadraceIterator(dataset, iteration=epoch)
         try:
-            for element in it:
+            while True:
+                with budget_share(share):
+                    try:
+                        element = next(it)
+                    except StopIteration:
+                        return
                 yield element_to_torch(element)
         finally:
             it.close()

@@ -77,7 +77,7 @@ def test_interleaved_readers_whose_buffers_cannot_be_held_together_are_refused(t
     # stall breaker (152 s, 192 stalls, 5.8 GB overdrawn). Both readers hold their buffers at once, so it
     # cannot run inside the budget: it is refused at once, naming both. The same proportions, 1/16 the size.
     import headrace as hr
-    import headrace._memory as memory
+    import headrace._budget.admission as memory  # (where the stall breaker reads STALL_S)
     from headrace.io import ParquetDataset
 
     monkeypatch.setattr(memory, "STALL_S", 0.05)  # before the fix: stalls of 0.05 s, not 1 s

@@ -114,7 +114,7 @@ def test_the_stall_breaker_goes_over_by_real_bytes_not_by_an_estimate(monkeypatc
     # budget; bench/promises.py found 256 B / 12 MiB records 11 KB over the budget for a 12 MiB estimate when
     # the element was 256 B. Now only what fits is reserved and settle charges what the element really has:
     # 60 B fit; 250 B cannot fit beside the holder's 850 B and is refused at settle, nothing overdrawn.
-    import headrace._memory as memory
+    import headrace._budget.admission as memory  # (where the stall breaker reads STALL_S)
 
     monkeypatch.setattr(memory, "STALL_S", 0.05)
     budget = MemoryBudget(1000)
@@ -160,7 +160,7 @@ def test_a_top_up_of_a_first_reservation_may_break_a_stall(monkeypatch):
     # group_by_window(..., lambda k, w: w.batch(2)).cache() under 16 MiB hung: every window's batch opens a new
     # account whose one reservation is its probe; its top-up (the batch's second element) waited for room the
     # memory cache held, and the stall breaker skipped it as "a second probe": it waited forever.
-    import headrace._memory as memory
+    import headrace._budget.admission as memory  # (where the stall breaker reads STALL_S)
 
     monkeypatch.setattr(memory, "STALL_S", 0.05)
     budget = MemoryBudget(1000)
@@ -186,7 +186,7 @@ def test_a_stall_the_other_stages_leave_no_room_for_is_refused_not_overdrawn(mon
     # group below it (sweep seed 121: 12 MiB overdrawn before the cache's own refusal); a Parquet reader's
     # buffers (held between its rows), a process map's call and its first worker (seed 65: 113 MiB of 96).
     # Now the stall is a MemoryBudgetError naming every stage's part, and nothing is overdrawn.
-    import headrace._memory as memory
+    import headrace._budget.admission as memory  # (where the stall breaker reads STALL_S)
 
     monkeypatch.setattr(memory, "STALL_S", 0.05)
     budget = MemoryBudget(1000)
@@ -216,7 +216,7 @@ def test_a_stalled_estimate_reserved_in_part_is_refused_at_settle_when_the_eleme
     # A reservation sized by an estimate (partial=True: a pool's element) takes what is left of the budget at
     # a stall and settle charged the rest: an interleave's 2 MiB element beside a memory cache of 27.7 of
     # 32 MiB went 1.8 MiB over before the next stall refused (sweep seed 454).
-    import headrace._memory as memory
+    import headrace._budget.admission as memory  # (where the stall breaker reads STALL_S)
 
     monkeypatch.setattr(memory, "STALL_S", 0.05)
     budget = MemoryBudget(1000)
@@ -252,7 +252,7 @@ def test_an_element_larger_than_its_reservation_that_cannot_fit_is_refused_at_se
 
 def test_a_stall_that_fits_beside_the_others_needs_still_breaks_as_before(monkeypatch):
     # (The refusal above is for what can never fit: a prefetch's elements beyond its minimum may drain.)
-    import headrace._memory as memory
+    import headrace._budget.admission as memory  # (where the stall breaker reads STALL_S)
 
     monkeypatch.setattr(memory, "STALL_S", 0.05)
     budget = MemoryBudget(1000)
@@ -271,7 +271,7 @@ def test_a_stall_that_fits_beside_the_others_needs_still_breaks_as_before(monkey
 def test_a_batch_per_window_into_a_memory_cache_that_cannot_fit_refuses_instead_of_hanging(monkeypatch, reduce):
     import numpy as np
 
-    import headrace._memory as memory
+    import headrace._budget.admission as memory  # (where the stall breaker reads STALL_S)
 
     monkeypatch.setattr(memory, "STALL_S", 0.2)
     ds = hr.Dataset.range(48).map(lambda i: np.full(256 << 10, 1, np.uint8))

@@ -128,31 +128,26 @@ class _GroupIterator(UnaryIterator):
         """Pull input elements until a window is full (its key and elements), or None at the end."""
         acc = self._account
         while True:
-            reserved = acc.reserve(acc.estimate(), stop_flag(self.ctx))
-            try:
-                x = self._next_input()
-            except StopIteration:
-                acc.cancel(reserved)
-                self._ended = True
-                return None
-            except BaseException:
-                acc.cancel(reserved)
-                raise
-            i = self._index
-            self._index = i + 1
-            try:
-                key = _key(guarded_call(self._node.key_func, x, self._stage), self._stage)
-                if key not in self._groups:
-                    size = as_int(guarded_apply(self._node.window_size_func, self._stage, np.int64(key)),
-                                  f"{self._stage}: window_size_func",
-                                  minimum=1)
-                    self._groups[key], self._sizes[key] = [], size
-            except Exception as e:
-                acc.cancel(reserved)
-                note_error(e, self._stage, i)
-                raise
-            n = nbytes(x)
-            acc.settle(reserved, n)
+            with acc.reserving(acc.estimate(), stop_flag(self.ctx)) as reservation:  # (cancelled unless settled)
+                try:
+                    x = self._next_input()
+                except StopIteration:
+                    self._ended = True
+                    return None
+                i = self._index
+                self._index = i + 1
+                try:
+                    key = _key(guarded_call(self._node.key_func, x, self._stage), self._stage)
+                    if key not in self._groups:
+                        size = as_int(guarded_apply(self._node.window_size_func, self._stage, np.int64(key)),
+                                      f"{self._stage}: window_size_func",
+                                      minimum=1)
+                        self._groups[key], self._sizes[key] = [], size
+                except Exception as e:
+                    note_error(e, self._stage, i)
+                    raise
+                n = nbytes(x)
+                reservation.settle(n)
             self._groups[key].append((x, n))
             if len(self._groups[key]) >= self._sizes[key]:
                 return key, self._take_group(key)

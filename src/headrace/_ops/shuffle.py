@@ -17,7 +17,8 @@ below it (its input's) holding other things than its elements (mandatory: a read
 larger of that and its largest element, and every other stage (those after it,
 other pipelines of a shared budget) that large: half of that share where there are such other stages (they
 may turn out larger: a ``map`` after it tripling each element, then ``batch``; found by
-``bench/promises.py``), unless it holds ``buffer_size`` elements; the capacity never grows in an iteration
+``bench/promises.py``), unless it holds ``buffer_size`` elements (the budget's rule:
+``MemoryBudget.fixed_capacity``; the state it fixes: :mod:`shuffle_capacity`); the capacity never grows in an iteration
 (one ``MemoryBudgetWarning`` when it first limits the buffer). The buffer holds elements while what it holds
 plus the largest element fits the capacity, and waits for room in the budget as a whole to pull the next one
 (as urgent as the pull it serves; the stall breaker applies) instead of shrinking: shrinking then would make
@@ -75,6 +76,7 @@ from .base import DatasetIterator, IteratorContext, check_state, is_crash, stop_
 from .node import DatasetNode
 from .parallel import fast_forward
 from .seeds import check_seed, fresh_seed, iteration_seed
+from .shuffle_capacity import ByteCapacity
 
 
 def content_hash(x: Any) -> str:
@@ -145,7 +147,7 @@ class _ShuffleIterator(DatasetIterator):
         self._stage = stage
         self._buffer_size = node.buffer_size
         self._account = ctx.account(stage, node.buffer_size)
-        self._below = ctx.stages_below(node)  # the stages of its input (their accounts, in _fit_capacity)
+        self._below = ctx.stages_below(node)  # the stages of its input (their accounts, in ByteCapacity.fit)
         self._by_hash = not source.replays_deterministically()
         self._by_value = not source.replays_same_elements()  # hashes cannot find them again: keep the values
         self._every = max(64, node.buffer_size // 2)
@@ -153,31 +155,27 @@ class _ShuffleIterator(DatasetIterator):
         self._iteration: tuple[int, ...] = tuple(ctx.iteration) if node.reshuffle else ()
         self._buf: list[_Entry] = []
         self._held = 0
-        self._largest = 0  # the largest element pulled in this iteration (saved: the fill rule depends on it)
-        self._capacity_changes = 0
-        self._limited_at: int | None = None  # the byte capacity that last limited the buffer (_note_limit)
+        self._capacity = ByteCapacity()  # saved: the fill rule depends on it
         self._skipping = False  # in skip_ahead: no byte-capacity event (see there)
-        self._start(0, None)
+        self._start(0)
         self._pulls = 0
         self._input_done = False
         self._checkpoints: deque[tuple[int, Any, int]] = deque(
             [(0, by_value.materialize(source.get_state()), source.replay_epoch())])
 
-    def _start(self, draws: int, byte_capacity: int | None) -> None:
+    def _start(self, draws: int) -> None:
         bits = np.random.PCG64(iteration_seed(self._seed, self._iteration))
         if draws:
             bits.advance(draws)
         self._bits = bits
         self._draws = draws
-        self._byte_capacity = byte_capacity
 
     # ---- filling ------------------------------------------------------------------------------------
     def _room_for_more(self) -> bool:
         buf = self._buf
         if len(buf) >= self._buffer_size or self._input_done:
             return False
-        cap = self._byte_capacity
-        return cap is None or not buf or self._held + self._largest <= cap
+        return not buf or self._capacity.room(self._held)
 
     def _checkpoint(self) -> None:
         cps = self._checkpoints
@@ -204,48 +202,20 @@ class _ShuffleIterator(DatasetIterator):
             # (shuffle(4).shuffle(4) of 2 MiB elements under 3 MiB counted each element twice: 1 s stalls)
             charged = est if delivers_charged(self._source) else 0
             est -= charged
-            # within the byte capacity (_fit_capacity): wait for room in the budget as a whole; what the other
+            # within the byte capacity (ByteCapacity.fit): wait for room in the budget as a whole; what the other
             # stages hold now never changes what the buffer holds, so never the order
             reserved = acc.reserve(est, stop, urgent=urgent, ignore_cap=True, charged_in=charged)
-            largest = self._largest
-            self._pull_into_buffer(reserved, len(self._buf))
-            if self._largest > largest:
-                self._fit_capacity()
-        self._note_limit()
-
-    def _fit_capacity(self) -> None:
-        """Whenever the largest element pulled grows (the first one included): the byte capacity becomes the
-        buffer's modelled share of the budget (``MemoryBudget.model_share``: from the budget's size, the
-        stages, this largest element and the largest elements of the stages before this one), or half of it
-        where other stages (those after this one) are modelled at this element's size (the half leaves room
-        for those whose elements turn out larger), unless it holds ``buffer_size`` elements of that size.
-        Never from what the stages hold at this moment."""
-        acc = self._account
-        share, others = acc.budget.model_share(acc, self._largest, self._below)
-        if share < self._buffer_size * self._largest:
-            self._cap_bytes(int(share // 2 if others else share))
-
-    def _cap_bytes(self, byte_capacity: int) -> None:
-        """Hold at most ``byte_capacity`` bytes from now on in this iteration (recorded in the state)."""
-        if self._byte_capacity is None or byte_capacity < self._byte_capacity:
-            self._byte_capacity = byte_capacity
-
-    def _note_limit(self) -> None:
-        """After a fill: when the byte capacity stopped it (not ``buffer_size``, not the input's end), the first
-        time for this capacity, the order starts to depend on it: an event (one warning; a downstream stage
-        snapshots right after it, see ``replay_epoch``). A capacity that never limits the buffer changes nothing."""
-        cap = self._byte_capacity
-        if (cap is not None and cap != self._limited_at and self._buf and not self._input_done
-                and len(self._buf) < self._buffer_size and self._held + self._largest > cap):
-            self._limited_at = cap
-            self._capacity_changes += 1
-            self._account.warn_shrunk()
+            if self._pull_into_buffer(reserved, len(self._buf)):  # the largest element grew: fitted again
+                self._capacity.fit(acc, self._below, self._buffer_size)
+        if self._capacity.stopped(self._held, len(self._buf), self._buffer_size, self._input_done):
+            acc.warn_shrunk()  # the first fill this capacity stops: an event (replay_epoch), warned once
 
     def replay_epoch(self) -> int:
-        return self._capacity_changes + super().replay_epoch()
+        return self._capacity.changes + super().replay_epoch()
 
-    def _pull_into_buffer(self, reserved: int | None, slot: int) -> None:
-        """Pull one element into the buffer; ``reserved`` None: a restore, which charges it once it exists."""
+    def _pull_into_buffer(self, reserved: int | None, slot: int) -> bool:
+        """Pull one element into the buffer; ``reserved`` None: a restore, which charges it once it exists.
+        Returns whether it is the largest element pulled so far in this iteration."""
         acc = self._account
         try:
             if reserved is None or not delivers_charged(self._source):
@@ -260,7 +230,7 @@ class _ShuffleIterator(DatasetIterator):
             if reserved is not None:
                 acc.cancel(reserved)
             self._input_done = True
-            return
+            return False
         except BaseException:
             if reserved is not None:
                 acc.cancel(reserved)
@@ -271,8 +241,7 @@ class _ShuffleIterator(DatasetIterator):
             acc.hold(n)
         else:
             acc.settle(reserved, n)
-        if n > self._largest:
-            self._largest = n
+        grew = self._capacity.saw(n)
         entry = _Entry(x, n, self._pulls)
         self._pulls += 1
         self._held += n
@@ -280,6 +249,7 @@ class _ShuffleIterator(DatasetIterator):
             self._buf.append(entry)
         else:
             self._buf[slot] = entry
+        return grew
 
     # ---- output -------------------------------------------------------------------------------------
     def __next__(self) -> Any:
@@ -328,8 +298,8 @@ class _ShuffleIterator(DatasetIterator):
         else:
             keys_by, keys = "pull", [e.pull - base_pull for e in self._buf]
         return {"kind": self.kind, "buffer_size": self._buffer_size, "seed": self._seed,
-                "iteration": list(self._iteration), "draws": self._draws, "byte_capacity": self._byte_capacity,
-                "largest": self._largest,
+                "iteration": list(self._iteration), "draws": self._draws,
+                "byte_capacity": self._capacity.limit, "largest": self._capacity.largest,
                 "keys_by": keys_by, "keys": keys, "base": base,
                 "base_pull": base_pull, "pulls": self._pulls, "input_done": self._input_done,
                 "input": self._source.get_state() if keys_by != "pull" else None}
@@ -343,8 +313,8 @@ class _ShuffleIterator(DatasetIterator):
         self._iteration = tuple(int(i) for i in state["iteration"])
         self._drop_buffer()
         cap = state["byte_capacity"]
-        self._start(int(state["draws"]), None if cap is None else int(cap))
-        self._limited_at = self._byte_capacity
+        self._start(int(state["draws"]))
+        self._capacity.restore(None if cap is None else int(cap))
         keys = state["keys"]
         base_pull = int(state["base_pull"])
         self._buf = [None] * len(keys)  # type: ignore[list-item]
@@ -357,7 +327,7 @@ class _ShuffleIterator(DatasetIterator):
         else:
             self._restore_by_pull(state["base"], base_pull, [int(k) for k in keys], int(state["pulls"]))
         self._pulls = int(state["pulls"])
-        self._largest = int(state.get("largest", 0))
+        self._capacity.largest = int(state.get("largest", 0))
         self._input_done = bool(state["input_done"])
         self._checkpoints = deque([(base_pull, state["base"], -1)])  # (-1: hash keys until the next checkpoint)
 

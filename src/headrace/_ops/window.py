@@ -82,17 +82,14 @@ class _WindowIterator(UnaryIterator):
     def _pull(self) -> bool:
         """One more input element into the buffer (charged); False at the end of the input."""
         acc = self._account
-        reserved = acc.reserve(acc.estimate(), stop_flag(self.ctx))
-        try:
-            x = self._next_input()
-        except BaseException as e:
-            acc.cancel(reserved)
-            if isinstance(e, StopIteration):
+        with acc.reserving(acc.estimate(), stop_flag(self.ctx)) as reservation:  # (cancelled unless settled)
+            try:
+                x = self._next_input()
+            except StopIteration:
                 self._ended = True
                 return False
-            raise
-        n = nbytes(x)
-        acc.settle(reserved, n)
+            n = nbytes(x)
+            reservation.settle(n)
         self._buffer.append((x, n))
         return True
 

@@ -202,17 +202,12 @@ class BlockRowIterator(DatasetIterator):
         acc = self._account
         if acc is None:
             return self._read_block()
-        reserved = acc.reserve(acc.estimate(), stop_flag(self.ctx))
-        try:
+        with acc.reserving(acc.estimate(), stop_flag(self.ctx)) as reservation:  # (cancelled unless settled)
             block = self._read_block()
-        except BaseException:
-            acc.cancel(reserved)
-            raise
-        if block is None:
-            acc.cancel(reserved)
-            return None
-        size = nbytes(block)
-        acc.settle(reserved, size)
+            if block is None:
+                return None
+            size = nbytes(block)
+            reservation.settle(size)
         self._block, self._held_bytes = block, size
         self._block_rows = len(next(iter(block.values()))) if block else 0
         self._offset = 0

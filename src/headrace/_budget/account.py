@@ -1,0 +1,315 @@
+"""One stage's account (:class:`StageAccount`): what it holds and has reserved, and the verbs its stage
+calls: reserve (waiting, timed) or try_reserve, then settle or cancel; release, hand on (move_to), and the
+charges of bytes that exist already (hold, force, adjust); the sizes and demand its share is computed from.
+
+Every verb takes the budget's one lock (``MemoryBudget.cv``) and changes the total only through the
+budget's ledger (``charge`` / ``credit`` / ``move``); admission, refusals and warnings are their own modules.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .._errors import MemoryBudgetError
+from . import admission, notices
+from .refusals import refuse_going_over, refuse_impossible, refuse_infeasible
+from .reservation import Reservation
+
+if TYPE_CHECKING:
+    from .ledger import MemoryBudget
+
+
+class StageAccount:
+    """The bytes one stage holds or has reserved. Thread-safe; every wait is timed and honours a stop event.
+
+    ``held_bytes`` counts settled elements and outstanding reservations; ``held_count`` settled elements.
+    """
+
+    def __init__(self, budget: MemoryBudget, stage: str, demand: int | None, mandatory: bool, min_units: int,
+                 hint: str, owner: object) -> None:
+        self.budget = budget
+        self.hint = hint
+        self.stage = stage
+        self.demand = demand
+        self.start_demand = demand  # before AUTOTUNE moved it: what a reproducible model reads (model_share)
+        self.mandatory = mandatory
+        self.min_units = min_units
+        self.owner = owner
+        self.held_bytes = 0
+        self.held_count = 0
+        self.outstanding = 0     # reservations not settled yet
+        self.peak_bytes = 0
+        self.max_element_bytes = 0   # largest settled element
+        self.max_reserved_bytes = 0  # largest single reservation (e.g. a map's input + output)
+        self.seen = False            # has settled at least one element
+        self.cap_bytes: float = float(budget.limit_bytes)
+        self.warn_shrink = True      # AUTOTUNE-sized stages shrink silently
+        self.shrink_warned = False
+        self.min_what: str | None = None  # what its min_units are, in a MemoryBudgetError (default "N elements")
+        self.warnings: Any = None    # headrace._warn.PipelineWarnings (at the user's line, once per pipeline)
+        self.probe_s = 0.0           # when its first reservation (its probe) was taken
+        self.stalled_short = False   # the stall breaker reserved less than the estimate (reserve(partial=True))
+        self.group: str | None = None
+        self.promised_bytes = 0      # what it will need once it runs, counted by its group's limit meanwhile
+        # Holds its unit while its stage does not run (a file reader's buffers, between the rows it yields):
+        # the units of all such open accounts are held at the same time (headrace._budget.refusals).
+        self.holds_between = False
+        self.keeps = False   # keeps what it holds until the iterator closes (a memory cache): see refusals
+        self.nested = False  # of a dataset made while the pipeline runs (an interleave's slot): see shares
+
+    # estimates ----------------------------------------------------------------------------------------
+    def unit_bytes(self) -> int:
+        """The bytes one unit of this stage's work takes: the larger of its largest element and its largest
+        reservation, or (nothing seen yet) the largest element seen anywhere in the budget."""
+        own = max(self.max_element_bytes, self.max_reserved_bytes if self.seen else 0)
+        return own or self.budget.assumed_element_bytes
+
+    def estimate(self) -> int:
+        """What to reserve for the next element: the largest this stage has held (0 before its first one,
+        which is then a probe, charged when it exists: the elements of other stages may be whole batches
+        or single rows, so they say nothing about this stage's)."""
+        return self.max_element_bytes
+
+    def min_bytes(self) -> float:
+        return float(self.min_units * self.unit_bytes())
+
+    def _admit(self, nbytes: int, urgent: bool, headroom: bool, *flags: bool, **options: Any) -> bool:
+        return admission.admits(self, nbytes, urgent, headroom, *flags, **options)
+
+    def _stalled(self, urgent: bool, speculative: bool = False) -> bool:
+        return admission.stalled(self, urgent, speculative)
+
+    def check_possible(self, nbytes: int) -> None:
+        """``MemoryBudgetError`` if ``nbytes`` at once (a call's input and output found larger than any estimate)
+        can never fit this stage, before ``settle`` charges their excess (issue 22: 1 MiB over under 3 MiB)."""
+        with self.budget.cv:
+            refuse_impossible(self, nbytes)
+
+    warn_shrunk = notices.warn_shrunk  # say once that this stage runs with fewer elements than configured
+
+    # reserving ----------------------------------------------------------------------------------------
+    def try_reserve(self, nbytes: int, *, urgent: bool = False, headroom: bool = False,
+                    unit: bool = True, group_limit: int | None = None, charged_in: int = 0) -> int | None:
+        """Reserve ``nbytes`` if they fit now (returns the reservation), else None; never blocks.
+        ``group_limit``: the accounts of this one's ``group`` together stay within it as well, each of the
+        others counting at least its ``promised_bytes`` (what it needs to run at all). ``charged_in``: as in
+        ``reserve``."""
+        b = self.budget
+        with b.cv:
+            if group_limit is not None and not admission.within_group(self, nbytes, group_limit):
+                return None
+            refuse_impossible(self, nbytes)
+            if self._admit(nbytes, urgent, headroom, charged_in=charged_in):
+                return self._reserved(nbytes, unit)
+            notices.maybe_warn_shrunk(self)
+            return None
+
+    def reserve(self, nbytes: int, stop: Any = None, *, urgent: Callable[[], bool] | None = None,
+                headroom: bool = False, unit: bool = True, ignore_cap: bool = False, top_up: bool = False,
+                partial: bool = False, charged_in: int = 0, speculative: bool = False,
+                refuse: Callable[[str, int], str] | None = None) -> int:
+        """Wait (in timed slices) until ``nbytes`` fit, reserve them and return the reservation.
+
+        ``headroom``: keep one unit of this stage's cap free for an urgent reservation; ``urgent()`` true
+        marks the reservation the consumer waits for (it may use the headroom). ``unit=False``: this
+        reservation is not one unit of the stage's work (a whole batch being stacked in an account whose
+        unit is one element) and does not grow the stage's unit size. ``ignore_cap``: only the budget as a
+        whole limits it (a shuffle buffer filling a byte capacity it fixed earlier, a restore rebuilding a
+        buffer that existed). ``top_up``: it grows this stage's own outstanding reservation (a batch sized by
+        an element it holds), so it is no second probe and does not wait for the first settle (the caller
+        then calls ``merge_reservation``). ``partial``: ``nbytes`` is an estimate (the largest element seen) of
+        an element that ``settle`` sizes later; when the stall breaker fires, only what still fits in the
+        budget is reserved and ``settle`` charges any real excess, so the budget is exceeded by real bytes only,
+        not by an estimate the element may never reach (found by ``bench/promises.py``: 256 B / 12 MiB records
+        went 11 KB over for a 12 MiB estimate). ``charged_in``: this many more bytes will be handed into the
+        reservation by the stage below, charged already (``headrace._handoff``): they count against this
+        stage's share, not against the budget again. ``speculative``: a read-ahead (a pool's worker); unless
+        urgent it leaves room for one element of the largest size seen (see ``admission.admits``) and never
+        overdraws. ``refuse``: where the stall breaker would overdraw, raise ``MemoryBudgetError`` with the text
+        ``refuse(holders, total)`` builds instead (a reader's buffers: the stages holding the rest of the budget
+        wait for the read, so the overdraft would come back at every read). ``stop``: anything with ``is_set()``.
+        Raises ``MemoryBudgetError`` if they can never fit, ``Cancelled`` if ``stop`` is set meanwhile.
+        """
+        b = self.budget
+        with b.cv:
+            refuse_impossible(self, nbytes)
+            while True:
+                is_urgent = urgent is not None and urgent()
+                if self._admit(nbytes, is_urgent, headroom, ignore_cap, top_up, charged_in, speculative):
+                    break
+                notices.maybe_warn_shrunk(self)
+                if stop is not None and stop.is_set():
+                    raise admission.Cancelled()
+                if (self.seen or self.outstanding == 0 or top_up) and self._stalled(is_urgent, speculative):
+                    if refuse is not None:
+                        raise MemoryBudgetError(refuse(b.holders(), b.total_bytes + nbytes))
+                    fit = min(nbytes, max(0, b.limit_bytes - b.total_bytes))
+                    if partial and fit < nbytes:  # (settle refuses the element if its real size cannot fit)
+                        b.stalls += 1
+                        self.stalled_short = True  # settle warns if the element does go over
+                        return self._reserved(fit, unit)
+                    if fit < nbytes:
+                        refuse_infeasible(self, nbytes)
+                    notices.overdraft(self, nbytes)
+                    break
+                b.wait()
+            return self._reserved(nbytes, unit)
+
+    def reserving(self, nbytes: int, stop: Any = None, **flags: Any) -> Reservation:
+        """``reserve`` as an object to settle or cancel once (a ``with`` block cancels it unless settled)."""
+        return Reservation(self, self.reserve(nbytes, stop, **flags))
+
+    def _reserved(self, nbytes: int, unit: bool) -> int:
+        if not self.seen and self.outstanding == 0:
+            self.probe_s = time.monotonic()
+        self.outstanding += 1
+        if unit and nbytes > self.max_reserved_bytes:
+            self.max_reserved_bytes = nbytes
+            if self.seen:  # the unit of work grew (e.g. a map's input + output): shares change
+                self.budget.recompute_caps()
+        self.budget.charge(self, nbytes)
+        return nbytes
+
+    def merge_reservation(self) -> None:
+        """The last ``reserve`` adds to an outstanding reservation (one ``settle`` / ``cancel`` for both)."""
+        with self.budget.cv:
+            self.outstanding -= 1
+
+    def settle(self, reserved: int, actual: int, count: int = 1, *, unit: bool = True,
+               largest: int | None = None, refuse: bool = True) -> None:
+        """Turn a reservation into ``count`` held elements of ``actual`` bytes in total.
+
+        Less than reserved: the rest is released. More (an element larger than any before it): the excess
+        is charged at once and counted as an estimate miss; the estimate grows (``unit=False``: not an
+        element of this stage's unit size, e.g. a stacked batch). An excess that would go over the budget
+        where this element and what the other stages cannot give back first can never fit together
+        (``refusals.refuse_infeasible``) raises ``MemoryBudgetError`` instead, nothing changed (the caller
+        cancels the reservation or the iterator's close gives it back): sweep seeds 390 and 454 overdrew by an
+        element larger than its estimate just before the stall breaker refused. ``refuse=False``: charge it
+        anyway (memory measured after the fact, e.g. a worker process's RSS).
+        """
+        b = self.budget
+        with b.cv:
+            if refuse and actual > reserved:
+                refuse_going_over(self, actual - reserved, actual - reserved if self.mandatory else actual)
+            self.outstanding -= 1
+            self.held_count += count
+            per = largest if largest is not None else (-(-actual // count) if count else actual)
+            grew = self._sized(per, unit)
+            delta = actual - reserved
+            if delta > 0:
+                b.miss_bytes += delta
+                over = max(0, b.total_bytes - b.limit_bytes)
+                b.charge(self, delta)
+                went_over = max(0, b.total_bytes - b.limit_bytes) - over  # an element past the budget
+                b.overdraft_bytes += went_over
+                if went_over and self.stalled_short:
+                    notices.warn_over(self, actual)
+            elif delta < 0:
+                b.credit(self, -delta)
+            self.stalled_short = False
+            if self.mandatory and self.demand is None and self.held_bytes > self.cap_bytes:
+                grew = True  # an unbounded mandatory stage outgrew its share: the others' shares shrink
+            if grew:
+                b.recompute_caps()
+                b.wake()
+
+    def _sized(self, per: int, unit: bool = True) -> bool:  # an element of per bytes: did the sizes grow?
+        grew = not self.seen
+        if unit and per > self.max_element_bytes:
+            self.max_element_bytes = per
+            grew = True
+        self.seen = True
+        return grew
+
+    def cancel(self, reserved: int) -> None:
+        """Give back a reservation that produced no element (end of input, an error, a stop)."""
+        with self.budget.cv:
+            self.outstanding -= 1
+            self.budget.credit(self, reserved)
+
+    # held bytes ---------------------------------------------------------------------------------------
+    def hold(self, nbytes: int, count: int = 1) -> None:
+        """Charge ``count`` elements of ``nbytes`` in total that exist already and must be kept, without
+        waiting (a restore rebuilding a buffer the saved run held: waiting for room that the input being
+        re-read holds could deadlock)."""
+        b = self.budget
+        with b.cv:
+            self.held_count += count
+            grew = self._sized(-(-nbytes // count) if count else nbytes)
+            b.charge(self, nbytes)
+            if grew:
+                b.recompute_caps()
+
+    def force(self, nbytes: int, *, refuse: bool = False) -> None:
+        """Charge ``nbytes`` that already exist beyond what was reserved for them, without waiting (an
+        element larger than its estimate, a worker process that grew); counted as an estimate miss.
+        ``refuse``: where they would go over the budget and cannot fit beside what the other stages cannot
+        give back first (``refusals.refuse_infeasible``), raise ``MemoryBudgetError`` instead, nothing charged."""
+        b = self.budget
+        with b.cv:
+            if refuse:
+                refuse_going_over(self, nbytes, nbytes if self.mandatory else self.held_bytes + nbytes)
+            b.miss_bytes += nbytes
+            b.charge(self, nbytes)
+
+    def adjust(self, delta: int) -> None:
+        """Change the bytes held without a wait (memory that already exists, e.g. recycled buffers)."""
+        b = self.budget
+        with b.cv:
+            if delta > 0:
+                b.charge(self, delta)
+            else:
+                b.credit(self, -delta)
+
+    def release(self, nbytes: int, count: int = 1) -> None:
+        """Hand ``count`` held elements of ``nbytes`` in total on (or drop them)."""
+        with self.budget.cv:
+            self.held_count -= count
+            self.budget.credit(self, nbytes)
+
+    def move_to(self, other: StageAccount, nbytes: int, count: int = 1) -> None:
+        """Hand ``count`` held elements of ``nbytes`` to ``other``'s open reservation (same budget; the total
+        does not change: ``headrace._handoff``)."""
+        with self.budget.cv:
+            self.held_count -= count
+            self.budget.move(self, other, nbytes)
+
+    def close(self) -> None:
+        """Release everything still held and leave the budget (the caps are shared out again)."""
+        self.budget.close_account(self)
+
+    # sizes and demand ---------------------------------------------------------------------------------
+    def set_demand(self, demand: int | None, *, start: bool = False) -> None:
+        """The stage now wants up to ``demand`` elements (AUTOTUNE changed its buffer): shares recomputed.
+        ``start``: the stage's starting value, set while the pipeline is built (``start_demand``)."""
+        b = self.budget
+        with b.cv:
+            if start:
+                self.start_demand = demand
+            if demand != self.demand:
+                self.demand = demand
+                b.recompute_caps()
+                b.wake()
+
+    def learn_sizes(self, element: int, reserved: int) -> None:
+        """Know the largest element and reservation a saved run had learned (``Iterator.set_state``): a restored
+        stage that has produced nothing yet shares the budget as the saved one did, not by a guess."""
+        b = self.budget
+        with b.cv:
+            self.max_element_bytes = max(self.max_element_bytes, int(element))
+            self.max_reserved_bytes = max(self.max_reserved_bytes, int(reserved))
+            self.seen = True
+            b.recompute_caps()
+            b.wake()
+
+    def grow_unit(self, nbytes: int) -> None:
+        """One unit of this stage's work now takes ``nbytes`` (e.g. a worker process whose footprint grew):
+        the shares are computed again."""
+        with self.budget.cv:
+            if nbytes > self.max_element_bytes or not self.seen:
+                self.max_element_bytes = max(self.max_element_bytes, nbytes)
+                self.seen = True
+                self.budget.recompute_caps()

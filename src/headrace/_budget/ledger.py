@@ -1,0 +1,167 @@
+"""The budget itself (:class:`MemoryBudget`): one byte limit, its open accounts and their caps, and the
+ledger every account's verbs go through, behind one lock (``cv``).
+
+The ledger's moves (:meth:`MemoryBudget.charge`, :meth:`~MemoryBudget.credit`, :meth:`~MemoryBudget.move`)
+are the only places the budget's total changes; the waiters are woken in one place (:meth:`~MemoryBudget.wake`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+from .._sync import Condition
+from .account import StageAccount
+from .admission import WAIT_SLICE_S
+from .shares import fair_caps, fixed_capacity, model_share
+from .sizes import format_bytes
+
+
+class MemoryBudget:
+    """One byte limit shared by the buffering stages of one or more iterators (see ``headrace._memory``)."""
+
+    def __init__(self, limit_bytes: int, *, shared: bool = False, share: int = 1) -> None:
+        if isinstance(limit_bytes, bool) or not isinstance(limit_bytes, int) or limit_bytes < 1:
+            raise ValueError(f"memory budget {limit_bytes!r} must be an int >= 1 byte")
+        self.limit_bytes = int(limit_bytes)
+        self.shared = shared
+        self.share = share  # one of ``share`` processes' budgets (headrace._memory.budget_share)
+        self.pid = os.getpid()
+        self.cv = Condition("memory budget")
+        self.accounts: list[StageAccount] = []  # the open accounts (read with the lock held)
+        self.total_bytes = 0
+        self.peak_bytes = 0
+        self.overdraft_bytes = 0
+        self.miss_bytes = 0
+        self.stalls = 0
+        self.consumer_waiting = 0
+        self.last_release_s = time.monotonic()
+        self.assumed_element_bytes = 0
+        self.waiters = 0  # threads blocked in reserve(): wake() notifies only when there are any
+        self.reserve_bytes = self.limit_bytes // 16  # kept outside every share (headrace._budget.admission)
+        self.overdraft_warned = False
+
+    # (older names, read by modules outside the budget)
+    _cv = property(lambda self: self.cv)
+    _accounts = property(lambda self: self.accounts)
+
+    def account(self, stage: str, demand: int | None, *, mandatory: bool = False, min_units: int = 1,
+                hint: str = "make elements smaller (e.g. resize earlier)", owner: object = None,
+                group: str | None = None) -> StageAccount:
+        """Open an account for ``stage`` wanting to hold up to ``demand`` elements (None = unbounded) and
+        needing ``min_units`` to make progress. ``hint`` completes the ``MemoryBudgetError`` message.
+        ``group``: accounts that share a limit of their own (``try_reserve(group_limit=...)``)."""
+        acc = StageAccount(self, stage, demand, mandatory, max(1, min_units), hint, owner)
+        acc.group = group
+        with self.cv:
+            self.accounts.append(acc)
+            self.recompute_caps()
+        return acc
+
+    def accounts_of(self, owner: object) -> list[StageAccount]:
+        """The open accounts of ``owner`` (an iterator's ``IteratorContext.owner``)."""
+        with self.cv:
+            return [a for a in self.accounts if a.owner is owner]
+
+    def group_accounts(self, group: str) -> list[StageAccount]:
+        """The open accounts of ``group`` (e.g. every stage's worker processes)."""
+        with self.cv:
+            return [a for a in self.accounts if a.group == group]
+
+    def holders(self) -> str:
+        """``"stage=size, ..."`` of the accounts holding bytes now (lock held), for messages."""
+        return ", ".join(f"{a.stage}={format_bytes(a.held_bytes)}" for a in self.accounts if a.held_bytes)
+
+    # shares -------------------------------------------------------------------------------------------
+    def recompute_caps(self) -> None:
+        """Every account's fair share (lock held; ``headrace._budget.shares``)."""
+        self.assumed_element_bytes = max((a.unit_bytes() for a in self.accounts if a.seen), default=0)
+        self.reserve_bytes, caps = fair_caps(self.limit_bytes, self.accounts, StageAccount.unit_bytes)
+        for a, cap in zip(self.accounts, caps, strict=True):
+            a.cap_bytes = cap
+
+    def model_share(self, acc: StageAccount, unit: int, below: tuple[str, ...]) -> tuple[float, bool]:
+        """``acc``'s modelled share and whether other stages are modelled at ``unit`` bytes
+        (:func:`headrace._budget.shares.model_share`)."""
+        with self.cv:
+            return model_share(self.limit_bytes, self.accounts, acc, unit, below)
+
+    def fixed_capacity(self, acc: StageAccount, unit: int, below: tuple[str, ...], wanted: int) -> int | None:
+        """The byte capacity of a buffer whose order depends on it (a seeded ``shuffle``), or None where it holds
+        ``wanted`` bytes (:func:`headrace._budget.shares.fixed_capacity`)."""
+        with self.cv:
+            return fixed_capacity(self.limit_bytes, self.accounts, acc, unit, below, wanted)
+
+    # the ledger (lock held) ---------------------------------------------------------------------------
+    def charge(self, acc: StageAccount, nbytes: int) -> None:
+        """``acc`` holds ``nbytes`` more (peaks noted)."""
+        acc.held_bytes += nbytes
+        self.total_bytes += nbytes
+        if acc.held_bytes > acc.peak_bytes:
+            acc.peak_bytes = acc.held_bytes
+        if self.total_bytes > self.peak_bytes:
+            self.peak_bytes = self.total_bytes
+
+    def credit(self, acc: StageAccount, nbytes: int) -> None:
+        """``acc`` gives ``nbytes`` back: a release (the stall breaker's clock restarts, waiters woken)."""
+        acc.held_bytes -= nbytes
+        self.total_bytes -= nbytes
+        self.last_release_s = time.monotonic()
+        self.wake()
+
+    def move(self, source: StageAccount, target: StageAccount, nbytes: int) -> None:
+        """``nbytes`` held by ``source`` are held by ``target`` now (the total does not change)."""
+        source.held_bytes -= nbytes
+        target.held_bytes += nbytes
+        if target.held_bytes > target.peak_bytes:
+            target.peak_bytes = target.held_bytes
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake the threads waiting for room (if any) to look again."""
+        if self.waiters:
+            self.cv.notify_all()
+
+    def wait(self) -> None:
+        """Wait (lock held) one slice for a change."""
+        self.waiters += 1
+        try:
+            self.cv.wait(WAIT_SLICE_S)
+        finally:
+            self.waiters -= 1
+
+    def close_account(self, acc: StageAccount) -> None:
+        """``acc`` gives back everything and leaves the budget (the caps are shared out again)."""
+        with self.cv:
+            self.total_bytes -= acc.held_bytes
+            acc.held_bytes = 0
+            acc.held_count = 0
+            acc.outstanding = 0
+            if acc in self.accounts:
+                self.accounts.remove(acc)
+                self.recompute_caps()
+            self.cv.notify_all()
+
+    # reporting ----------------------------------------------------------------------------------------
+    def stats(self, owner: object = None) -> dict[str, Any]:
+        """``limit_bytes``, ``current_bytes``, ``peak_bytes``, ``overdraft_bytes``, ``estimate_miss_bytes``,
+        ``stalls`` and per stage ``current_bytes`` / ``peak_bytes`` / ``held_elements`` / ``demand_elements``
+        / ``cap_bytes`` (only the stages of ``owner``'s iterator when given)."""
+        with self.cv:
+            stages = {}
+            for a in self.accounts:
+                if owner is not None and a.owner is not owner:
+                    continue
+                stages[a.stage] = {
+                    "current_bytes": a.held_bytes,
+                    "peak_bytes": a.peak_bytes,
+                    "held_elements": a.held_count,
+                    "demand_elements": a.demand,
+                    "cap_bytes": None if math.isinf(a.cap_bytes) else int(a.cap_bytes),
+                }
+            return {"limit_bytes": self.limit_bytes, "current_bytes": self.total_bytes,
+                    "peak_bytes": self.peak_bytes, "overdraft_bytes": self.overdraft_bytes,
+                    "estimate_miss_bytes": self.miss_bytes, "stalls": self.stalls, "shared": self.shared,
+                    "stages": stages}
