@@ -321,7 +321,7 @@ class Iterator:
         try:
             if self._root is None:
                 return
-            if _reaper.may_close_here(self._budget._cv.lock):
+            if _reaper.may_close_here(self._budget.cv.lock):
                 self._close("garbage collection")
                 self._ctx.warnings.flush()  # e.g. ignore_errors' count of a loop left early (errors: below)
             else:

@@ -32,6 +32,7 @@ class StageAccount:
         self.budget = budget
         self.hint = hint
         self.stage = stage
+        self.stage_of: str | None = None  # the stage it belongs to when not named like it (set where it is made)
         self.demand = demand
         self.start_demand = demand  # before AUTOTUNE moved it: what a reproducible model reads (model_share)
         self.mandatory = mandatory

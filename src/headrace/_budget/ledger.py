@@ -155,6 +155,7 @@ class MemoryBudget:
                 if owner is not None and a.owner is not owner:
                     continue
                 stages[a.stage] = {
+                    "stage": a.stage_of or a.stage,  # the stage the account belongs to (explain())
                     "current_bytes": a.held_bytes,
                     "peak_bytes": a.peak_bytes,
                     "held_elements": a.held_count,

@@ -191,12 +191,15 @@ class IteratorContext:
             return tuple(name for (i, _), name in self._names.items() if i in ids)
 
     def account(self, stage: str, demand: int | None, *, mandatory: bool = False, min_units: int = 1,
-                hint: str | None = None) -> StageAccount:
+                hint: str | None = None, stage_of: str | None = None) -> StageAccount:
+        """A budget account named ``stage``; ``stage_of``: the stage it belongs to when that is not its name
+        (a batch's ``assembly``, a reader's ``buffers``)."""
         extra = {} if hint is None else {"hint": hint}
         acc = self.budget.account(stage, demand, mandatory=mandatory, min_units=min_units, owner=self.owner,
                                   **extra)
         acc.warnings = self.warnings
         acc.nested = getattr(self._building, "nested", 0) > 0
+        acc.stage_of = stage_of
         return acc
 
     def deterministic(self, value: bool | None) -> bool:

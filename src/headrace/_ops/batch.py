@@ -92,12 +92,12 @@ def make_batcher(ctx: IteratorContext, node: DatasetNode, source: DatasetIterato
     bs, drop = node.batch_size, node.drop_remainder  # type: ignore[attr-defined]
     if num_parallel_calls is None:
         account = ctx.account(f"{stage} assembly", 2 * bs, mandatory=True, min_units=2 * bs,
-                              hint="use a smaller batch_size")
+                              hint="use a smaller batch_size", stage_of=stage)
         account.min_what = f"its {bs} elements and the batch stacked from them, {2 * bs} elements"
         return _BatchIterator(ctx, source, account, bs, drop, stage, combine)
     workers = parallelism(num_parallel_calls, ctx)
     account = ctx.account(f"{stage} assembly", (workers + 1) * bs, mandatory=True, min_units=bs,
-                          hint="use a smaller batch_size or fewer num_parallel_calls")
+                          hint="use a smaller batch_size or fewer num_parallel_calls", stage_of=stage)
     gatherer = _BatchIterator(ctx, source, account, bs, drop, stage, None)
 
     def release_group(group: _Group) -> None:

@@ -38,15 +38,10 @@ def _name(it: Any) -> str:
 
 
 def account_stage(account: str, figures: dict[str, Any], stage: str) -> bool:
-    """Whether the account ``account`` (its budget ``figures``) belongs to ``stage``: the stage the account
-    names (``figures["stage"]``: the account's ``stage_of``, set where it is made: a batch's ``assembly``, a
-    reader's ``buffers``, a process map's ``workers``), else the stage it is named after. Until the budget
-    reports ``"stage"`` for every account, an account named ``"<stage> ..."`` / ``"<stage>[...]"`` counts as
-    ``stage``'s (the name is what the accounts made outside ``_ops/explain``'s reach carry today)."""
-    owner = figures.get("stage")
-    if owner is not None:
-        return bool(owner == stage)
-    return account == stage or account.startswith((stage + " ", stage + "["))
+    """Whether the account ``account`` (its budget ``figures``) belongs to ``stage``: the stage the budget
+    reports for it (``figures["stage"]``: the account's ``stage_of``, set where it is made: a batch's
+    ``assembly``, a reader's ``buffers``, a process map's ``workers``; else its own name)."""
+    return bool(figures["stage"] == stage)
 
 
 def _stage_bytes(stages: dict[str, dict[str, Any]], name: str) -> tuple[int, int, int, list[str]]:

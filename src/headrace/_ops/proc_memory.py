@@ -144,6 +144,7 @@ class WorkerMemory:
         self.account: StageAccount = budget.account(
             f"{stage} workers", 1, mandatory=True, owner=owner, group=WORKER_GROUP,
             hint="use fewer worker processes (num_parallel_calls) or map_executor='thread'")
+        self.account.stage_of = stage
         self.account.promised_bytes = WORKER_ESTIMATE_BYTES  # its first worker, in the workers' share
         self.measured = False  # a worker's footprint was measured after a call
         # growth that cannot fit beside the other stages' needs is refused (an "auto" executor moves back to

@@ -74,7 +74,7 @@ from .._structure import flatten, nbytes
 from . import by_value
 from .base import DatasetIterator, IteratorContext, check_state, is_crash, stop_flag
 from .node import DatasetNode
-from .parallel import fast_forward
+from .positions import fast_forward
 from .seeds import check_seed, fresh_seed, iteration_seed
 from .shuffle_capacity import ByteCapacity
 

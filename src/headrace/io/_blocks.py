@@ -145,7 +145,7 @@ class BlockRowIterator(DatasetIterator):
         known before any read: the other stages' shares leave room for it from the start, in a fresh and in a
         restored iterator alike)."""
         self._work = self.ctx.account(f"{self._stage} buffers", 1, mandatory=True,
-                                      hint="write the file in smaller pieces")
+                                      hint="write the file in smaller pieces", stage_of=self._stage)
         self._work.holds_between = True  # held until the read is over, across the rows it yields
         if largest > 0:
             self._work.grow_unit(largest)
