@@ -6,7 +6,7 @@ other stages held at that moment (a parallel map's results, a downstream batch) 
 and so the order. Two uninterrupted runs could differ, and a restored run, whose stages held less, kept a
 buffer the uninterrupted run had shrunk (``tests/ops/test_restore_chains.py`` case 112, restored at 1). The
 byte capacity now follows from the budget's size, the stages and the largest element pulled only
-(``_ShuffleIterator._fit_capacity``). Here a neighbour account of the same budget holds 0 to 4 MiB while the
+(``MemoryBudget.fixed_capacity``, ``_ops/shuffle_capacity.ByteCapacity``). Here a neighbour account of the same budget holds 0 to 4 MiB while the
 buffer fills and drains, and has sized its elements or not: the order is the same, and a chain of restores
 continues it element by element.
 """
@@ -50,22 +50,26 @@ class _Neighbour:
         return np.full(MiB // 8, int(i), np.int64)
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, level: int, chain: list[int] | None) -> tuple[list[int], dict]:
-    budget = MemoryBudget(16 * MiB)
-    monkeypatch.setattr(headrace._iterator, "budget_for", lambda limit: budget)
-    neighbour = _Neighbour(budget.account("neighbour", 1), level)
+def _read(element: Any, chain: list[int] | None) -> list[int]:
+    """``range(N).map(element).shuffle(BUFFER, seed=3)`` read straight (``chain`` None) or through restores."""
 
     def make() -> hr.Dataset:
-        return (hr.Dataset.range(N).map(neighbour.element).shuffle(BUFFER, seed=3)
-                .map(lambda x: int(x[0])))
+        return hr.Dataset.range(N).map(element).shuffle(BUFFER, seed=3).map(lambda x: int(x[0]))
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
         if chain is None:
             with iter(make()) as it:
-                out = [int(x) for x in it]
-        else:
-            out = [int(x) for x in read_through_restores(make, chain)]
+                return [int(x) for x in it]
+        return [int(x) for x in read_through_restores(make, chain)]
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, level: int, chain: list[int] | None) -> tuple[list[int], dict]:
+    budget = MemoryBudget(16 * MiB)
+    monkeypatch.setattr(headrace._iterator, "budget_for", lambda limit: budget)
+    neighbour = _Neighbour(budget.account("neighbour", 1), level)
+
+    out = _read(neighbour.element, chain)
     neighbour.element(-1)  # (gives its bytes back)
     stats = {"peak": budget.peak_bytes, "overdraft": budget.overdraft_bytes, "neighbour": neighbour.most}
     return out, stats
@@ -143,18 +147,7 @@ def test_the_order_does_not_depend_on_autotune_resizing_another_stage(monkeypatc
     def run(demand: int) -> list[int]:
         budget = MemoryBudget(16 * MiB)
         monkeypatch.setattr(headrace._iterator, "budget_for", lambda limit: budget)
-        tuned = _Tuned(budget.account("prefetch", 1), demand)
-
-        def make() -> hr.Dataset:
-            return hr.Dataset.range(N).map(tuned.element).shuffle(BUFFER, seed=3).map(lambda x: int(x[0]))
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
-            if chain is None:
-                with iter(make()) as it:
-                    out = [int(x) for x in it]
-            else:
-                out = [int(x) for x in read_through_restores(make, chain)]
+        out = _read(_Tuned(budget.account("prefetch", 1), demand).element, chain)
         assert budget.overdraft_bytes == 0
         return out
 
