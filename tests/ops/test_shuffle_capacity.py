@@ -7,8 +7,8 @@ and so the order. Two uninterrupted runs could differ, and a restored run, whose
 buffer the uninterrupted run had shrunk (``tests/ops/test_restore_chains.py`` case 112, restored at 1). The
 byte capacity now follows from the budget's size, the stages and the largest element pulled only
 (``MemoryBudget.fixed_capacity``, ``_ops/shuffle_capacity.ByteCapacity``). Here a neighbour account of the
-same budget holds 0 to 4 MiB while the buffer fills and drains, and has sized its elements or not: the order is the same, and a chain of restores
-continues it element by element.
+same budget holds 0 to 4 MiB while the buffer fills and drains, and has sized its elements or not: the
+order is the same, and a chain of restores continues it element by element.
 """
 
 from __future__ import annotations
