@@ -103,7 +103,7 @@ from ._sync import Lock as TimedLock
 
 __all__ = ["PROBE_WAIT_S", "STALL_S", "WAIT_SLICE_S", "Cancelled", "MemoryBudget", "StageAccount", "budget_for",
            "budget_share", "default_budget_bytes", "format_bytes", "parse_bytes", "process_budget",
-           "process_share", "rss_bytes", "set_process_share"]
+           "process_share", "rss_bytes"]
 
 
 # ---- scope: the process budget and the share of a process tree ------------------------------------------
@@ -131,11 +131,6 @@ def budget_share(workers: int) -> Iterator[None]:
         yield
     finally:
         _share.reset(token)
-
-
-def set_process_share(workers: int) -> None:
-    """:func:`budget_share` for the rest of this thread's context (kept for callers of the older API)."""
-    _share.set(_workers(workers, "set_process_share"))
 
 
 def process_share() -> int:

@@ -99,15 +99,13 @@ def test_6_iterators_without_a_budget_share_the_process_budget():
 def test_6_workers_split_the_budget():
     from headrace import _memory
 
-    try:
-        _memory.set_process_share(4)
+    with _memory.budget_share(4):  # a DataLoader worker, one of 4 (headrace.torch passes it so)
         it = iter(D.range(3).with_options(hr.Options(memory_budget="4MiB")))
         assert it.memory_stats()["limit_bytes"] == MiB
         it.close()
-    finally:
-        _memory.set_process_share(1)
-    with pytest.raises(ValueError, match="workers=0"):
-        _memory.set_process_share(0)
+    assert _memory.process_share() == 1  # nothing process-wide is left set
+    with pytest.raises(ValueError, match="workers=0"), _memory.budget_share(0):
+        pass
 
 
 def test_7_restore_cost_does_not_grow_with_the_position_after_repeat():
