@@ -213,10 +213,10 @@ class _FileSink:
                 pass
             self._lock = None
 
-    def reserve(self, stop: Any) -> int:
-        return 0
+    def reserve(self, stop: Any) -> int | None:
+        return None  # nothing is kept in memory: no reservation
 
-    def write(self, x: Any, reserved: int) -> None:
+    def write(self, x: Any, reserved: int | None) -> None:
         if self._file is not None:
             pickle.dump(x, self._file, protocol=5)
 
@@ -272,18 +272,19 @@ class _CacheIterator(DatasetIterator):
             x = self._reader.read()
         else:
             sink = self._sink
-            reserved = sink.reserve(stop_flag(self.ctx)) if sink is not None else 0
+            # (a reservation of 0 bytes, before any element is sized, is a reservation too: given back)
+            reserved = sink.reserve(stop_flag(self.ctx)) if sink is not None else None
             try:
                 x = self._source.__next__()  # type: ignore[union-attr]
             except StopIteration:
+                if reserved is not None:
+                    self._account.cancel(reserved)
                 if sink is not None:
-                    if reserved:
-                        self._account.cancel(reserved)
                     sink.finish()
                     self._sink = None
                 raise
             except BaseException:
-                if reserved:
+                if reserved is not None:
                     self._account.cancel(reserved)
                 raise
             if sink is not None:
