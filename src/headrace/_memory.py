@@ -135,7 +135,7 @@ def budget_share(workers: int) -> Iterator[None]:
 
 def process_share() -> int:
     """The share the budgets made here now take (:func:`budget_share`)."""
-    return _share.get()
+    return _share.get(1)  # (1: no share set in this context)
 
 
 def process_budget(share: int | None = None) -> MemoryBudget:

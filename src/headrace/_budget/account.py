@@ -155,7 +155,7 @@ class StageAccount:
                         refuse_infeasible(self, nbytes)
                     notices.overdraft(self, nbytes)
                     break
-                b.wait()
+                b.wait_slice()
             return self._reserved(nbytes, unit)
 
     def reserving(self, nbytes: int, stop: Any = None, **flags: Any) -> Reservation:

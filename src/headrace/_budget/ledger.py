@@ -124,8 +124,9 @@ class MemoryBudget:
         if self.waiters:
             self.cv.notify_all()
 
-    def wait(self) -> None:
-        """Wait (lock held) one slice for a change."""
+    def wait_slice(self) -> None:
+        """Wait (lock held) one slice (``WAIT_SLICE_S``) for a change: the caller looks again and re-checks its
+        stop flag (every wait in headrace is timed)."""
         self.waiters += 1
         try:
             self.cv.wait(WAIT_SLICE_S)
