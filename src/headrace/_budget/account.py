@@ -76,11 +76,9 @@ class StageAccount:
     def min_bytes(self) -> float:
         return float(self.min_units * self.unit_bytes())
 
-    def _admit(self, nbytes: int, urgent: bool, headroom: bool, *flags: bool, **options: Any) -> bool:
-        return admission.admits(self, nbytes, urgent, headroom, *flags, **options)
-
-    def _stalled(self, urgent: bool, speculative: bool = False) -> bool:
-        return admission.stalled(self, urgent, speculative)
+    # the admission rules as methods (no wrapper call on each reservation; tests patch them here)
+    _admit = admission.admits
+    _stalled = admission.stalled
 
     def check_possible(self, nbytes: int) -> None:
         """``MemoryBudgetError`` if ``nbytes`` at once (a call's input and output found larger than any estimate)
