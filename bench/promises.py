@@ -113,7 +113,9 @@ def sweep(n: int, first_seed: int, load: int, loaded_fraction: float, kill_every
                     figures = {a: b for a, b in v.figures.items() if a != "stderr"}  # type: ignore[attr-defined]
                     print(f"  seed {seed} {phase}: {v.kind}: {v.detail} {figures}", flush=True)  # type: ignore
                     if v.kind in ("error", "hang") and "stderr" in v.figures:  # type: ignore[attr-defined]
-                        print("    " + str(v.figures["stderr"])[-800:].replace("\n", "\n    "))  # type: ignore
+                        # a hang's thread dump whole (the frame that matters can be any thread's); an error's tail
+                        text = str(v.figures["stderr"])  # type: ignore[attr-defined]
+                        print("    " + (text if v.kind == "hang" else text[-2000:]).replace("\n", "\n    "))
             if (k + 1) % 25 == 0:
                 print(f"  {k + 1} cases in {time.monotonic() - t0:.0f} s", flush=True)
     finally:

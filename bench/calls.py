@@ -1,0 +1,95 @@
+"""Python calls per element inside headrace, counted by a profiler hook: the engine's per-element cost as a
+figure that does not depend on the machine or its load (``bench/overhead.py`` gives the time).
+
+Two pipelines, the same as ``bench/overhead.py``'s:
+
+- ``range -> map(x * 2) -> batch(32)`` (the per-element path: inline map, sequential batch);
+- the deep pipeline: ``interleave(4) -> map(2 threads) -> map(2 threads) -> batch(32, 2 threads) ->
+  prefetch(2)``, smaller, whose count varies a little with thread timing (waits, retries).
+
+A ``sys.setprofile`` / ``threading.setprofile`` hook counts every Python function call whose code lives in
+the imported ``headrace`` package (user lambdas and numpy excluded), in every thread. Used to show that a
+refactor keeps the hot path's calls (issue 23: "every benchmark gives the same results"). Run it against
+another checkout with ``PYTHONPATH=<checkout>/src``.
+
+    python bench/calls.py [--elements 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import headrace as hr
+from headrace._machine import machine_line
+
+ROOT = os.path.dirname(os.path.abspath(hr.__file__)) + os.sep
+
+
+def count_calls(run: Callable[[], int]) -> tuple[int, Counter[str]]:
+    """Run ``run()`` (returns the element count) with the hook installed; the calls and a per-function
+    tally."""
+    tally: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            code = frame.f_code
+            if code.co_filename.startswith(ROOT):
+                key = f"{code.co_filename[len(ROOT):]}:{code.co_name}"
+                with lock:
+                    tally[key] += 1
+
+    threading.setprofile(hook)
+    sys.setprofile(hook)
+    try:
+        n = run()
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+    return n, tally
+
+
+def flat(n: int) -> Callable[[], int]:
+    def run() -> int:
+        return sum(len(b) for b in hr.Dataset.range(n).map(lambda x: x * 2).batch(32))
+    return run
+
+
+def deep(n: int) -> Callable[[], int]:
+    per = max(1, n // 8)
+
+    def run() -> int:
+        ds = (hr.Dataset.range(8)
+              .interleave(lambda f: hr.Dataset.range(int(f) * per, int(f) * per + per), cycle_length=4,
+                          num_parallel_calls=4)
+              .map(lambda x: x + 1, num_parallel_calls=2)
+              .map(lambda x: x * 2, num_parallel_calls=2)
+              .batch(32, num_parallel_calls=2)
+              .prefetch(2))
+        return sum(len(b) for b in ds)
+    return run
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--elements", type=int, default=20_000)
+    p.add_argument("--top", type=int, default=8, help="the functions called most, per pipeline")
+    args = p.parse_args()
+    print(machine_line())
+    print(f"headrace from {ROOT}")
+    for name, make in (("range->map->batch", flat), ("deep pipeline", deep)):
+        n, tally = count_calls(make(args.elements))
+        total = sum(tally.values())
+        print(f"{name}: {n} elements, {total} headrace calls, {total / n:.2f} per element")
+        for key, c in tally.most_common(args.top):
+            print(f"    {c / n:7.2f}  {key}")
+
+
+if __name__ == "__main__":
+    main()
