@@ -11,8 +11,10 @@
 ``"auto"``'s measurement (:class:`AutoExecutor`), on the first elements the stage computes anyway (after
 one warm-up call, not counted): *solo*: ``SOLO_CALLS`` calls one at a time, timing each call's wall time
 and the CPU time of the calling thread; *pair*: ``PAIR_CALLS`` calls two at a time. From these: the CPU
-share of a call (``cpu / wall``), how many calls really ran at once in the pair phase (``sum of walls /
-elapsed``) and the *slowdown* of a call when two run together (median pair wall / median solo wall).
+share of a call (``cpu / wall``, the wall time less what the thread waited for a core while other processes
+loaded the machine: :func:`run_delay_s`), how many calls really ran at once in the pair phase (``sum of walls
+/ elapsed``), how much of the pair phase some call was running (``busy``: union of the calls / elapsed) and
+the *slowdown* of a call when two run together (median pair wall / median solo wall).
 Meanwhile a *GIL probe* thread sleeps 1 ms again and again and notes how late it wakes while a call runs:
 a call that holds the GIL gives it up only after the switch interval (5 ms late), one that released it
 (C code) lets the probe run at once (~0.1 ms). The probe decides "holds the GIL" (the slowdown only when
@@ -22,7 +24,9 @@ Processes are chosen when all of these hold (otherwise threads, and the report s
 - the stage has at least 2 workers and ``Options(cpu_budget)`` is at least 2;
 - a call is CPU work (``cpu / wall >= CPU_BOUND_SHARE``): a function that waits (I/O, sleep) overlaps on
   threads;
-- two calls really overlapped (``>= MIN_OVERLAP``): else the input is slower than the function;
+- two calls really overlapped (``>= MIN_OVERLAP``), or they ran back to back (``busy >= BACK_TO_BACK``):
+  serialized, as calls shorter than the switch interval of a function that holds the GIL are; else the
+  input is slower than the function (it leaves gaps between the calls);
 - the calls hold the GIL (the probe waited ``>= GIL_HELD_SHARE`` of the switch interval);
 - a call takes at least ``MIN_PROCESS_CALL_S`` (a process round trip costs about 0.1-0.3 ms);
 - the function pickles (cloudpickle), and a worker process fits the memory budget (half of it for the
@@ -64,11 +68,18 @@ THREAD_WHY = "executor='thread' or an explicit num_parallel_calls"
 SOLO_CALLS = 4
 PAIR_CALLS = 8
 CPU_BOUND_SHARE = 0.25
-"""A call below this CPU share waits (sleep, I/O: ~0.01-0.1); a CPU-bound call on a loaded machine still
-shows 0.3-0.6 (it is preempted), so the line sits well below 0.5."""
+"""A call below this CPU share waits (sleep, I/O: ~0.01-0.1). The share is of the time the thread could run
+(``run_delay_s``: the time it waited for a core while other processes loaded the machine is left out), so a
+CPU-bound call shows ~1.0 however loaded the machine is (uncorrected, it fell to 0.12 beside 3 busy
+processes on 2 cores, and "auto" took a GIL-bound function for one that waits)."""
 MIN_OVERLAP = 1.3
-"""Two calls of a function that holds the GIL run in 5 ms slices and start staggered: their overlap is
-1.45-2.0 with a fast input; an input slower than the function keeps it near 1.0-1.2."""
+"""Two calls of a function that holds the GIL for longer than the switch interval run in 5 ms slices and
+start staggered: their overlap is 1.45-2.0 with a fast input. Below it, either the input is slower than the
+function (gaps between the calls) or the calls were serialized: a call shorter than the switch interval
+holds the GIL from start to end, so two never run at once, back to back (``BACK_TO_BACK``)."""
+BACK_TO_BACK = 0.8
+"""Calls covering this share of the pair phase's span (the union of their intervals) ran back to back:
+serialized, not starved by a slow input."""
 GIL_SLOWDOWN = 1.4
 MIN_PROCESS_CALL_S = 200e-6
 GIL_PROBE_S = 0.001
@@ -261,6 +272,26 @@ class ProcessExecutor:
         self.workers.close()
 
 
+def run_delay_s() -> float:
+    """Seconds the calling thread has waited for a core so far (Linux ``/proc/thread-self/schedstat``, its
+    second field: time runnable on a run queue, not running); 0.0 where the system does not say."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def covered(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of ``(start, end)`` intervals (seconds)."""
+    total, reach = 0.0, float("-inf")
+    for s, e in sorted(intervals):
+        if e > reach:
+            total += e - max(s, reach)
+            reach = e
+    return total
+
+
 class AutoExecutor:
     """Measure the first calls on threads, then stay on threads or move to processes (module docstring).
     ``thread_fn``: the call on a thread (normalized); ``finish`` as for :class:`ProcessExecutor`."""
@@ -282,7 +313,7 @@ class AutoExecutor:
         self._warm = False
         self._probe: Any = None
         self._probe_late: list[float] = []  # how late the probe thread woke while a call ran
-        self._solo: list[tuple[float, float]] = []   # (wall, cpu) per call
+        self._solo: list[tuple[float, float, float]] = []   # (wall, cpu, runnable) per call
         self._pair: list[tuple[float, float, float]] = []  # (start, end, cpu)
         self._t0 = time.monotonic()
         self._procs: ProcessExecutor | None = None
@@ -317,11 +348,13 @@ class AutoExecutor:
                 cv.wait(WAIT_SLICE_S)
             solo = len(self._solo) < SOLO_CALLS
             self._running += 1
-        w0, c0 = time.perf_counter(), time.thread_time()
+        w0, c0, d0 = time.perf_counter(), time.thread_time(), run_delay_s()
         try:
             return self.thread_fn(x)
         finally:
             w1, cpu = time.perf_counter(), time.thread_time() - c0
+            # the wall time the thread could run: without the time it waited for a core (machine load)
+            runnable = w1 - w0 - min(w1 - w0 - cpu, max(0.0, run_delay_s() - d0))
             with cv:
                 self._running -= 1
                 if not self._warm:  # the first call (imports, caches, lazy set-up) is not a typical one
@@ -329,7 +362,7 @@ class AutoExecutor:
                     self._probe = start_thread(f"{self.stage}-gil-probe", self._probe_gil, None)
                 elif self.kind is ExecutorKind.MEASURING:
                     if solo:
-                        self._solo.append((w1 - w0, cpu))
+                        self._solo.append((w1 - w0, cpu, runnable))
                     else:
                         self._pair.append((w0, w1, cpu))
                     self._maybe_decide()
@@ -355,8 +388,8 @@ class AutoExecutor:
         solo = self._solo
         if not solo:
             return
-        wall1 = statistics.median(w for w, _ in solo)  # medians: a call preempted by another process is an outlier
-        share = sum(c for _, c in solo) / max(1e-9, sum(w for w, _ in solo))
+        wall1 = statistics.median(w for w, _, _ in solo)  # medians: a call preempted by another process is an outlier
+        share = sum(c for _, c, _ in solo) / max(1e-9, sum(r for _, _, r in solo))
         m = self.measured
         m.update(calls_measured=len(solo) + len(self._pair), solo_call_ms=round(wall1 * 1e3, 3),
                  cpu_share=round(share, 3))
@@ -388,7 +421,12 @@ class AutoExecutor:
         held = gil_wait is not None and gil_wait >= GIL_HELD_SHARE * sys.getswitchinterval()
         if gil_wait is not None:
             m.update(gil_wait_ms=round(gil_wait * 1e3, 2), gil_probes=len(late))
-        if overlap < MIN_OVERLAP:
+        busy = covered([(s, e) for s, e, _ in pair]) / max(1e-9, t1 - t0)
+        m.update(busy=round(busy, 2))
+        # calls that never ran at once but back to back were serialized (a call shorter than the switch
+        # interval holds the GIL throughout), not starved by a slow input (which leaves gaps between them)
+        serialized = overlap < MIN_OVERLAP and busy >= BACK_TO_BACK
+        if overlap < MIN_OVERLAP and not serialized:
             self._on_threads(f"two calls overlapped only {overlap:.2f}x while measuring (the input is slower "
                                    "than the function)")
             return
@@ -397,12 +435,14 @@ class AutoExecutor:
                                    f"ran (it releases the GIL; 2 threads ran it {overlap / slowdown:.2f}x as fast "
                                    "as 1)")
             return
-        if gil_wait is None and slowdown < GIL_SLOWDOWN:
+        if gil_wait is None and not serialized and slowdown < GIL_SLOWDOWN:
             self._on_threads(f"2 threads run it {overlap / slowdown:.2f}x as fast as 1 (it releases the GIL)")
             return
-        why = (f"2 threads run it only {overlap / slowdown:.2f}x as fast as 1 (a call slows {slowdown:.2f}x when "
-               f"two run: it holds the GIL" + (f"; a thread waited {gil_wait * 1e3:.1f} ms for it" if held else "")
-               + f") and a call is {share:.0%} CPU")
+        how = (f"two calls never ran at once, back to back ({busy:.0%} of the time)" if serialized
+               else f"a call slows {slowdown:.2f}x when two run")
+        waited = f"; a thread waited {gil_wait * 1e3:.1f} ms for it" if held else ""
+        why = (f"2 threads run it only {overlap / slowdown:.2f}x as fast as 1 ({how}: it holds the GIL{waited}) "
+               f"and a call is {share:.0%} CPU")
         try:
             fn_bytes_ok = self._make_processes(why)
         except (TypeError, MemoryBudgetError) as e:
