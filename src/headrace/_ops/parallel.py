@@ -33,7 +33,7 @@ from typing import Any
 
 from .._memory import StageAccount
 from .._sync import Lock as TimedLock
-from .base import DatasetIterator, check_state
+from .base import check_state
 from .executor import Executor, ExecutorKind, ThreadExecutor
 from .knobs import MAX_BUFFER, MAX_WINDOW, MAX_WORKERS, KnobKind, StageStats, stage_tuning, workers_start_reason
 from .pool_inline import LEAN_TIMING_EVERY, InlinePath
@@ -43,6 +43,7 @@ from .pool_stats import PoolStats, summarize
 from .pool_steps import ElementSteps
 from .pool_workers import WorkerThreads
 from .positions import fast_forward
+from .stage import Stage
 
 __all__ = ["LEAN_TIMING_EVERY", "RESTORE_WAIT_S", "SNAPSHOT_EVERY", "ParallelApplier", "PoolIterator", "PoolStats",
            "fast_forward", "replays_deterministically"]
@@ -66,7 +67,7 @@ class ParallelApplier(ResultsWindow, ElementSteps, WorkerThreads, InlinePath, In
     may use its headroom).
     """
 
-    def __init__(self, source: DatasetIterator, fn: Callable[[Any], Any], *, num_workers: int,
+    def __init__(self, source: Stage, fn: Callable[[Any], Any], *, num_workers: int,
                  window: int | Callable[[], int], deterministic: bool, account: StageAccount, stage: str,
                  thread_name: str, index_base: int = 0, identity: bool = False, input_charged: bool = False,
                  release_input: Callable[[Any], None] | None = None, record_state: bool = True,
@@ -131,14 +132,14 @@ class ParallelApplier(ResultsWindow, ElementSteps, WorkerThreads, InlinePath, In
                          delivered_bytes=self.delivered_bytes, started_s=self.started_s)
 
 
-class PoolIterator(DatasetIterator):
+class PoolIterator(Stage):
     """The stage around a :class:`ParallelApplier` (parallel map, prefetch, parallel batch, interleave slots).
 
     ``account``: a shared account (interleave slots share their stage's); without it the stage opens its
     own with a demand of ``window`` elements. Other keywords go to :class:`ParallelApplier`.
     """
 
-    def __init__(self, ctx: Any, source: DatasetIterator, fn: Callable[[Any], Any], stage: str, workers: int,
+    def __init__(self, ctx: Any, source: Stage, fn: Callable[[Any], Any], stage: str, workers: int,
                  deterministic: bool, *, kind: str, window: int | Callable[[], int],
                  account: StageAccount | None = None, warn_shrink: bool = True, autotune: bool = False,
                  **pool_options: Any) -> None:
@@ -177,7 +178,7 @@ class PoolIterator(DatasetIterator):
                 hi = min(hi, ctx.options.max_parallelism)
             taken = 0
             if KnobKind.WORKERS not in t.knobs:  # the first stage made takes from what is left of the CPU budget
-                taken = sum(k.value for u in list(ctx.tunings.values()) for k in u.knobs.values() if k.compute)
+                taken = sum(k.value for u in list(ctx.tree.tunings.values()) for k in u.knobs.values() if k.compute)
                 workers = max(0, min(workers, ctx.cpu_budget - taken))
             why = workers_start_reason(workers, ctx.cpu_budget, ctx.options.cpu_budget is not None, taken=taken)
             t.knob(KnobKind.WORKERS, workers, 0, hi, why, compute=True)
@@ -251,5 +252,5 @@ class PoolIterator(DatasetIterator):
         if self._owns_account:
             self._account.close()
 
-    def _children(self) -> list[DatasetIterator]:
+    def _children(self) -> list[Stage]:
         return [self._source]

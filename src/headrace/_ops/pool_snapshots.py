@@ -34,15 +34,15 @@ from typing import Any
 from .._errors import StateError
 from .._memory import WAIT_SLICE_S
 from .._structure import nbytes
-from .base import DatasetIterator
 from .pool_fields import PoolFields, Result
 from .positions import fast_forward
+from .stage import Stage
 
 RESTORE_WAIT_S = 60.0
 """How long ``set_state`` waits for a worker stuck in the input (a slow user function) to leave it."""
 
 
-def replays_deterministically(it: DatasetIterator) -> bool:
+def replays_deterministically(it: Stage) -> bool:
     """Whether re-reading ``it`` after ``set_state`` yields the same elements in the same order."""
     probe = getattr(it, "replays_deterministically", None)
     return True if probe is None else bool(probe())

@@ -2,7 +2,7 @@
 
 A position is one ``__next__`` call that returned an element or raised: an element that raises counts as one
 (it did in the run that saved the state, where it was delivered, as its error, in its place); the end of the
-input ends the advance early. ``DatasetIterator.skip_ahead`` (which sources override to seek), ``batch``'s
+input ends the advance early. ``Stage.skip_ahead`` (which sources override to seek), ``batch``'s
 skip of whole batches and a restored parallel stage's or shuffle's ``forward`` (:func:`fast_forward`) all
 advance by :func:`advance`.
 """
@@ -28,7 +28,7 @@ def advance(step: Callable[[], Any], n: int, drop: Callable[[Any], None] | None 
 
 
 def fast_forward(it: Any, n: int) -> None:
-    """Advance ``it`` by ``n`` positions: its ``skip_ahead`` (a ``DatasetIterator``'s, which a source may
+    """Advance ``it`` by ``n`` positions: its ``skip_ahead`` (a ``Stage``'s, which a source may
     override to seek), else :func:`advance` over ``__next__``."""
     skip = getattr(it, "skip_ahead", None)
     if skip is not None:

@@ -14,9 +14,11 @@ from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import TensorSpec, unbatch_spec
 from .._structure import flatten, nbytes, pack_as
 from . import by_value
-from .base import DatasetIterator, IteratorContext, UnaryIterator, check_state, stop_flag
+from .base import check_state, stop_flag
+from .context import IteratorContext
 from .node import DatasetNode, SpecOf
 from .stacking import row, unstack
+from .stage import Stage, UnaryIterator
 
 
 class UnbatchNode(DatasetNode):
@@ -43,7 +45,7 @@ class UnbatchNode(DatasetNode):
             return UNKNOWN_CARDINALITY
         return n * dims.pop()
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         source = self.inputs[0].make_iterator(ctx)
         stage = ctx.stage_name(self, "unbatch")
         return _UnbatchIterator(ctx, source, stage)
@@ -54,7 +56,7 @@ class _UnbatchIterator(UnaryIterator):
 
     kind = "unbatch"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, stage: str) -> None:
+    def __init__(self, ctx: IteratorContext, source: Stage, stage: str) -> None:
         super().__init__(ctx, source)
         self._stage = stage
         self._account = ctx.account(stage, 1, mandatory=True)
