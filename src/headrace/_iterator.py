@@ -42,6 +42,7 @@ from ._ops.base import JOIN_TIMEOUT_S, join_threads
 from ._ops.context import IteratorContext
 from ._ops.explain import Plan, bottleneck, build_tree
 from ._ops.node import as_node
+from ._ops.replay import restoring
 from ._ops.stage import Stage
 from ._ops.tuner import Tuner
 from ._versioned import check_versioned
@@ -219,13 +220,12 @@ class Iterator:
                         fix="pass the dict returned by Iterator.get_state() of the same headrace version")
         budget = self._budget
         budget.consumer_waiting += 1  # a restore re-reads the input: the stall breaker applies as in next()
-        self._ctx.replay.restoring.set()
         try:
-            self._learn_sizes(state.get("sizes", {}))
-            root.set_state(state["pipeline"])
-            self._learn_sizes(state.get("sizes", {}))  # and the stages the restore made anew
+            with restoring(self._ctx.replay):  # (headrace._ops.replay, rule 6)
+                self._learn_sizes(state.get("sizes", {}))
+                root.set_state(state["pipeline"])
+                self._learn_sizes(state.get("sizes", {}))  # and the stages the restore made anew
         finally:
-            self._ctx.replay.restoring.clear()
             budget.consumer_waiting -= 1
 
     def _learned_sizes(self) -> dict[str, list[int]]:

@@ -34,7 +34,7 @@ from .base import check_state, note_error, stop_flag
 from .context import IteratorContext
 from .node import DatasetNode, SpecOf
 from .parallel import PoolIterator
-from .positions import advance
+from .replay import advance, rereads_same
 from .stacking import BufferPool, stack
 from .stage import Stage
 
@@ -230,7 +230,7 @@ class _BatchIterator(Stage):
         return self._combine is not None
 
     def skip_ahead(self, n: int) -> None:
-        """Skip ``n`` batches (a restore's fast-forward, ``headrace._ops.positions``); a skipped group gives
+        """Skip ``n`` batches (a restore's fast-forward, ``headrace._ops.replay``); a skipped group gives
         its bytes back."""
         def drop(out: Any) -> None:
             if isinstance(out, _Group):
@@ -242,7 +242,7 @@ class _BatchIterator(Stage):
         state = {"kind": self.kind, "batch_size": self._bs, "drop_remainder": self._drop, "done": self._done,
                  "index": self._index, "input": self._source.get_state(), "pulled": 0}
         if self._pulled:
-            if self._source.replays_deterministically() and self._source.replay_epoch() == self._start_epoch:
+            if rereads_same(self._source, self._start_epoch):
                 state.update(input=self._start, pulled=self._pulled)
             else:  # re-reading could deliver other elements: save the partial batch itself
                 state["items"] = by_value.Deferred(list(self._items))

@@ -3,16 +3,16 @@
 A context is five fields: the ``options``, the memory ``budget``, the *iteration path* (which ``iter()`` and
 which ``repeat`` epochs: it seeds per-iteration randomness), the ``tree``'s shared services
 (:class:`TreeServices`: the close flag, unique stage names, the per-iteration resources, AUTOTUNE's settings,
-the warnings; the owner of the tree's budget accounts) and the ``replay`` mode (:class:`ReplayMode`: restoring,
-in order, a restore's scan copy). A subtree gets a copy (``for_iteration``, ``in_order``, ``replaying``) that
-shares the tree's services and differs in the iteration path or the replay mode only.
+the warnings; the owner of the tree's budget accounts) and the ``replay`` mode
+(:class:`~headrace._ops.replay.ReplayMode`: restoring, in order, a restore's scan copy). A subtree gets a copy
+(``for_iteration``, ``in_order``, ``replaying``) that shares the tree's services and differs in the iteration
+path or the replay mode only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,19 +22,7 @@ from .._memory import MemoryBudget, StageAccount
 from .._options import Options
 from .._sync import Flag
 from .._sync import Lock as TimedLock
-
-
-@dataclasses.dataclass(frozen=True)
-class ReplayMode:
-    """How a subtree replays: ``restoring`` is set while ``Iterator.set_state`` runs (the restore re-produces
-    what the saved run produced, so a stage whose output depends on the budget's state, a shuffle capping its
-    buffer, makes no new such event); ``in_order``: every parallel stage delivers in order (below a ``shard``,
-    in a restore's scan); ``copy``: a second copy of a subtree that a restore scans (it writes nothing, e.g.
-    no ``cache`` file)."""
-
-    restoring: Flag = dataclasses.field(default_factory=Flag)
-    in_order: bool = False
-    copy: bool = False
+from .replay import ReplayMode
 
 
 class TreeServices:
@@ -161,9 +149,7 @@ class IteratorContext:
 
     def deterministic(self, value: bool | None) -> bool:
         """Whether a parallel stage given ``deterministic=value`` delivers in order here."""
-        if self.replay.in_order:
-            return True
-        return self.options.is_deterministic() if value is None else bool(value)
+        return self.replay.deterministic(value, self.options)
 
     # ---- copies for subtrees (sharing the tree's services) --------------------------------------------
     def for_iteration(self, *epoch: int) -> IteratorContext:
@@ -176,12 +162,12 @@ class IteratorContext:
         """The same context for a subtree whose order must be the same on every run (below a ``shard``:
         every rank runs it and keeps its own positions): every parallel stage in order."""
         child = copy.copy(self)
-        child.replay = dataclasses.replace(self.replay, in_order=True)
+        child.replay = self.replay.ordered()
         return child
 
     def replaying(self) -> IteratorContext:
         """The same context for a replay that must be deterministic (every parallel stage in order), with
         its own ``restoring`` flag."""
         child = copy.copy(self)
-        child.replay = ReplayMode(in_order=True, copy=True)
+        child.replay = ReplayMode.scan_copy()
         return child

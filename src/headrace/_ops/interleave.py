@@ -47,6 +47,7 @@ from .map import call_with_element, guarded_call
 from .node import DatasetNode, SpecOf, node_of, trace
 from .parallel import PoolIterator
 from .prefetch import _identity
+from .replay import rereads_same
 from .stage import Stage
 
 SLOT_BUFFER = 16  # elements read ahead per parallel slot (records are small; the budget still caps bytes)
@@ -152,6 +153,7 @@ class _InterleaveIterator(Stage):
         self._block_length = node.block_length
         self._parallel = parallel
         self._deterministic = deterministic
+        self.reorders = parallel and not deterministic  # (replay's rule 1)
         self._stage = stage
         self._slots: list[_Slot | None] = [None] * cycle_length
         self._cycle_index = 0
@@ -307,7 +309,7 @@ class _InterleaveIterator(Stage):
 
     def _saved_before(self, slot: _Slot) -> Any:
         """Where to re-read the slot's element, or the element itself when the input cannot replay it."""
-        if self._input_replays and self._source.replay_epoch() == slot.epoch:
+        if rereads_same(self._source, slot.epoch, self._input_replays):
             return slot.before
         return {"by_value": by_value.Deferred(slot.element)}
 
@@ -340,9 +342,6 @@ class _InterleaveIterator(Stage):
             self._close_slot(j)
         if self._account is not None:
             self._account.close()
-
-    def replays_deterministically(self) -> bool:
-        return (self._deterministic or not self._parallel) and super().replays_deterministically()
 
     def delivers_charged(self) -> bool:
         """Every slot is read by a thread, or (sequential) every slot is open and delivers charged: the

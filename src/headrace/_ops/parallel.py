@@ -14,7 +14,8 @@ without a call:
 - ``pool_inline``: the inline and lean paths (``set_workers(0)``: the consumer's thread computes);
 - ``pool_snapshots``: the input snapshots every ``SNAPSHOT_EVERY`` pulls, replay events, ``state()``, ``restore()``;
 - ``pool_stats``: the counters ``explain()`` and the autotuner read;
-- ``positions``: advancing an input by positions (a restore's ``forward``).
+- ``replay``: the rules of exactly-once replay it follows (advancing an input by positions for a restore's
+  ``forward``, replay events, when an input replays in order).
 
 Run-time settings (the autotuner, ``headrace._ops.tuner``): ``set_workers(n)`` changes how many workers take
 elements (threads are started when needed; those above ``n`` park, holding nothing); ``n = 0`` runs the stage
@@ -38,15 +39,14 @@ from .executor import Executor, ExecutorKind, ThreadExecutor
 from .knobs import MAX_BUFFER, MAX_WINDOW, MAX_WORKERS, KnobKind, StageStats, stage_tuning, workers_start_reason
 from .pool_inline import LEAN_TIMING_EVERY, InlinePath
 from .pool_order import ResultsWindow
-from .pool_snapshots import RESTORE_WAIT_S, InputSnapshots, replays_deterministically
+from .pool_snapshots import RESTORE_WAIT_S, InputSnapshots
 from .pool_stats import PoolStats, summarize
 from .pool_steps import ElementSteps
 from .pool_workers import WorkerThreads
-from .positions import fast_forward
+from .replay import replays_in_order
 from .stage import Stage
 
-__all__ = ["LEAN_TIMING_EVERY", "RESTORE_WAIT_S", "SNAPSHOT_EVERY", "ParallelApplier", "PoolIterator", "PoolStats",
-           "fast_forward", "replays_deterministically"]
+__all__ = ["LEAN_TIMING_EVERY", "RESTORE_WAIT_S", "SNAPSHOT_EVERY", "ParallelApplier", "PoolIterator", "PoolStats"]
 
 SNAPSHOT_EVERY = 16
 """Pulls between two snapshots of the input's state (restore re-reads at most this many elements)."""
@@ -85,7 +85,7 @@ class ParallelApplier(ResultsWindow, ElementSteps, WorkerThreads, InlinePath, In
         self.identity = identity
         self.input_charged = input_charged
         self.release_input = release_input
-        input_replays = replays_deterministically(source)
+        input_replays = replays_in_order(source)
         # Out-of-order delivery is checkpointed as "these positions after the prefix were delivered", which
         # only names the right elements if the input replays them in the same order. Below another
         # deterministic=False stage it does not, so this stage delivers in order (its output order is
@@ -160,6 +160,7 @@ class PoolIterator(Stage):
         # the stage downstream binds ``source.__next__`` once (UnaryIterator): give it the pool's directly
         self.__next__ = self._pool.next  # type: ignore[method-assign]
         self._pool.delivers_as = self
+        self.reorders = not self._pool.deterministic  # (replay's rule 1)
         self._tuning: Any = None
         if autotune and ctx.options.autotune_enabled is not False:
             self._tune(ctx, workers, window)
@@ -231,9 +232,6 @@ class PoolIterator(Stage):
     def set_state(self, state: dict[str, Any]) -> None:
         check_state(state, self.kind)
         self._pool.restore(state)
-
-    def replays_deterministically(self) -> bool:
-        return self._pool.deterministic and self._source.replays_deterministically()
 
     def replay_epoch(self) -> int:
         pool = self._pool

@@ -18,8 +18,8 @@ reported, and their stages' inputs are not closed under them). Every wait in hea
 that re-checks a stop flag (``WAIT_SLICE_S``); a wait in a pool's worker thread also stops with that
 pool (``headrace._ops.base.stop_flag``).
 
-Replay (``replay_epoch``, ``replays_deterministically``, ``replays_same_elements``, ``skip_ahead``) and the
-facts a stage declares for it: ``headrace._ops.replay``.
+Replay (``replay_epoch``, ``replays_deterministically``, ``replays_same_elements``, ``skip_ahead``), the facts
+a stage declares for it (``depends_on_input_order``, ``reorders``) and the rules: ``headrace._ops.replay``.
 
 Plumbing: :class:`UnaryIterator` (one input) and :class:`MultiInputIterator` (several) hold the inputs,
 save their states under ``"input"`` / ``"inputs"`` next to the stage's own settings and counters, check
@@ -35,22 +35,19 @@ from typing import Any
 from .._errors import StateError
 from .base import JOIN_TIMEOUT_S, check_state, join_threads
 from .context import IteratorContext
-from .positions import advance
 from .protocol import DatasetIterator
+from .replay import Replayable
 
 
-class Stage(DatasetIterator):
+class Stage(Replayable, DatasetIterator):
     """The base of every stage of a pipeline (op iterators, io readers, ``from_source``'s wrapper).
 
     A stage with inputs lists them in ``_children()``; one with threads overrides ``_signal_self``,
-    ``_own_threads`` and ``_close_self``; ``has_ready()`` says whether ``__next__`` would not wait."""
+    ``_own_threads`` and ``_close_self``; ``has_ready()`` says whether ``__next__`` would not wait. Its replay
+    facts and questions (``depends_on_input_order``, ``reorders``, ``replay_epoch``, ``skip_ahead``, ...) come
+    from :class:`~headrace._ops.replay.Replayable`."""
 
     kind = "iterator"
-    #: Each element depends on the input's order or position, not only on one input element: the op groups,
-    #: pairs, counts, cuts or carries state along the stream (``zip``, ``batch``, ``window``, ``scan``, ``take``
-    #: ...). Below a ``deterministic=False`` stage a re-read then makes other elements
-    #: (``replays_same_elements``), and a shuffle above keeps its buffer by value.
-    depends_on_input_order = False
     ctx: IteratorContext | None = None
     _closed = False
 
@@ -116,36 +113,6 @@ class Stage(DatasetIterator):
             if child is not None:
                 alive += child.alive_threads()
         return alive
-
-    # ---- replay ------------------------------------------------------------------------------------------
-    def replay_epoch(self) -> int:
-        """A counter of events below this stage that a replay could not repeat (a shuffle buffer capped by
-        the budget); a parallel stage snapshots its input's state right after it changes.
-        Asked for every element an inline parallel stage pulls, so the common cases are short."""
-        children = self._children()
-        if not children:
-            return 0
-        if len(children) == 1:
-            child = children[0]
-            return 0 if child is None else child.replay_epoch()
-        return sum(child.replay_epoch() for child in children if child is not None)
-
-    def replays_deterministically(self) -> bool:
-        """Whether re-reading after ``set_state`` yields the same elements in the same order."""
-        return all(child.replays_deterministically() for child in self._children() if child is not None)
-
-    def replays_same_elements(self) -> bool:
-        """Whether re-reading after ``set_state`` yields the same elements, in any order (a shuffle's hash
-        keys need it); False where a stage whose elements depend on its input's order
-        (``depends_on_input_order``) reads an input that does not replay in order (below ``deterministic=False``)."""
-        children = [child for child in self._children() if child is not None]
-        if self.depends_on_input_order and not all(child.replays_deterministically() for child in children):
-            return False
-        return all(child.replays_same_elements() for child in children)
-
-    def skip_ahead(self, n: int) -> None:
-        """Advance ``n`` positions (the rule: ``headrace._ops.positions``); sources override it to seek."""
-        advance(self.__next__, n)
 
 
 class _StageHooks(Stage):

@@ -17,6 +17,7 @@ from . import by_value
 from .base import check_state, stop_flag
 from .context import IteratorContext
 from .node import DatasetNode, SpecOf
+from .replay import rereads_same
 from .stacking import row, unstack
 from .stage import Stage, UnaryIterator
 
@@ -122,8 +123,7 @@ class _UnbatchIterator(UnaryIterator):
 
     def get_state(self) -> dict[str, Any]:
         if self._batch is not None and self._offset < self._rows:
-            if (not self._source.replays_deterministically()  # re-reading could give another batch
-                    or self._source.replay_epoch() != self._before_epoch):
+            if not rereads_same(self._source, self._before_epoch):  # re-reading could give another batch
                 return {"kind": self.kind, "input": self._source.get_state(), "offset": self._offset,
                         "batch": self._deferred()}
             return {"kind": self.kind, "input": self._before, "offset": self._offset}
