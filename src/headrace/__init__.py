@@ -44,7 +44,7 @@ from ._errors import (
 )
 from ._iterator import Iterator
 from ._memory import parse_bytes
-from ._ops.base import DatasetIterator
+from ._ops.protocol import DatasetIterator
 from ._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Options
 from ._spec import DatasetSpec, NoneTensorSpec, RaggedTensorSpec, TensorShape, TensorSpec
 

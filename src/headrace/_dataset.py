@@ -6,7 +6,8 @@ knows, builds the node of one module in ``headrace._ops`` and wraps it. Iteratin
 fresh tree of iterators with its own threads, buffers and memory budget (:class:`headrace.Iterator`).
 
 Layers (imports point down only): ``_dataset`` -> ``_iterator`` and ``_ops/*`` -> ``_ops/node`` ->
-``_ops/base``; the io readers (``headrace.io``) sit above, as ``Dataset`` subclasses.
+``_ops/stage`` (``_ops/context``, ``_ops/base``, ``_ops/protocol``); the io readers (``headrace.io``) sit
+above, as ``Dataset`` subclasses.
 """
 
 from __future__ import annotations

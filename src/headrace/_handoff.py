@@ -2,7 +2,7 @@
 
 A stage that holds an element charged until it hands it on (a prefetch buffer, a parallel map's results,
 the readers of a parallel ``interleave``, a batch just stacked) *delivers charged*
-(``DatasetIterator.delivers_charged()``). A reader above it (a prefetch or interleave-slot worker, a
+(``Stage.delivers_charged()``). A reader above it (a prefetch or interleave-slot worker, a
 parallel ``map``'s worker) used to reserve room for the element before pulling it, while the stage below
 still held it: every hand-off counted the element twice. A batch of half the budget under a ``prefetch``
 then needed one and a half budgets (``batch(32).prefetch(2)`` of 4 MiB elements under 256 MiB: tracked

@@ -38,9 +38,12 @@ from ._errors import IteratorClosedError, StateError
 from ._malloc import tune_for_pipelines
 from ._memory import Cancelled, budget_for, rss_bytes
 from ._ops import by_value
-from ._ops.base import JOIN_TIMEOUT_S, DatasetIterator, IteratorContext, join_threads
+from ._ops.base import JOIN_TIMEOUT_S, join_threads
+from ._ops.context import IteratorContext
 from ._ops.explain import Plan, bottleneck, build_tree
 from ._ops.node import as_node
+from ._ops.replay import restoring
+from ._ops.stage import Stage
 from ._ops.tuner import Tuner
 from ._versioned import check_versioned
 from ._warn import PipelineWarnings
@@ -81,10 +84,10 @@ class Iterator:
         options = node.options()
         self._budget = budget_for(options.memory_budget_bytes() if options.memory_budget is not None else None)
         self._ctx = IteratorContext(options, self._budget, (int(iteration),))
-        self._ctx.warnings = PipelineWarnings(node, options, self._budget.limit_bytes)
+        self._ctx.tree.warnings = PipelineWarnings(node, options, self._budget.limit_bytes)
         self._closed_by: str | None = None
         self._threads_alive: list[str] = []
-        self._root: DatasetIterator | None = None
+        self._root: Stage | None = None
         self._delivered = 0
         self._delivered_at = time.perf_counter()  # when the last element was handed out
         self._next_s = 0.0  # time spent inside next() (the consumer waiting for the pipeline)
@@ -104,18 +107,18 @@ class Iterator:
         of this iterator closed (a shared process budget would otherwise keep them, and every later
         pipeline's share would stay smaller for the life of the process)."""
         self._closed_by = "a failed iter()"
-        self._ctx.stop.set()
-        self._ctx.close_resources()
+        self._ctx.tree.stop.set()
+        self._ctx.tree.close_resources()
         self._close_accounts()
 
     def _close_accounts(self) -> None:
-        for acc in self._budget.accounts_of(self._ctx.owner):
+        for acc in self._budget.accounts_of(self._ctx.tree):
             acc.close()
 
     def __iter__(self) -> Iterator:
         return self
 
-    def _check_open(self, what: str) -> DatasetIterator:
+    def _check_open(self, what: str) -> Stage:
         root = self._root
         if root is None:
             raise IteratorClosedError(f"{what} on an iterator closed by {self._closed_by or 'close()'}; create a "
@@ -127,24 +130,24 @@ class Iterator:
         # the stages' warnings, queued wherever they arose (headrace._warn.PipelineWarnings): issued here,
         # before an element is taken, so one the filters make an error loses nothing and leaves the iterator
         # as it was (the next call goes on)
-        self._ctx.warnings.flush()
+        self._ctx.tree.warnings.flush()
         budget = self._budget
         budget.consumer_waiting += 1
         t0 = time.perf_counter()
         try:
-            if self._tuner is None and self._autotune and self._ctx.tunings:
+            if self._tuner is None and self._autotune and self._ctx.tree.tunings:
                 self._start_tuner()  # inside the try: an interrupt landing here closes the iterator too
             x = root.__next__()
             self._delivered += 1
             self._delivered_at = time.perf_counter()
             return x
         except Cancelled:
-            if self._ctx.stop.is_set():
+            if self._ctx.tree.stop.is_set():
                 raise IteratorClosedError("next(): the iterator was closed (by close() from another thread) "
                                           "while next() waited for an element") from None
             raise
         except StopIteration:
-            self._ctx.warnings.flush()  # what the last elements' production said (the end stays the end)
+            self._ctx.tree.warnings.flush()  # what the last elements' production said (the end stays the end)
             raise
         except Exception as e:
             interrupt = _interrupt_behind(e)
@@ -190,12 +193,12 @@ class Iterator:
         root = self._check_open("explain()")
         mem = self.memory_stats()
         elapsed = max(1e-9, time.monotonic() - self._started_s)
-        tree = build_tree(root, mem["stages"], mem["limit_bytes"], dict(self._ctx.tunings),
-                          dict(self._ctx.resources), self._started_s)
+        tree = build_tree(root, mem["stages"], mem["limit_bytes"], dict(self._ctx.tree.tunings),
+                          dict(self._ctx.tree.resources), self._started_s)
         wait_share = min(1.0, self._next_s / elapsed)
         tuner = self._tuner.report() if self._tuner is not None else None
         granted = tuner["cpu_granted"] if tuner else sum(
-            k.value for t in self._ctx.tunings.values() for k in t.knobs.values() if k.compute)
+            k.value for t in self._ctx.tree.tunings.values() for k in t.knobs.values() if k.compute)
         return Plan(tree=tree, bottleneck=bottleneck(tree, wait_share),
                     memory={k: v for k, v in mem.items() if k != "stages"},
                     cpu={"budget": self._ctx.cpu_budget, "granted": granted}, tuner=tuner,
@@ -217,19 +220,18 @@ class Iterator:
                         fix="pass the dict returned by Iterator.get_state() of the same headrace version")
         budget = self._budget
         budget.consumer_waiting += 1  # a restore re-reads the input: the stall breaker applies as in next()
-        self._ctx.restoring.set()
         try:
-            self._learn_sizes(state.get("sizes", {}))
-            root.set_state(state["pipeline"])
-            self._learn_sizes(state.get("sizes", {}))  # and the stages the restore made anew
+            with restoring(self._ctx.replay):  # (headrace._ops.replay, rule 6)
+                self._learn_sizes(state.get("sizes", {}))
+                root.set_state(state["pipeline"])
+                self._learn_sizes(state.get("sizes", {}))  # and the stages the restore made anew
         finally:
-            self._ctx.restoring.clear()
             budget.consumer_waiting -= 1
 
     def _learned_sizes(self) -> dict[str, list[int]]:
         """Per stage that has sized an element: the largest element and reservation its account has learned."""
         out: dict[str, list[int]] = {}
-        for acc in self._budget.accounts_of(self._ctx.owner):
+        for acc in self._budget.accounts_of(self._ctx.tree):
             if acc.seen:
                 old = out.get(acc.stage, [0, 0])
                 out[acc.stage] = [max(old[0], acc.max_element_bytes), max(old[1], acc.max_reserved_bytes)]
@@ -244,17 +246,17 @@ class Iterator:
                 for v in sizes.values()):
             raise StateError(f"set_state(): state['sizes'] = {str(sizes)[:200]} is not a dict of stage -> [largest "
                              "element, largest reservation] byte counts; pass the dict Iterator.get_state() returned")
-        for acc in self._budget.accounts_of(self._ctx.owner):
+        for acc in self._budget.accounts_of(self._ctx.tree):
             if acc.stage in sizes:
                 acc.learn_sizes(*sizes[acc.stage])
 
     def _extra_threads(self) -> list[threading.Thread]:
         """The tuner's thread and the resources' (process start-up) beside the stage tree's."""
         tuner = self._tuner.threads() if self._tuner is not None else []
-        return tuner + self._ctx.resource_threads()
+        return tuner + self._ctx.tree.resource_threads()
 
     def memory_stats(self) -> dict[str, Any]:
-        stats = self._budget.stats(owner=self._ctx.owner)
+        stats = self._budget.stats(owner=self._ctx.tree)
         root = self._root
         alive = [t.name for t in root.alive_threads()] if root is not None else []
         stats["threads_alive"] = alive or [n for n in self._threads_alive]
@@ -267,7 +269,7 @@ class Iterator:
 
     def worker_rss_bytes(self) -> int:
         """The RSS of this iterator's worker processes (the process executor of ``map``), summed."""
-        return sum(r.rss_bytes() for r in list(self._ctx.resources.values()) if hasattr(r, "rss_bytes"))
+        return sum(r.rss_bytes() for r in list(self._ctx.tree.resources.values()) if hasattr(r, "rss_bytes"))
 
     @property
     def threads_alive(self) -> list[str]:
@@ -276,14 +278,14 @@ class Iterator:
 
     def close(self) -> None:
         self._close("close()")
-        self._ctx.warnings.flush()  # closed already: a warning made an error here leaves nothing half done
+        self._ctx.tree.warnings.flush()  # closed already: a warning made an error here leaves nothing half done
 
     def _close(self, by: str) -> None:
         root, self._root = self._root, None
         if root is None:
             return
         self._closed_by = by
-        self._ctx.stop.set()
+        self._ctx.tree.stop.set()
         if self._tuner is not None:
             self._tuner.wake()
         root.signal_stop()
@@ -292,7 +294,7 @@ class Iterator:
         if self._tuner is not None:
             join_threads(self._tuner.threads(), max(0.0, deadline - time.monotonic()))
         root.close()
-        self._ctx.close_resources()  # worker processes: stopped and reaped
+        self._ctx.tree.close_resources()  # worker processes: stopped and reaped
         alive = root.alive_threads() + [t for t in self._extra_threads() if t.is_alive()]
         if not alive:  # and the accounts of stages no longer in the tree (a repeat epoch that failed to build)
             self._close_accounts()
@@ -311,7 +313,7 @@ class Iterator:
             return
         self._close("close()")
         try:  # the body's exception goes on; the warnings are still said unless the filters make them errors
-            self._ctx.warnings.flush()
+            self._ctx.tree.warnings.flush()
         except Exception:
             pass
 
@@ -323,7 +325,7 @@ class Iterator:
                 return
             if _reaper.may_close_here(self._budget.cv.lock):
                 self._close("garbage collection")
-                self._ctx.warnings.flush()  # e.g. ignore_errors' count of a loop left early (errors: below)
+                self._ctx.tree.warnings.flush()  # e.g. ignore_errors' count of a loop left early (errors: below)
             else:
                 _reaper.defer(lambda: self._close("garbage collection"))
         except Exception:  # pragma: no cover - interpreter teardown

@@ -20,7 +20,7 @@ def _boom(x):
 
 
 def _outstanding(it: hr.Iterator) -> dict[str, int]:
-    return {a.stage: a.outstanding for a in it._budget.accounts_of(it._ctx.owner)}
+    return {a.stage: a.outstanding for a in it._budget.accounts_of(it._ctx.tree)}
 
 
 @pytest.mark.parametrize("first", ["ends", "raises"])

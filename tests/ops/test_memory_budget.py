@@ -284,7 +284,7 @@ def test_close_gives_back_the_accounts_of_a_repeat_epoch_that_failed_to_build(mo
 
     ds = D.zip(D.range(3).shuffle(10**9), D.from_source(source)).repeat(2)
     it = iter(ds)
-    assert len(budget.accounts_of(it._ctx.owner)) == 1  # the first epoch's shuffle
+    assert len(budget.accounts_of(it._ctx.tree)) == 1  # the first epoch's shuffle
     with pytest.raises(FileNotFoundError, match=r"gone\.tfrecord"):
         list(it)
     it.close()

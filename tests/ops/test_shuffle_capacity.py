@@ -102,7 +102,7 @@ def test_accounts_of_datasets_made_while_the_pipeline_runs_do_not_move_the_capac
     sweep seed 481 (windows -> map(4) -> shuffle(1000) -> shuffle(4) under 64 MiB): 5 of 6 uninterrupted runs
     under load differed from the first at element 0 or 1. The accounts built inside ``nested_build`` are
     left out of the model, so the order is a function of the seed and the input."""
-    from headrace._ops.base import IteratorContext
+    from headrace._ops.context import IteratorContext
 
     def pipeline() -> hr.Dataset:
         rng = np.random.default_rng(0)
@@ -118,7 +118,7 @@ def test_accounts_of_datasets_made_while_the_pipeline_runs_do_not_move_the_capac
             return [int(b[0, 0]) for b in pipeline()]
 
     ctx = IteratorContext(hr.Options(), MemoryBudget(1 << 20))
-    with ctx.nested_build():
+    with ctx.tree.nested_build():
         inner = ctx.account("inner", 4)
     assert inner.nested and not ctx.account("outer", 4).nested
     runs = [first_bytes() for _ in range(4)]

@@ -43,12 +43,12 @@ class _Sampler:
     def _run(self) -> None:
         budget = self.it._budget
         while not self._stop.wait(0.005):
-            for name, t in list(self.it._ctx.tunings.items()):
+            for name, t in list(self.it._ctx.tree.tunings.items()):
                 for m in t.members():
                     if hasattr(m, "pool"):
                         active = m.pool.active
                         self.max_workers[name] = max(self.max_workers.get(name, 0), active)
-            self.max_held = max(self.max_held, budget.stats(owner=self.it._ctx.owner)["current_bytes"])
+            self.max_held = max(self.max_held, budget.stats(owner=self.it._ctx.tree)["current_bytes"])
             self.samples += 1
 
     def stop(self) -> None:
@@ -89,12 +89,12 @@ def test_the_tuner_converges_and_stops_adjusting():
             rep = it._tuner.report() if it._tuner is not None else None
             if converged_at is None and rep and rep["converged_after_s"] is not None:
                 converged_at = now
-                settings = {s: {k: v.value for k, v in t.knobs.items()} for s, t in it._ctx.tunings.items()}
+                settings = {s: {k: v.value for k, v in t.knobs.items()} for s, t in it._ctx.tree.tunings.items()}
                 trials = rep["trials"]
             if (converged_at is not None and now - converged_at > 1.0) or now - t0 > 20.0:
                 break
         assert converged_at is not None, it._tuner.report()
-        after = {s: {k: v.value for k, v in t.knobs.items()} for s, t in it._ctx.tunings.items()}
+        after = {s: {k: v.value for k, v in t.knobs.items()} for s, t in it._ctx.tree.tunings.items()}
         rep = it._tuner.report()
     assert converged_at - t0 < 15.0
     assert after == settings and rep["trials"] == trials  # watching only
@@ -207,7 +207,7 @@ def test_a_cheap_map_goes_inline_and_an_idle_consumer_gets_no_prefetch_thread_tr
     ds = D.range(10**9).map(lambda x: x * 2 + 1, num_parallel_calls=hr.AUTOTUNE).batch(32).prefetch(hr.AUTOTUNE)
     with iter(ds) as it:
         rep = _run_until_converged(it)
-        knobs = {s: {k: v.value for k, v in t.knobs.items()} for s, t in it._ctx.tunings.items()}
+        knobs = {s: {k: v.value for k, v in t.knobs.items()} for s, t in it._ctx.tree.tunings.items()}
     assert rep["converged_after_s"] is not None, rep
     map_stage = next(s for s in knobs if s.startswith("map("))
     prefetch_stage = next(s for s in knobs if s.startswith("prefetch("))
@@ -227,7 +227,7 @@ def test_a_consumer_that_works_keeps_its_prefetch_thread():
     ds = D.range(10**9).map(lambda x: x * 2 + 1, num_parallel_calls=hr.AUTOTUNE).batch(8).prefetch(hr.AUTOTUNE)
     with iter(ds) as it:
         rep = _run_until_converged(it, work_s=0.005, limit_s=10.0)  # 8 cheap elements take ~0.1 ms
-        buffer = next(t.knobs["buffer"].value for s, t in it._ctx.tunings.items() if s.startswith("prefetch"))
+        buffer = next(t.knobs["buffer"].value for s, t in it._ctx.tree.tunings.items() if s.startswith("prefetch"))
     assert buffer > 0 and not [h for h in rep["history"] if h["stage"].startswith("prefetch")
                                and h["change"].endswith("->0")], rep["history"]
 

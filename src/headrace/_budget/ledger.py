@@ -61,7 +61,7 @@ class MemoryBudget:
         return acc
 
     def accounts_of(self, owner: object) -> list[StageAccount]:
-        """The open accounts of ``owner`` (an iterator's ``IteratorContext.owner``)."""
+        """The open accounts of ``owner`` (an iterator tree's ``IteratorContext.tree``)."""
         with self.cv:
             return [a for a in self.accounts if a.owner is owner]
 

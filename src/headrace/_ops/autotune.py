@@ -32,7 +32,7 @@ from .._machine import cpu_count
 from .._options import AUTOTUNE
 
 if TYPE_CHECKING:
-    from .base import IteratorContext
+    from .context import IteratorContext
 
 PREFETCH_AUTOTUNE_BUFFER = 4
 MAP_WINDOW_PER_WORKER = 8

@@ -30,11 +30,13 @@ from .._spec import batch_spec
 from .._structure import nbytes
 from . import by_value
 from .autotune import parallelism
-from .base import DatasetIterator, IteratorContext, check_state, note_error, stop_flag
+from .base import check_state, note_error, stop_flag
+from .context import IteratorContext
 from .node import DatasetNode, SpecOf
 from .parallel import PoolIterator
-from .positions import advance
+from .replay import advance, rereads_same
 from .stacking import BufferPool, stack
+from .stage import Stage
 
 
 def batched_cardinality(n: int, batch_size: int, drop_remainder: bool) -> int:
@@ -64,7 +66,7 @@ class BatchNode(DatasetNode):
         return None if spec is None else batch_spec(spec, self.batch_size if self.drop_remainder else None,
                                                     self.label)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         source = self.inputs[0].make_iterator(ctx)
         stage = ctx.stage_name(self, f"batch({self.batch_size})")
         pool = BufferPool(max_bytes=ctx.budget.limit_bytes // 16)
@@ -85,9 +87,9 @@ class _Group:
         self.nbytes = n
 
 
-def make_batcher(ctx: IteratorContext, node: DatasetNode, source: DatasetIterator, stage: str,
+def make_batcher(ctx: IteratorContext, node: DatasetNode, source: Stage, stage: str,
                  combine: Callable[[list[Any], str], Any], num_parallel_calls: int | None,
-                 deterministic: bool | None) -> DatasetIterator:
+                 deterministic: bool | None) -> Stage:
     """A sequential batcher, or a gatherer feeding ``combine`` in a thread pool."""
     bs, drop = node.batch_size, node.drop_remainder  # type: ignore[attr-defined]
     if num_parallel_calls is None:
@@ -111,13 +113,13 @@ def make_batcher(ctx: IteratorContext, node: DatasetNode, source: DatasetIterato
                         autotune=num_parallel_calls == AUTOTUNE)
 
 
-class _BatchIterator(DatasetIterator):
+class _BatchIterator(Stage):
     """Gathers ``batch_size`` elements; combines them (``combine``) or hands them on as a group (parallel)."""
 
     kind = "batch_gather"
     depends_on_input_order = True  # consecutive elements
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, account: StageAccount, batch_size: int,
+    def __init__(self, ctx: IteratorContext, source: Stage, account: StageAccount, batch_size: int,
                  drop_remainder: bool, stage: str, combine: Callable[[list[Any], str], Any] | None) -> None:
         super().__init__(ctx)
         self._source = source
@@ -228,7 +230,7 @@ class _BatchIterator(DatasetIterator):
         return self._combine is not None
 
     def skip_ahead(self, n: int) -> None:
-        """Skip ``n`` batches (a restore's fast-forward, ``headrace._ops.positions``); a skipped group gives
+        """Skip ``n`` batches (a restore's fast-forward, ``headrace._ops.replay``); a skipped group gives
         its bytes back."""
         def drop(out: Any) -> None:
             if isinstance(out, _Group):
@@ -240,7 +242,7 @@ class _BatchIterator(DatasetIterator):
         state = {"kind": self.kind, "batch_size": self._bs, "drop_remainder": self._drop, "done": self._done,
                  "index": self._index, "input": self._source.get_state(), "pulled": 0}
         if self._pulled:
-            if self._source.replays_deterministically() and self._source.replay_epoch() == self._start_epoch:
+            if rereads_same(self._source, self._start_epoch):
                 state.update(input=self._start, pulled=self._pulled)
             else:  # re-reading could deliver other elements: save the partial batch itself
                 state["items"] = by_value.Deferred(list(self._items))
@@ -285,5 +287,5 @@ class _BatchIterator(DatasetIterator):
         self._drop_items()
         self._account.close()
 
-    def _children(self) -> list[DatasetIterator]:
+    def _children(self) -> list[Stage]:
         return [self._source]

@@ -31,8 +31,10 @@ from typing import IO, Any
 from .._memory import StageAccount
 from .._structure import nbytes
 from .._sync import Lock as TimedLock
-from .base import DatasetIterator, IteratorContext, check_state, stop_flag
+from .base import check_state, stop_flag
+from .context import IteratorContext
 from .node import DatasetNode
+from .stage import Stage
 
 CACHE_SUFFIX = ".hrcache"
 
@@ -62,7 +64,7 @@ class CacheNode(DatasetNode):
             if self._memory is None:
                 self._memory, self._memory_bytes = elements, total
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         stage = ctx.stage_name(self, f"cache({self.filename or 'memory'})")
         return _CacheIterator(ctx, self, stage)
 
@@ -235,7 +237,7 @@ class _FileSink:
         self._unlock()
 
 
-class _CacheIterator(DatasetIterator):
+class _CacheIterator(Stage):
     kind = "cache"
 
     def __init__(self, ctx: IteratorContext, node: CacheNode, stage: str) -> None:
@@ -248,7 +250,7 @@ class _CacheIterator(DatasetIterator):
                                     hint="use cache(filename) to cache in a file instead of memory")
         self._account.keeps = not node.filename
         self._reader: _MemoryReader | _FileReader | None = None
-        self._source: DatasetIterator | None = None
+        self._source: Stage | None = None
         self._sink: _MemorySink | _FileSink | None = None
         self._produced = 0
         if node.filename and os.path.exists(node.path):
@@ -259,7 +261,7 @@ class _CacheIterator(DatasetIterator):
                 self._account.settle(reserved, node._memory_bytes, count=max(len(node._memory), 1), unit=False)
             self._reader = _MemoryReader(node._memory)
         else:
-            if not ctx.replay_copy:  # a restore's scan copy reads the input only (it would take the file's lock)
+            if not ctx.replay.copy:  # a restore's scan copy reads the input only (it would take the file's lock)
                 try:
                     self._sink = _FileSink(node) if node.filename else _MemorySink(node, self._account)
                 except BaseException:  # another writer holds the file: this iterator never existed
@@ -324,5 +326,5 @@ class _CacheIterator(DatasetIterator):
             self._reader.close()
         self._account.close()
 
-    def _children(self) -> list[DatasetIterator]:
+    def _children(self) -> list[Stage]:
         return [self._source] if self._source is not None else []

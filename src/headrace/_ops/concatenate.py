@@ -13,8 +13,9 @@ from typing import Any
 
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import most_specific_compatible, require_compatible, spec_of
-from .base import DatasetIterator, IteratorContext, MultiInputIterator
+from .context import IteratorContext
 from .node import DatasetNode, SpecOf, as_node
+from .stage import MultiInputIterator, Stage
 
 _FIX = "concatenate datasets whose elements have the same structure and dtypes (cast or map one first)"
 
@@ -40,14 +41,14 @@ class ConcatenateNode(DatasetNode):
             return UNKNOWN_CARDINALITY
         return a + b
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _ConcatenateIterator(ctx, [d.make_iterator(ctx) for d in self.inputs], self)
 
 
 class _ConcatenateIterator(MultiInputIterator):
     kind = "concatenate"
 
-    def __init__(self, ctx: IteratorContext, sources: list[DatasetIterator], node: ConcatenateNode) -> None:
+    def __init__(self, ctx: IteratorContext, sources: list[Stage], node: ConcatenateNode) -> None:
         super().__init__(ctx, sources)
         self._node = node
         self._part = 0

@@ -58,7 +58,8 @@ from .._errors import MemoryBudgetError
 from .._memory import WAIT_SLICE_S, Cancelled
 from .._structure import normalize
 from .._sync import Condition, Flag
-from .base import IteratorContext, join_threads, start_thread
+from .base import join_threads, start_thread
+from .context import IteratorContext
 from .proc_memory import WORKER_ESTIMATE_BYTES, process_extra_bytes
 from .proc_pool import ProcessWorkers
 
@@ -217,8 +218,8 @@ class ProcessExecutor:
         self.why = why
         self.measured = measured or {}
         self.finish = finish
-        self.workers = ProcessWorkers(fn, stage, ctx.budget, ctx.owner, workers, pickle_function(fn, stage),
-                                      warnings=ctx.warnings, refuse_growth=refuse_growth)
+        self.workers = ProcessWorkers(fn, stage, ctx.budget, ctx.tree, workers, pickle_function(fn, stage),
+                                      warnings=ctx.tree.warnings, refuse_growth=refuse_growth)
 
     def call(self, x: Any, index: int, stop: Flag | None) -> Any:
         y = self.compute(x, index, stop)

@@ -7,9 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from .base import DatasetIterator, IteratorContext, UnaryIterator, fn_name, note_error
+from .base import fn_name, note_error
 from .calls import guarded_call
+from .context import IteratorContext
 from .node import DatasetNode
+from .stage import Stage, UnaryIterator
 
 
 def as_bool(value: Any, stage: str) -> bool:
@@ -32,7 +34,7 @@ class FilterNode(DatasetNode):
         self.predicate = predicate
         self.label = f"filter({name or fn_name(predicate)})"
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return PredicateIterator(ctx, self.inputs[0].make_iterator(ctx), self.predicate,
                                  ctx.stage_name(self, self.label), stop_on_false=False)
 
@@ -40,7 +42,7 @@ class FilterNode(DatasetNode):
 class PredicateIterator(UnaryIterator):
     """Applies a predicate per element: drops failures (filter) or ends the stream (take_while)."""
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, predicate: Callable[..., Any], stage: str,
+    def __init__(self, ctx: IteratorContext, source: Stage, predicate: Callable[..., Any], stage: str,
                  *, stop_on_false: bool) -> None:
         super().__init__(ctx, source)
         self.kind = "take_while" if stop_on_false else "filter"

@@ -5,7 +5,8 @@
 subclass of it needs ``__next__`` (and ``get_state`` / ``set_state`` to be checkpointed); any other object
 must have all of ``__next__``, ``get_state``, ``set_state`` and ``close``.
 
-The stage wraps that iterator: elements are normalized as ``map`` results are (Python ``int`` -> int64,
+The stage (a :class:`~headrace._ops.stage.Stage`) wraps that iterator, which inherits none of the engine's
+machinery: elements are normalized as ``map`` results are (Python ``int`` -> int64,
 ``float`` -> float32, ``str`` -> ``bytes``); an error gets the note ``in from_source(<name>) at element
 <i>`` and the stage stays usable; the state is ``{"kind": "from_source", "name", "index", "state": <the
 iterator's own state>}`` and a state saved from a source of another name raises ``StateError``.
@@ -18,9 +19,12 @@ from typing import Any
 
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._structure import SCALAR_TYPES, normalize
-from .base import DatasetIterator, IteratorContext, check_state, fn_name, note_error
+from .base import check_state, fn_name, note_error
 from .calls import guarded_apply
+from .context import IteratorContext
 from .node import DatasetNode
+from .protocol import DatasetIterator
+from .stage import Stage
 
 PROTOCOL = ("__next__", "get_state", "set_state", "close")
 
@@ -53,11 +57,13 @@ class SourceNode(DatasetNode):
     def cardinality(self) -> int:
         return self.count
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _SourceIterator(ctx, self, ctx.stage_name(self, self.label))
 
 
-class _SourceIterator(DatasetIterator):
+class _SourceIterator(Stage):
+    """The stage around a user's iterator (an object of the protocol, never a stage itself)."""
+
     kind = "from_source"
 
     def __init__(self, ctx: IteratorContext, node: SourceNode, stage: str) -> None:

@@ -24,9 +24,11 @@ from .._args import as_int
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._structure import nbytes
 from . import by_value
-from .base import DatasetIterator, IteratorContext, UnaryIterator, check_state, fn_name, note_error, stop_flag
+from .base import check_state, fn_name, note_error, stop_flag
 from .calls import guarded_apply, guarded_call
+from .context import IteratorContext
 from .node import DatasetNode, ElementsNode, SpecOf, node_of, wrap
+from .stage import Stage, UnaryIterator
 
 
 def _key(value: Any, stage: str) -> int:
@@ -79,7 +81,7 @@ class GroupByWindowNode(DatasetNode):
         except Exception:
             return None
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _GroupIterator(ctx, self.inputs[0].make_iterator(ctx), self, ctx.stage_name(self, self.label))
 
 
@@ -87,7 +89,7 @@ class _GroupIterator(UnaryIterator):
     depends_on_input_order = True  # consecutive elements of a key
     kind = "group_by_window"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, node: GroupByWindowNode, stage: str) -> None:
+    def __init__(self, ctx: IteratorContext, source: Stage, node: GroupByWindowNode, stage: str) -> None:
         super().__init__(ctx, source)
         self._node = node
         self._stage = stage
@@ -97,7 +99,7 @@ class _GroupIterator(UnaryIterator):
         self._ended = False
         self._index = 0
         self._current: tuple[int, list[Any]] | None = None  # the window being reduced
-        self._sub: DatasetIterator | None = None
+        self._sub: Stage | None = None
         self._spec: Any = None
 
     def _window_spec(self, first: Any) -> Any:
@@ -196,7 +198,7 @@ class _GroupIterator(UnaryIterator):
             assert self._sub is not None
             self._sub.set_state(state["window_state"])
 
-    def _children(self) -> list[DatasetIterator]:
+    def _children(self) -> list[Stage]:
         return [self._source, *([self._sub] if self._sub is not None else [])]
 
     def _close_self(self) -> None:

@@ -41,8 +41,9 @@ from .._errors import (
     TooManyErrorsError,
 )
 from .._options import UNKNOWN_CARDINALITY
-from .base import DatasetIterator, IteratorContext, UnaryIterator
+from .context import IteratorContext
 from .node import DatasetNode
+from .stage import Stage, UnaryIterator
 
 log = logging.getLogger("headrace")
 
@@ -87,14 +88,14 @@ class IgnoreErrorsNode(DatasetNode):
     def cardinality(self) -> int:
         return UNKNOWN_CARDINALITY
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _IgnoreErrorsIterator(ctx, self.inputs[0].make_iterator(ctx), self)
 
 
 class _IgnoreErrorsIterator(UnaryIterator):
     kind = "ignore_errors"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, node: IgnoreErrorsNode) -> None:
+    def __init__(self, ctx: IteratorContext, source: Stage, node: IgnoreErrorsNode) -> None:
         super().__init__(ctx, source)
         self._log = node.log_warning
         self._ratio = node.max_drop_ratio
@@ -162,7 +163,7 @@ class _IgnoreErrorsIterator(UnaryIterator):
             self._reported = True
             message = (f"headrace: ignore_errors dropped {self._about()}{self.dropped} of "
                        f"{self.dropped + self.passed} elements ({self._counts()}); the first: {self._first}")
-            sink = self.ctx.warnings
+            sink = self.ctx.tree.warnings
             if sink is None:
                 warnings.warn(message, IgnoredErrorsWarning, stacklevel=4)
             else:  # queued for the consumer's thread: this may be a pipeline thread (headrace._warn)

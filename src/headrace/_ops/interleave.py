@@ -39,13 +39,16 @@ from .._handoff import delivers_charged, passing, taker_of
 from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from . import by_value
 from .autotune import cpu_count
-from .base import DatasetIterator, IteratorContext, check_state, fn_name, note_error
+from .base import check_state, fn_name, note_error
+from .context import IteratorContext
 from .counting import counting_enabled, elements, memoized
 from .knobs import MAX_BUFFER, KnobKind, StageStats, stage_tuning
 from .map import call_with_element, guarded_call
 from .node import DatasetNode, SpecOf, node_of, trace
 from .parallel import PoolIterator
 from .prefetch import _identity
+from .replay import rereads_same
+from .stage import Stage
 
 SLOT_BUFFER = 16  # elements read ahead per parallel slot (records are small; the budget still caps bytes)
 
@@ -110,7 +113,7 @@ class InterleaveNode(DatasetNode):
 
         return trace(lambda x: call_with_element(self.fn, x), spec_of(self.inputs[0]), dataset_spec)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         cycle = cycle_length_for(self.cycle_length, self.num_parallel_calls)
         parallel = self.num_parallel_calls is not None
         return _InterleaveIterator(ctx, self, self.inputs[0].make_iterator(ctx), int(cycle), parallel,
@@ -132,15 +135,15 @@ def cycle_length_for(cycle_length: int | None, num_parallel_calls: int | None) -
 class _Slot:
     __slots__ = ("before", "element", "epoch", "iterator")
 
-    def __init__(self, iterator: DatasetIterator, before: Any, element: Any, epoch: int) -> None:
+    def __init__(self, iterator: Stage, before: Any, element: Any, epoch: int) -> None:
         self.iterator = iterator
         self.before = before    # the input's state before the element that opened this slot
         self.element = element  # that element (usually a file name), saved by value when re-reading cannot
         self.epoch = epoch      # the input's replay_epoch() then
 
 
-class _InterleaveIterator(DatasetIterator):
-    def __init__(self, ctx: IteratorContext, node: InterleaveNode, source: DatasetIterator, cycle_length: int,
+class _InterleaveIterator(Stage):
+    def __init__(self, ctx: IteratorContext, node: InterleaveNode, source: Stage, cycle_length: int,
                  parallel: bool, deterministic: bool, stage: str) -> None:
         super().__init__(ctx)
         self.kind = node.kind
@@ -150,6 +153,7 @@ class _InterleaveIterator(DatasetIterator):
         self._block_length = node.block_length
         self._parallel = parallel
         self._deterministic = deterministic
+        self.reorders = parallel and not deterministic  # (replay's rule 1)
         self._stage = stage
         self._slots: list[_Slot | None] = [None] * cycle_length
         self._cycle_index = 0
@@ -220,7 +224,7 @@ class _InterleaveIterator(DatasetIterator):
             raise note_error(TypeError(f"{self._stage}: map_func returned {type(ds).__name__}; it must return a "
                                        "headrace.Dataset (e.g. headrace.io.TFRecordDataset(filename))"),
                              self._stage, i)
-        with self.ctx.nested_build():
+        with self.ctx.tree.nested_build():
             it = node.make_iterator(self.ctx)
         if self._parallel:
             it = PoolIterator(self.ctx, it, _identity, f"{self._stage}[slot {slot}]", 1, True,
@@ -305,7 +309,7 @@ class _InterleaveIterator(DatasetIterator):
 
     def _saved_before(self, slot: _Slot) -> Any:
         """Where to re-read the slot's element, or the element itself when the input cannot replay it."""
-        if self._input_replays and self._source.replay_epoch() == slot.epoch:
+        if rereads_same(self._source, slot.epoch, self._input_replays):
             return slot.before
         return {"by_value": by_value.Deferred(slot.element)}
 
@@ -339,9 +343,6 @@ class _InterleaveIterator(DatasetIterator):
         if self._account is not None:
             self._account.close()
 
-    def replays_deterministically(self) -> bool:
-        return (self._deterministic or not self._parallel) and super().replays_deterministically()
-
     def delivers_charged(self) -> bool:
         """Every slot is read by a thread, or (sequential) every slot is open and delivers charged: the
         elements are charged until handed on (``headrace._handoff``)."""
@@ -350,5 +351,5 @@ class _InterleaveIterator(DatasetIterator):
         # a slot opened during the pull is taken to be like the last one opened
         return self._slots_charged and all(s is None or delivers_charged(s.iterator) for s in self._slots)
 
-    def _children(self) -> list[DatasetIterator]:
+    def _children(self) -> list[Stage]:
         return [self._source, *(s.iterator for s in self._slots if s is not None)]

@@ -213,9 +213,9 @@ def workers_start_reason(workers: int, cpu_budget: int, budget_set: bool, *, tak
 
 
 def stage_tuning(ctx: Any, stage: str, kind: str) -> StageTuning:
-    """The :class:`StageTuning` of ``stage`` in this iteration (``ctx.tunings``; made the first time)."""
-    with ctx._lock:
-        t = ctx.tunings.get(stage)
+    """The :class:`StageTuning` of ``stage`` in this iteration (``ctx.tree.tunings``; made the first time)."""
+    with ctx.tree.lock:
+        t = ctx.tree.tunings.get(stage)
         if t is None:
-            t = ctx.tunings[stage] = StageTuning(stage, kind)
+            t = ctx.tree.tunings[stage] = StageTuning(stage, kind)
         return t

@@ -30,7 +30,7 @@ from .._options import AUTOTUNE
 from .._spec import from_user
 from .._structure import SCALAR_TYPES, normalize
 from .autotune import MAP_WINDOW_PER_WORKER, parallelism
-from .base import DatasetIterator, IteratorContext, UnaryIterator, fn_name, note_error
+from .base import fn_name, note_error
 from .calls import (
     call_with_element,
     element_caller,
@@ -39,10 +39,12 @@ from .calls import (
     stop_iteration_error,
     traced_guard,
 )
+from .context import IteratorContext
 from .executor import AutoExecutor, Executor, ProcessExecutor, ThreadExecutor, validate_executor
 from .node import DatasetNode, SpecOf, trace
 from .parallel import PoolIterator
 from .sources import convert_to_spec
+from .stage import Stage, UnaryIterator
 
 
 class MapNode(DatasetNode):
@@ -74,7 +76,7 @@ class MapNode(DatasetNode):
             refuse_empty(spec, self.label)
         return spec
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         source = self.inputs[0].make_iterator(ctx)
         stage = ctx.stage_name(self, self.label)
         sig = self.signature
@@ -110,9 +112,10 @@ class MapNode(DatasetNode):
             return ThreadExecutor(apply)
         fn = self.fn
         if kind == "process":
-            ex: ProcessExecutor | AutoExecutor = ctx.resource(stage, lambda: ProcessExecutor(fn, stage, ctx, workers))
+            ex: ProcessExecutor | AutoExecutor = ctx.tree.resource(
+                stage, lambda: ProcessExecutor(fn, stage, ctx, workers))
         else:
-            ex = ctx.resource(stage, lambda: AutoExecutor(fn, thread_fn, stage, ctx, workers, ctx.cpu_budget))
+            ex = ctx.tree.resource(stage, lambda: AutoExecutor(fn, thread_fn, stage, ctx, workers, ctx.cpu_budget))
         ex.finish = finish
         return ex
 
@@ -135,7 +138,7 @@ class _MapIterator(UnaryIterator):
 
     kind = "map"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, fn: Callable[..., Any], stage: str,
+    def __init__(self, ctx: IteratorContext, source: Stage, fn: Callable[..., Any], stage: str,
                  finish: Callable[[Any], Any] | None = None) -> None:
         super().__init__(ctx, source)
         self._fn = fn

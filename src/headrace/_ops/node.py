@@ -3,7 +3,7 @@
 A pipeline is a tree of nodes (``inputs`` point to the nodes it reads from). A node holds the arguments of
 its transformation, validated when it is built; it knows its ``cardinality()``, its own options and its
 element spec, and ``make_iterator(ctx)`` builds a fresh iterator tree for one iteration
-(``headrace._ops.base``).
+(stages: ``headrace._ops.stage``).
 
 Element specs (``headrace._spec``) are inferred as tf.data infers them: each node derives its spec from
 its inputs' (``compute_spec``): sources know theirs, ``batch`` adds a dimension, ``map`` traces its function
@@ -34,7 +34,9 @@ from .._memory import budget_for
 from .._options import UNKNOWN_CARDINALITY, Options
 from .._spec import NotTraceable, example, relax, spec_of
 from .._warn import PipelineWarnings
-from .base import JOIN_TIMEOUT_S, DatasetIterator, IteratorContext, check_state
+from .base import JOIN_TIMEOUT_S, check_state
+from .context import IteratorContext
+from .stage import Stage
 
 
 class _Unset:
@@ -91,7 +93,7 @@ class DatasetNode:
         self._static_spec: Any = _UNSET
         self._element_spec: Any = _UNSET
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:  # pragma: no cover - abstract
+    def make_iterator(self, ctx: IteratorContext) -> Stage:  # pragma: no cover - abstract
         raise NotImplementedError(f"{type(self).__name__} does not implement make_iterator")
 
     def cardinality(self) -> int:
@@ -147,23 +149,23 @@ class DatasetNode:
         return self._element_spec
 
     @contextlib.contextmanager
-    def one_iteration(self) -> Iterator[DatasetIterator]:
+    def one_iteration(self) -> Iterator[Stage]:
         """An iterator over one iteration (path ``(0,)``) of this node, with its own context and the budget
         its options give; on exit it is stopped, joined (``JOIN_TIMEOUT_S``) and closed. For the engine's own
         reads (the first element's spec, counting), not for users' iteration."""
         options = self.options()
         ctx = IteratorContext(options, budget_for(options.memory_budget_bytes() if options.memory_budget is not None
                                                   else None), (0,))
-        ctx.warnings = PipelineWarnings(self, options, ctx.budget.limit_bytes)
+        ctx.tree.warnings = PipelineWarnings(self, options, ctx.budget.limit_bytes)
         it = self.make_iterator(ctx)
         try:
             yield it
         finally:
-            ctx.stop.set()
+            ctx.tree.stop.set()
             it.signal_stop()
             it.join(time.monotonic() + JOIN_TIMEOUT_S)
             it.close()
-        ctx.warnings.flush()  # in the caller's thread, the read done (headrace._warn.PipelineWarnings)
+        ctx.tree.warnings.flush()  # in the caller's thread, the read done (headrace._warn.PipelineWarnings)
 
     def _first_element_spec(self) -> Any:
         with self.one_iteration() as it:
@@ -207,13 +209,13 @@ def stage_label(kind: str, name: str | None, default: str | None = None) -> str:
     return f"{kind}({name})"
 
 
-_MakeIterator = Callable[[Any, IteratorContext], DatasetIterator]
+_MakeIterator = Callable[[Any, IteratorContext], Stage]
 
 
 def _naming(make: _MakeIterator) -> _MakeIterator:
     """``make_iterator`` that gives a named node's iterator the stage name where the stage has none."""
 
-    def make_iterator(self: DatasetNode, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self: DatasetNode, ctx: IteratorContext) -> Stage:
         it = make(self, ctx)
         if self.given_name is not None and getattr(it, "stage", None) is None \
                 and getattr(it, "_stage", None) is None:
@@ -244,11 +246,11 @@ class ElementsNode(DatasetNode):
     def compute_spec(self, spec_of: SpecOf) -> Any:
         return self.spec
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _ElementsIterator(ctx, self.elements)
 
 
-class _ElementsIterator(DatasetIterator):
+class _ElementsIterator(Stage):
     kind = "window_elements"
 
     def __init__(self, ctx: IteratorContext, elements: list[Any]) -> None:

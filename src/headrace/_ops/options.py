@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 
 from .._options import Options
-from .base import DatasetIterator, IteratorContext
+from .context import IteratorContext
 from .node import DatasetNode
+from .stage import Stage
 
 
 class OptionsNode(DatasetNode):
@@ -26,5 +27,5 @@ class OptionsNode(DatasetNode):
     def cardinality(self) -> int:
         return self.inputs[0].cardinality()
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return self.inputs[0].make_iterator(ctx)

@@ -17,10 +17,11 @@ from typing import Any
 from .._args import count_arg
 from .._spec import NoneTensorSpec, TensorShape, TensorSpec, batch_spec
 from .._structure import flatten, pack_as
-from .base import DatasetIterator, IteratorContext
 from .batch import batched_cardinality, make_batcher
+from .context import IteratorContext
 from .node import DatasetNode, SpecOf
 from .stacking import _flatten_shapes, pad_and_stack, padding_scalar
+from .stage import Stage
 
 
 class PaddedBatchNode(DatasetNode):
@@ -85,7 +86,7 @@ class PaddedBatchNode(DatasetNode):
         padded = pack_as(spec, leaves) if isinstance(spec, dict | tuple | list) else leaves[0]
         return batch_spec(padded, self.batch_size if self.drop_remainder else None, self.label)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         source = self.inputs[0].make_iterator(ctx)
         stage = ctx.stage_name(self, f"padded_batch({self.batch_size})")
 

@@ -14,7 +14,8 @@ without a call:
 - ``pool_inline``: the inline and lean paths (``set_workers(0)``: the consumer's thread computes);
 - ``pool_snapshots``: the input snapshots every ``SNAPSHOT_EVERY`` pulls, replay events, ``state()``, ``restore()``;
 - ``pool_stats``: the counters ``explain()`` and the autotuner read;
-- ``positions``: advancing an input by positions (a restore's ``forward``).
+- ``replay``: the rules of exactly-once replay it follows (advancing an input by positions for a restore's
+  ``forward``, replay events, when an input replays in order).
 
 Run-time settings (the autotuner, ``headrace._ops.tuner``): ``set_workers(n)`` changes how many workers take
 elements (threads are started when needed; those above ``n`` park, holding nothing); ``n = 0`` runs the stage
@@ -33,19 +34,19 @@ from typing import Any
 
 from .._memory import StageAccount
 from .._sync import Lock as TimedLock
-from .base import DatasetIterator, check_state
+from .base import check_state
 from .executor import Executor, ExecutorKind, ThreadExecutor
 from .knobs import MAX_BUFFER, MAX_WINDOW, MAX_WORKERS, KnobKind, StageStats, stage_tuning, workers_start_reason
 from .pool_inline import LEAN_TIMING_EVERY, InlinePath
 from .pool_order import ResultsWindow
-from .pool_snapshots import RESTORE_WAIT_S, InputSnapshots, replays_deterministically
+from .pool_snapshots import RESTORE_WAIT_S, InputSnapshots
 from .pool_stats import PoolStats, summarize
 from .pool_steps import ElementSteps
 from .pool_workers import WorkerThreads
-from .positions import fast_forward
+from .replay import replays_in_order
+from .stage import Stage
 
-__all__ = ["LEAN_TIMING_EVERY", "RESTORE_WAIT_S", "SNAPSHOT_EVERY", "ParallelApplier", "PoolIterator", "PoolStats",
-           "fast_forward", "replays_deterministically"]
+__all__ = ["LEAN_TIMING_EVERY", "RESTORE_WAIT_S", "SNAPSHOT_EVERY", "ParallelApplier", "PoolIterator", "PoolStats"]
 
 SNAPSHOT_EVERY = 16
 """Pulls between two snapshots of the input's state (restore re-reads at most this many elements)."""
@@ -66,7 +67,7 @@ class ParallelApplier(ResultsWindow, ElementSteps, WorkerThreads, InlinePath, In
     may use its headroom).
     """
 
-    def __init__(self, source: DatasetIterator, fn: Callable[[Any], Any], *, num_workers: int,
+    def __init__(self, source: Stage, fn: Callable[[Any], Any], *, num_workers: int,
                  window: int | Callable[[], int], deterministic: bool, account: StageAccount, stage: str,
                  thread_name: str, index_base: int = 0, identity: bool = False, input_charged: bool = False,
                  release_input: Callable[[Any], None] | None = None, record_state: bool = True,
@@ -84,7 +85,7 @@ class ParallelApplier(ResultsWindow, ElementSteps, WorkerThreads, InlinePath, In
         self.identity = identity
         self.input_charged = input_charged
         self.release_input = release_input
-        input_replays = replays_deterministically(source)
+        input_replays = replays_in_order(source)
         # Out-of-order delivery is checkpointed as "these positions after the prefix were delivered", which
         # only names the right elements if the input replays them in the same order. Below another
         # deterministic=False stage it does not, so this stage delivers in order (its output order is
@@ -131,14 +132,14 @@ class ParallelApplier(ResultsWindow, ElementSteps, WorkerThreads, InlinePath, In
                          delivered_bytes=self.delivered_bytes, started_s=self.started_s)
 
 
-class PoolIterator(DatasetIterator):
+class PoolIterator(Stage):
     """The stage around a :class:`ParallelApplier` (parallel map, prefetch, parallel batch, interleave slots).
 
     ``account``: a shared account (interleave slots share their stage's); without it the stage opens its
     own with a demand of ``window`` elements. Other keywords go to :class:`ParallelApplier`.
     """
 
-    def __init__(self, ctx: Any, source: DatasetIterator, fn: Callable[[Any], Any], stage: str, workers: int,
+    def __init__(self, ctx: Any, source: Stage, fn: Callable[[Any], Any], stage: str, workers: int,
                  deterministic: bool, *, kind: str, window: int | Callable[[], int],
                  account: StageAccount | None = None, warn_shrink: bool = True, autotune: bool = False,
                  **pool_options: Any) -> None:
@@ -159,6 +160,7 @@ class PoolIterator(DatasetIterator):
         # the stage downstream binds ``source.__next__`` once (UnaryIterator): give it the pool's directly
         self.__next__ = self._pool.next  # type: ignore[method-assign]
         self._pool.delivers_as = self
+        self.reorders = not self._pool.deterministic  # (replay's rule 1)
         self._tuning: Any = None
         if autotune and ctx.options.autotune_enabled is not False:
             self._tune(ctx, workers, window)
@@ -177,7 +179,7 @@ class PoolIterator(DatasetIterator):
                 hi = min(hi, ctx.options.max_parallelism)
             taken = 0
             if KnobKind.WORKERS not in t.knobs:  # the first stage made takes from what is left of the CPU budget
-                taken = sum(k.value for u in list(ctx.tunings.values()) for k in u.knobs.values() if k.compute)
+                taken = sum(k.value for u in list(ctx.tree.tunings.values()) for k in u.knobs.values() if k.compute)
                 workers = max(0, min(workers, ctx.cpu_budget - taken))
             why = workers_start_reason(workers, ctx.cpu_budget, ctx.options.cpu_budget is not None, taken=taken)
             t.knob(KnobKind.WORKERS, workers, 0, hi, why, compute=True)
@@ -231,9 +233,6 @@ class PoolIterator(DatasetIterator):
         check_state(state, self.kind)
         self._pool.restore(state)
 
-    def replays_deterministically(self) -> bool:
-        return self._pool.deterministic and self._source.replays_deterministically()
-
     def replay_epoch(self) -> int:
         pool = self._pool
         return pool.delivered_epoch() if pool.record_state else super().replay_epoch()
@@ -251,5 +250,5 @@ class PoolIterator(DatasetIterator):
         if self._owns_account:
             self._account.close()
 
-    def _children(self) -> list[DatasetIterator]:
+    def _children(self) -> list[Stage]:
         return [self._source]

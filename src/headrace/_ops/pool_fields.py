@@ -20,9 +20,9 @@ if TYPE_CHECKING:
     from .._memory import StageAccount
     from .._sync import Condition, Flag
     from .._sync import Lock as TimedLock
-    from .base import DatasetIterator
     from .executor import Executor
     from .pool_stats import PoolStats
+    from .stage import Stage
 
 
 class Result:
@@ -40,7 +40,7 @@ class PoolFields:
     """The pool's fields (annotations only: each part sets its own in its ``_init_*`` / ``_reset_*``)."""
 
     # ---- the pool itself (parallel.ParallelApplier.__init__) ---------------------------------------------
-    source: DatasetIterator
+    source: Stage
     fn: Callable[[Any], Any]
     executor: Executor                # headrace._ops.executor (ThreadExecutor(fn): fn on the worker threads)
     num_workers: int

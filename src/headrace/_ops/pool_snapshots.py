@@ -1,5 +1,6 @@
 """A parallel stage's state (``headrace._ops.parallel``): the input snapshots, the replay events below, the
-state dict it saves and the restore.
+state dict it saves and the restore: the mechanism of exactly-once below ``deterministic=False``, whose rules
+are ``headrace._ops.replay``.
 
 State: the input's state is snapshotted every ``snapshot_every`` pulls (``parallel.SNAPSHOT_EVERY``; every
 pull when the input does not replay deterministically). The state after delivering a prefix of *p* sequence
@@ -34,18 +35,11 @@ from typing import Any
 from .._errors import StateError
 from .._memory import WAIT_SLICE_S
 from .._structure import nbytes
-from .base import DatasetIterator
 from .pool_fields import PoolFields, Result
-from .positions import fast_forward
+from .replay import fast_forward
 
 RESTORE_WAIT_S = 60.0
 """How long ``set_state`` waits for a worker stuck in the input (a slow user function) to leave it."""
-
-
-def replays_deterministically(it: DatasetIterator) -> bool:
-    """Whether re-reading ``it`` after ``set_state`` yields the same elements in the same order."""
-    probe = getattr(it, "replays_deterministically", None)
-    return True if probe is None else bool(probe())
 
 
 class InputSnapshots(PoolFields):

@@ -13,9 +13,10 @@ from typing import Any
 from .._args import count_arg
 from .._options import AUTOTUNE
 from .autotune import PREFETCH_AUTOTUNE_BUFFER
-from .base import DatasetIterator, IteratorContext
+from .context import IteratorContext
 from .node import DatasetNode
 from .parallel import PoolIterator
+from .stage import Stage
 
 
 def _identity(x: Any) -> Any:
@@ -36,7 +37,7 @@ class PrefetchNode(DatasetNode):
     def cardinality(self) -> int:
         return self.inputs[0].cardinality()
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         source = self.inputs[0].make_iterator(ctx)
         if self.buffer_size == 0:
             return source

@@ -23,10 +23,11 @@ import numpy as np
 from .._args import count_arg
 from .._spec import RaggedTensorSpec, TensorSpec, as_dtype, batch_spec
 from .._structure import flatten, pack_as
-from .base import DatasetIterator, IteratorContext
 from .batch import batched_cardinality, make_batcher
+from .context import IteratorContext
 from .node import DatasetNode, SpecOf
 from .stacking import _columns, _is_structure, stack
+from .stage import Stage
 
 
 def _ragged_components(spec: Any) -> list[bool]:
@@ -71,7 +72,7 @@ class RaggedBatchNode(DatasetNode):
                   for s, ragged in zip(flatten(spec), _ragged_components(spec))]
         return pack_as(spec, leaves) if _is_structure(spec) else leaves[0]
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         source = self.inputs[0].make_iterator(ctx)
         stage = ctx.stage_name(self, f"ragged_batch({self.batch_size})")
         static = self.inputs[0].static_spec()

@@ -29,9 +29,11 @@ import numpy as np
 
 from .._args import as_int, as_seed
 from .._structure import normalize
-from .base import DatasetIterator, IteratorContext, check_state, note_error
+from .base import check_state, note_error
+from .context import IteratorContext
 from .node import DatasetNode
 from .seeds import fresh_seed, iteration_seed
+from .stage import Stage
 
 _ROUNDS = 6
 _BLOCK = 1024
@@ -121,12 +123,12 @@ class RandomAccessNode(DatasetNode):
         n = len(self.source) - self.start
         return n // self.num_shards + (1 if self.index < n % self.num_shards else 0)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         iteration = tuple(ctx.iteration) if self.reshuffle else ()
         return _RandomAccessIterator(ctx, self, iteration_seed(self.seed, iteration))
 
 
-class _RandomAccessIterator(DatasetIterator):
+class _RandomAccessIterator(Stage):
     kind = "random_access"
 
     def __init__(self, ctx: IteratorContext, ds: RandomAccessNode, seed: int) -> None:

@@ -18,9 +18,11 @@ import numpy as np
 from .._args import as_seed
 from .._options import INFINITE_CARDINALITY
 from .._spec import TensorSpec
-from .base import DatasetIterator, IteratorContext, check_state
+from .base import check_state
+from .context import IteratorContext
 from .node import DatasetNode, SpecOf
 from .seeds import check_seed, fresh_seed, seeded_bits
+from .stage import Stage
 
 
 class RandomNode(DatasetNode):
@@ -39,11 +41,11 @@ class RandomNode(DatasetNode):
     def compute_spec(self, spec_of: SpecOf) -> Any:
         return TensorSpec((), np.int64)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _RandomIterator(ctx, self, tuple(ctx.iteration) if self.rerandomize else ())
 
 
-class _RandomIterator(DatasetIterator):
+class _RandomIterator(Stage):
     kind = "random"
 
     def __init__(self, ctx: IteratorContext, node: RandomNode, iteration: tuple[int, ...]) -> None:

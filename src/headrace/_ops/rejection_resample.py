@@ -21,10 +21,12 @@ import numpy as np
 from .._args import as_int, as_seed
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import TensorSpec
-from .base import DatasetIterator, IteratorContext, UnaryIterator, fn_name, note_error
+from .base import fn_name, note_error
 from .calls import call_with_element, guarded_call
+from .context import IteratorContext
 from .node import DatasetNode, SpecOf, trace
 from .seeds import check_seed, fresh_seed, seeded_bits
+from .stage import Stage, UnaryIterator
 
 
 def _dist(values: Any, what: str, n: int | None = None) -> np.ndarray:
@@ -64,7 +66,7 @@ class RejectionResampleNode(DatasetNode):
         cls = trace(lambda x: call_with_element(self.class_func, x), spec)
         return None if spec is None or not isinstance(cls, TensorSpec) else (cls, spec)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _ResampleIterator(ctx, self.inputs[0].make_iterator(ctx), self, ctx.stage_name(self, self.label))
 
 
@@ -72,7 +74,7 @@ class _ResampleIterator(UnaryIterator):
     depends_on_input_order = True  # the acceptance draws go by position
     kind = "rejection_resample"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, node: RejectionResampleNode, stage: str) -> None:
+    def __init__(self, ctx: IteratorContext, source: Stage, node: RejectionResampleNode, stage: str) -> None:
         super().__init__(ctx, source)
         self._node = node
         self._stage = stage

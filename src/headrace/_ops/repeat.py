@@ -10,8 +10,10 @@ from typing import Any
 
 from .._args import as_int
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
-from .base import DatasetIterator, IteratorContext, check_state
+from .base import check_state
+from .context import IteratorContext
 from .node import DatasetNode
+from .stage import Stage
 
 
 class RepeatNode(DatasetNode):
@@ -33,11 +35,11 @@ class RepeatNode(DatasetNode):
             return n
         return n * self.count
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _RepeatIterator(ctx, self.inputs[0], self.count)
 
 
-class _RepeatIterator(DatasetIterator):
+class _RepeatIterator(Stage):
     kind = "repeat"
 
     def __init__(self, ctx: IteratorContext, input_node: DatasetNode, count: int) -> None:
@@ -46,9 +48,9 @@ class _RepeatIterator(DatasetIterator):
         self._count = count
         self._epoch = 0
         self._in_epoch = 0
-        self._source: DatasetIterator | None = self._open() if count != 0 else None
+        self._source: Stage | None = self._open() if count != 0 else None
 
-    def _open(self) -> DatasetIterator:
+    def _open(self) -> Stage:
         """The input for this epoch, in a context whose iteration path ends with the epoch (its seeds)."""
         return self._input.make_iterator(self.ctx.for_iteration(self._epoch))
 
@@ -88,5 +90,5 @@ class _RepeatIterator(DatasetIterator):
             self._source = self._open()
             self._source.set_state(state["input"])
 
-    def _children(self) -> list[DatasetIterator]:
+    def _children(self) -> list[Stage]:
         return [self._source] if self._source is not None else []

@@ -29,9 +29,10 @@ import numpy as np
 from .._args import as_int
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import TensorSpec, require_compatible
-from .base import DatasetIterator, IteratorContext, MultiInputIterator
+from .context import IteratorContext
 from .node import DatasetNode, SpecOf, as_node, node_of
 from .seeds import check_seed, fresh_seed, seeded_bits
+from .stage import MultiInputIterator, Stage
 
 _FIX = "give datasets whose elements have the same structure and dtypes (cast or map one first)"
 
@@ -49,7 +50,7 @@ class _MultiSourceIterator(MultiInputIterator):
 
     depends_on_input_order = True  # each input's next element, by position
 
-    def __init__(self, ctx: IteratorContext, sources: list[DatasetIterator], stop_on_empty: bool) -> None:
+    def __init__(self, ctx: IteratorContext, sources: list[Stage], stop_on_empty: bool) -> None:
         super().__init__(ctx, sources)
         self._exhausted = [False] * len(sources)
         self._stop_on_empty = stop_on_empty
@@ -142,7 +143,7 @@ class SampleNode(DatasetNode):
             return 0
         return directed_cardinality(cards, self.stop_on_empty)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         iteration = tuple(ctx.iteration) if self.rerandomize else ()
         its = [d.make_iterator(ctx) for d in self.inputs]
         weights = its.pop() if self.weights_from_dataset else None
@@ -152,8 +153,8 @@ class SampleNode(DatasetNode):
 class _SampleIterator(_MultiSourceIterator):
     kind = "sample_from_datasets"
 
-    def __init__(self, ctx: IteratorContext, node: SampleNode, sources: list[DatasetIterator],
-                 iteration: tuple[int, ...], weights: DatasetIterator | None) -> None:
+    def __init__(self, ctx: IteratorContext, node: SampleNode, sources: list[Stage],
+                 iteration: tuple[int, ...], weights: Stage | None) -> None:
         super().__init__(ctx, sources, node.stop_on_empty)
         self._node = node
         self._weights = node.weights
@@ -223,7 +224,7 @@ class _SampleIterator(_MultiSourceIterator):
             self._weights_source.set_state(state["weights_input"])
             self._draw_index = int(state["weights_index"])
 
-    def _children(self) -> list[DatasetIterator]:
+    def _children(self) -> list[Stage]:
         return [*self._sources, *([self._weights_source] if self._weights_source is not None else [])]
 
 
@@ -249,7 +250,7 @@ class ChooseNode(DatasetNode):
     def cardinality(self) -> int:
         return directed_cardinality([d.cardinality() for d in self.inputs[:self.n]], self.stop_on_empty)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         its = [d.make_iterator(ctx) for d in self.inputs]
         return _ChooseIterator(ctx, its[:-1], its[-1], self.stop_on_empty)
 
@@ -257,7 +258,7 @@ class ChooseNode(DatasetNode):
 class _ChooseIterator(_MultiSourceIterator):
     kind = "choose_from_datasets"
 
-    def __init__(self, ctx: IteratorContext, sources: list[DatasetIterator], choice: DatasetIterator,
+    def __init__(self, ctx: IteratorContext, sources: list[Stage], choice: Stage,
                  stop_on_empty: bool) -> None:
         super().__init__(ctx, sources, stop_on_empty)
         self._choice = choice
@@ -287,5 +288,5 @@ class _ChooseIterator(_MultiSourceIterator):
         self._choice.set_state(state["choice"])
         self._index = int(state["index"])
 
-    def _children(self) -> list[DatasetIterator]:
+    def _children(self) -> list[Stage]:
         return [*self._sources, self._choice]

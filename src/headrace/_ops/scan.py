@@ -17,9 +17,11 @@ from typing import Any
 from .._spec import spec_of
 from .._structure import nbytes, normalize, normalize_tensors
 from . import by_value
-from .base import DatasetIterator, IteratorContext, UnaryIterator, fn_name, note_error
+from .base import fn_name, note_error
 from .calls import check_state_kept, guarded_apply
+from .context import IteratorContext
 from .node import DatasetNode, SpecOf, trace
+from .stage import Stage, UnaryIterator
 
 
 def call_scan(fn: Callable[..., Any], state: Any, x: Any, stage: str) -> tuple[Any, Any]:
@@ -49,7 +51,7 @@ class ScanNode(DatasetNode):
     def compute_spec(self, spec_of_input: SpecOf) -> Any:
         return trace(lambda x: call_scan(self.fn, self.initial_state, x, self.label)[1], spec_of_input(self.inputs[0]))
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _ScanIterator(ctx, self.inputs[0].make_iterator(ctx), self, ctx.stage_name(self, self.label))
 
 
@@ -57,7 +59,7 @@ class _ScanIterator(UnaryIterator):
     depends_on_input_order = True  # the state carried along the stream
     kind = "scan"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, node: ScanNode, stage: str) -> None:
+    def __init__(self, ctx: IteratorContext, source: Stage, node: ScanNode, stage: str) -> None:
         super().__init__(ctx, source)
         self._node = node
         self._stage = stage

@@ -14,8 +14,9 @@ from typing import Any
 
 from .._args import count_arg
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
-from .base import DatasetIterator, IteratorContext, UnaryIterator
+from .context import IteratorContext
 from .node import DatasetNode
+from .stage import Stage, UnaryIterator
 
 
 class ShardNode(DatasetNode):
@@ -38,7 +39,7 @@ class ShardNode(DatasetNode):
             return n
         return n // self.num_shards + (1 if self.index < n % self.num_shards else 0)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         # Every rank runs the input and keeps the positions it owns: the shares are disjoint and complete only
         # if the input has the same order in every rank, so its deterministic=False stages run in order.
         return _ShardIterator(ctx, self.inputs[0].make_iterator(ctx.in_order()), self.num_shards, self.index)
@@ -47,7 +48,7 @@ class ShardNode(DatasetNode):
 class _ShardIterator(UnaryIterator):
     kind = "shard"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, num_shards: int, index: int) -> None:
+    def __init__(self, ctx: IteratorContext, source: Stage, num_shards: int, index: int) -> None:
         super().__init__(ctx, source)
         self._num_shards = num_shards
         self._index = index

@@ -52,10 +52,10 @@ a map drawing unseeded random numbers is not, and restoring it raises ``StateErr
 
 Behind a stage whose elements depend on the order of a ``deterministic=False`` input (a ``zip`` of it with
 another input, a ``batch``, ``window``, ``group_by_window``, ``scan``, ``take`` of it: each re-read pairs,
-groups, counts or cuts other elements; ``DatasetIterator.depends_on_input_order``, so
-``replays_same_elements()`` is False), no key can find a buffered element again, so the state holds the
-buffered elements by value (``keys_by: "value"``, :mod:`by_value`) and the input's state now; the restore is
-exact, the state as large as the buffer.
+groups, counts or cuts other elements; ``Stage.depends_on_input_order``, so ``replays_same_elements()`` is
+False), no key can find a buffered element again, so the state holds the buffered elements by value
+(``keys_by: "value"``, :mod:`by_value`) and the input's state now; the restore is exact, the state as large as
+the buffer. The decision among pull numbers, hashes and values: ``headrace._ops.replay.buffer_keys``.
 """
 
 from __future__ import annotations
@@ -72,11 +72,13 @@ from .._handoff import delivers_charged, hand_off, taking, waiter_urgency
 from .._memory import Cancelled
 from .._structure import flatten, nbytes
 from . import by_value
-from .base import DatasetIterator, IteratorContext, check_state, is_crash, stop_flag
+from .base import check_state, is_crash, stop_flag
+from .context import IteratorContext
 from .node import DatasetNode
-from .positions import fast_forward
+from .replay import buffer_keys, fast_forward, restoring
 from .seeds import check_seed, fresh_seed, iteration_seed
 from .shuffle_capacity import ByteCapacity
+from .stage import Stage
 
 
 def content_hash(x: Any) -> str:
@@ -117,7 +119,7 @@ class ShuffleNode(DatasetNode):
     def cardinality(self) -> int:
         return self.inputs[0].cardinality()
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         source = self.inputs[0].make_iterator(ctx)
         stage = ctx.stage_name(self, f"shuffle({self.buffer_size})")
         return _ShuffleIterator(ctx, self, source, stage)
@@ -137,19 +139,20 @@ class _Entry:
         self.key: str | None = None  # content hash, computed on demand
 
 
-class _ShuffleIterator(DatasetIterator):
+class _ShuffleIterator(Stage):
     kind = "shuffle"
 
-    def __init__(self, ctx: IteratorContext, node: ShuffleNode, source: DatasetIterator, stage: str) -> None:
+    def __init__(self, ctx: IteratorContext, node: ShuffleNode, source: Stage, stage: str) -> None:
         super().__init__(ctx)
         self._node = node
         self._source = source
         self._stage = stage
         self._buffer_size = node.buffer_size
         self._account = ctx.account(stage, node.buffer_size)
-        self._below = ctx.stages_below(node)  # the stages of its input (their accounts, in ByteCapacity.fit)
-        self._by_hash = not source.replays_deterministically()
-        self._by_value = not source.replays_same_elements()  # hashes cannot find them again: keep the values
+        self._below = ctx.tree.stages_below(node)  # the stages of its input (their accounts, in ByteCapacity.fit)
+        # the input's replay facts (headrace._ops.replay, rules 1 and 2), for buffer_keys
+        self._input_in_order = source.replays_deterministically()
+        self._input_same = source.replays_same_elements()
         self._every = max(64, node.buffer_size // 2)
         self._seed = node.seed
         self._iteration: tuple[int, ...] = tuple(ctx.iteration) if node.reshuffle else ()
@@ -190,7 +193,7 @@ class _ShuffleIterator(DatasetIterator):
     def _fill(self) -> None:
         acc = self._account
         stop = stop_flag(self.ctx)
-        restoring = self._skipping or self.ctx.restoring.is_set()
+        restoring = self._skipping or self.ctx.replay.restoring.is_set()
         # the consumer waits for this fill (or the pool worker's pull it serves is urgent): it may use the
         # budget's reserve, and breaks a stall as the element the consumer waits for
         urgent = _always if restoring else (waiter_urgency() or _always)
@@ -211,6 +214,7 @@ class _ShuffleIterator(DatasetIterator):
             acc.warn_shrunk()  # the first fill this capacity stops: an event (replay_epoch), warned once
 
     def replay_epoch(self) -> int:
+        """Its own replay events (the capacity's changes) and those below (``headrace._ops.replay``, rule 3)."""
         return self._capacity.changes + super().replay_epoch()
 
     def _pull_into_buffer(self, reserved: int | None, slot: int) -> bool:
@@ -284,19 +288,17 @@ class _ShuffleIterator(DatasetIterator):
     def get_state(self) -> dict[str, Any]:
         oldest = min((e.pull for e in self._buf), default=self._pulls)
         base_pull, base, epoch = next(c for c in reversed(self._checkpoints) if c[0] <= oldest)
-        # Pull numbers name the buffered elements only if re-reading from the base gives the same elements
-        # in the same order: not below a deterministic=False stage, nor across an event below (a shuffle
-        # capped by the budget) that a replay may not repeat. Then content hashes do.
-        by_hash = self._by_hash or self._source.replay_epoch() != epoch
-        if self._by_value:
-            keys_by, keys = "value", [by_value.Deferred(e.value) for e in self._buf]
-        elif by_hash:
+        # pull numbers, content hashes or the values themselves: headrace._ops.replay (rule 4)
+        keys_by = buffer_keys(self._source, epoch, self._input_in_order, self._input_same)
+        if keys_by == "value":
+            keys = [by_value.Deferred(e.value) for e in self._buf]
+        elif keys_by == "hash":
             for e in self._buf:
                 if e.key is None:
                     e.key = content_hash(e.value)
-            keys_by, keys = "hash", [e.key for e in self._buf]
+            keys = [e.key for e in self._buf]
         else:
-            keys_by, keys = "pull", [e.pull - base_pull for e in self._buf]
+            keys = [e.pull - base_pull for e in self._buf]
         return {"kind": self.kind, "buffer_size": self._buffer_size, "seed": self._seed,
                 "iteration": list(self._iteration), "draws": self._draws,
                 "byte_capacity": self._capacity.limit, "largest": self._capacity.largest,
@@ -364,11 +366,8 @@ class _ShuffleIterator(DatasetIterator):
         ctx = self.ctx.replaying()  # its own `restoring`: the scan needs the set of elements, not their order
         replay = self._node.inputs[0].make_iterator(ctx)
         try:
-            ctx.restoring.set()  # re-reaching the checkpoint skips exactly as the saved run (module docstring)
-            try:
+            with restoring(ctx.replay):  # re-reaching the checkpoint skips exactly as the saved run (docstring)
                 replay.set_state(base)
-            finally:
-                ctx.restoring.clear()
             while missing:
                 try:
                     x = replay.__next__()
@@ -406,5 +405,5 @@ class _ShuffleIterator(DatasetIterator):
         self._drop_buffer()
         self._account.close()
 
-    def _children(self) -> list[DatasetIterator]:
+    def _children(self) -> list[Stage]:
         return [self._source]

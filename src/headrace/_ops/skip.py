@@ -6,8 +6,9 @@ from typing import Any
 
 from .._args import as_int
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
-from .base import DatasetIterator, IteratorContext, UnaryIterator
+from .context import IteratorContext
 from .node import DatasetNode
+from .stage import Stage, UnaryIterator
 
 
 class SkipNode(DatasetNode):
@@ -24,7 +25,7 @@ class SkipNode(DatasetNode):
             return n if self.count != -1 or n == UNKNOWN_CARDINALITY else 0
         return 0 if self.count == -1 else max(0, n - self.count)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _SkipIterator(ctx, self.inputs[0].make_iterator(ctx), self.count)
 
 
@@ -32,7 +33,7 @@ class _SkipIterator(UnaryIterator):
     depends_on_input_order = True  # the first `count` of the input order
     kind = "skip"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, count: int) -> None:
+    def __init__(self, ctx: IteratorContext, source: Stage, count: int) -> None:
         super().__init__(ctx, source)
         self._count = count
         self._skipped = 0

@@ -15,10 +15,12 @@ from .._args import as_int
 from .._options import UNKNOWN_CARDINALITY
 from .._spec import NoneTensorSpec, TensorSpec, as_dtype, from_user, spec_of, unbatch_spec
 from .._structure import describe, flatten, is_namedtuple, normalize_tensors, pack_as
-from .base import DatasetIterator, IteratorContext, check_state, fn_name
+from .base import check_state, fn_name
 from .calls import guarded_apply
+from .context import IteratorContext
 from .node import DatasetNode, SpecOf
 from .stacking import row
+from .stage import Stage
 
 __all__ = ["GeneratorNode", "RangeNode", "TensorSlicesNode", "TensorSpec", "TensorsNode", "as_dtype"]
 
@@ -43,11 +45,11 @@ class RangeNode(DatasetNode):
     def compute_spec(self, spec_of: SpecOf) -> Any:
         return TensorSpec((), self.dtype)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _RangeIterator(ctx, self)
 
 
-class _RangeIterator(DatasetIterator):
+class _RangeIterator(Stage):
     kind = "range"
 
     def __init__(self, ctx: IteratorContext, ds: RangeNode) -> None:
@@ -87,7 +89,7 @@ class TensorsNode(DatasetNode):
     def compute_spec(self, spec_of_input: SpecOf) -> Any:
         return spec_of(self.element)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _SliceIterator(ctx, "from_tensors", lambda i: self.element, 1)
 
 
@@ -127,11 +129,11 @@ class TensorSlicesNode(DatasetNode):
     def compute_spec(self, spec_of_input: SpecOf) -> Any:
         return unbatch_spec(spec_of(self.structure), "from_tensor_slices")
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _SliceIterator(ctx, "from_tensor_slices", self.slice, self.length)
 
 
-class _SliceIterator(DatasetIterator):
+class _SliceIterator(Stage):
     def __init__(self, ctx: IteratorContext, kind: str, get: Callable[[int], Any], length: int) -> None:
         super().__init__(ctx)
         self.kind = kind
@@ -216,11 +218,11 @@ class GeneratorNode(DatasetNode):
     def compute_spec(self, spec_of_input: SpecOf) -> Any:
         return self.signature
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _GeneratorIterator(ctx, self)
 
 
-class _GeneratorIterator(DatasetIterator):
+class _GeneratorIterator(Stage):
     kind = "from_generator"
 
     def __init__(self, ctx: IteratorContext, ds: GeneratorNode) -> None:

@@ -6,8 +6,9 @@ from typing import Any
 
 from .._args import as_int
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
-from .base import DatasetIterator, IteratorContext, UnaryIterator
+from .context import IteratorContext
 from .node import DatasetNode
+from .stage import Stage, UnaryIterator
 
 
 class TakeNode(DatasetNode):
@@ -26,7 +27,7 @@ class TakeNode(DatasetNode):
             return UNKNOWN_CARDINALITY
         return self.count if n == INFINITE_CARDINALITY else min(n, self.count)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _TakeIterator(ctx, self.inputs[0].make_iterator(ctx), self.count)
 
 
@@ -34,7 +35,7 @@ class _TakeIterator(UnaryIterator):
     depends_on_input_order = True  # the first `count` of the input order
     kind = "take"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, count: int) -> None:
+    def __init__(self, ctx: IteratorContext, source: Stage, count: int) -> None:
         super().__init__(ctx, source)
         self._count = count
         self._taken = 0

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .base import DatasetIterator, IteratorContext, fn_name
+from .base import fn_name
+from .context import IteratorContext
 from .filter import PredicateIterator
 from .node import DatasetNode
+from .stage import Stage
 
 
 class TakeWhileNode(DatasetNode):
@@ -20,7 +22,7 @@ class TakeWhileNode(DatasetNode):
             raise TypeError(f"take_while(predicate={predicate!r}): predicate must be callable")
         self.predicate = predicate
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         stage = ctx.stage_name(self, f"take_while({fn_name(self.predicate)})")
         return PredicateIterator(ctx, self.inputs[0].make_iterator(ctx), self.predicate, stage,
                                  stop_on_false=True)

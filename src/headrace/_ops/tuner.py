@@ -218,7 +218,7 @@ class Tuner:
         """Before the first element: ``cpu_budget`` split evenly over the tuned compute stages (each made
         stage took what the ones made before it left, so the innermost had it all); the inner stages get
         the remainder. Workers are counted as 1 core each until measured."""
-        stages = [(t, k) for t in list(self.ctx.tunings.values()) if (k := t.compute_workers()) is not None]
+        stages = [(t, k) for t in list(self.ctx.tree.tunings.values()) if (k := t.compute_workers()) is not None]
         if len(stages) < 2:
             return
         share, extra = divmod(self.cpu_budget, len(stages))
@@ -242,7 +242,7 @@ class Tuner:
     def _sleep(self, seconds: float) -> bool:
         """Sleep (timed waits) unless the iterator closes; False when it did."""
         end = time.monotonic() + seconds
-        stop = self.ctx.stop
+        stop = self.ctx.tree.stop
         while not stop.is_set():
             left = end - time.monotonic()
             if left <= 0:
@@ -281,7 +281,7 @@ class Tuner:
         """Per stage, the counters' change over the last window (``_recent``); per tuned compute stage the
         cores one worker uses (the CPU share of its calls; a process 1)."""
         granted = 0.0
-        for t in list(self.ctx.tunings.values()):
+        for t in list(self.ctx.tree.tunings.values()):
             now = t.stats()
             recent = self._recent[t.stage] = now.since(self._prev.get(t.stage, StageStats()))
             self._prev[t.stage] = now
@@ -332,7 +332,7 @@ class Tuner:
     def _candidates(self) -> list[tuple[StageTuning, Knob, int]]:
         out: list[tuple[float, StageTuning, Knob, int]] = []
         compute_stages = self._compute_stages()
-        for t in list(self.ctx.tunings.values()):
+        for t in list(self.ctx.tree.tunings.values()):
             if t.busy() or not t.members():
                 continue
             load = self._load(t, compute_stages)
@@ -349,7 +349,7 @@ class Tuner:
         return [(t, k, new) for _s, t, k, new in out]
 
     def _compute_stages(self) -> int:
-        return sum(1 for t in list(self.ctx.tunings.values()) if t.compute_workers() is not None and t.members())
+        return sum(1 for t in list(self.ctx.tree.tunings.values()) if t.compute_workers() is not None and t.members())
 
     def _enforce_cpu(self) -> None:
         """Take workers away while measured use exceeds the CPU budget (a stage's calls turned more CPU-bound):
@@ -358,7 +358,7 @@ class Tuner:
         while self.cpu_granted > self.cpu_budget + 1e-9:
             excess = self.cpu_granted - self.cpu_budget
             options = []
-            for t in list(self.ctx.tunings.values()):
+            for t in list(self.ctx.tree.tunings.values()):
                 k = t.compute_workers()
                 if k is not None and k.value > k.lo:
                     options.append((self._weights.get(t.stage, 1.0), t, k))
@@ -381,7 +381,7 @@ class Tuner:
         settling = False
         while base is not None:
             candidates = self._candidates()
-            if any(t.busy() for t in list(self.ctx.tunings.values())):
+            if any(t.busy() for t in list(self.ctx.tree.tunings.values())):
                 # a map's executor is measuring the function or starting processes: its stage is not tuned
                 # meanwhile, and the rate of the window that spans the change is no base for the others
                 settling = True

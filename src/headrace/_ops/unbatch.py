@@ -14,9 +14,12 @@ from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import TensorSpec, unbatch_spec
 from .._structure import flatten, nbytes, pack_as
 from . import by_value
-from .base import DatasetIterator, IteratorContext, UnaryIterator, check_state, stop_flag
+from .base import check_state, stop_flag
+from .context import IteratorContext
 from .node import DatasetNode, SpecOf
+from .replay import rereads_same
 from .stacking import row, unstack
+from .stage import Stage, UnaryIterator
 
 
 class UnbatchNode(DatasetNode):
@@ -43,7 +46,7 @@ class UnbatchNode(DatasetNode):
             return UNKNOWN_CARDINALITY
         return n * dims.pop()
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         source = self.inputs[0].make_iterator(ctx)
         stage = ctx.stage_name(self, "unbatch")
         return _UnbatchIterator(ctx, source, stage)
@@ -54,7 +57,7 @@ class _UnbatchIterator(UnaryIterator):
 
     kind = "unbatch"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, stage: str) -> None:
+    def __init__(self, ctx: IteratorContext, source: Stage, stage: str) -> None:
         super().__init__(ctx, source)
         self._stage = stage
         self._account = ctx.account(stage, 1, mandatory=True)
@@ -120,8 +123,7 @@ class _UnbatchIterator(UnaryIterator):
 
     def get_state(self) -> dict[str, Any]:
         if self._batch is not None and self._offset < self._rows:
-            if (not self._source.replays_deterministically()  # re-reading could give another batch
-                    or self._source.replay_epoch() != self._before_epoch):
+            if not rereads_same(self._source, self._before_epoch):  # re-reading could give another batch
                 return {"kind": self.kind, "input": self._source.get_state(), "offset": self._offset,
                         "batch": self._deferred()}
             return {"kind": self.kind, "input": self._before, "offset": self._offset}

@@ -17,8 +17,10 @@ import numpy as np
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import STRING, TensorSpec
 from . import by_value
-from .base import DatasetIterator, IteratorContext, UnaryIterator, check_state
+from .base import check_state
+from .context import IteratorContext
 from .node import DatasetNode, SpecOf
+from .stage import Stage, UnaryIterator
 
 _ALLOWED = (np.dtype(np.int32), np.dtype(np.int64), STRING)
 _PER_VALUE_BYTES = 64  # a set entry: the value object and its hash slot (a conservative estimate)
@@ -47,14 +49,14 @@ class UniqueNode(DatasetNode):
     def compute_spec(self, spec_of: SpecOf) -> Any:
         return spec_of(self.inputs[0])
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _UniqueIterator(ctx, self.inputs[0].make_iterator(ctx), ctx.stage_name(self, "unique"))
 
 
 class _UniqueIterator(UnaryIterator):
     kind = "unique"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, stage: str) -> None:
+    def __init__(self, ctx: IteratorContext, source: Stage, stage: str) -> None:
         super().__init__(ctx, source)
         self._stage = stage
         self._account = ctx.account(stage, None, mandatory=True, hint="unique() keeps every distinct value")

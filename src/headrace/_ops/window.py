@@ -25,8 +25,10 @@ from .._args import count_arg
 from .._spec import DatasetSpec, spec_of
 from .._structure import flatten, nbytes, pack_as
 from . import by_value
-from .base import DatasetIterator, IteratorContext, UnaryIterator, check_state, stop_flag
+from .base import check_state, stop_flag
+from .context import IteratorContext
 from .node import DatasetNode, ElementsNode, SpecOf, wrap
+from .stage import Stage, UnaryIterator
 
 
 class WindowNode(DatasetNode):
@@ -57,7 +59,7 @@ class WindowNode(DatasetNode):
             return pack_as(spec, [DatasetSpec(s) for s in flatten(spec)])
         return DatasetSpec(spec)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _WindowIterator(ctx, self.inputs[0].make_iterator(ctx), self, ctx.stage_name(self, "window"))
 
 
@@ -65,7 +67,7 @@ class _WindowIterator(UnaryIterator):
     depends_on_input_order = True  # consecutive elements
     kind = "window"
 
-    def __init__(self, ctx: IteratorContext, source: DatasetIterator, node: WindowNode, stage: str) -> None:
+    def __init__(self, ctx: IteratorContext, source: Stage, node: WindowNode, stage: str) -> None:
         super().__init__(ctx, source)
         self._node = node
         self._stage = stage

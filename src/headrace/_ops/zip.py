@@ -17,8 +17,9 @@ from typing import Any
 
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._structure import flatten, pack_as
-from .base import DatasetIterator, IteratorContext, MultiInputIterator
+from .context import IteratorContext
 from .node import DatasetNode, SpecOf, as_node
+from .stage import MultiInputIterator, Stage
 
 
 def _reject_lists(datasets: Any) -> None:
@@ -59,14 +60,14 @@ class ZipNode(DatasetNode):
             return None
         return pack_as(self.structure, specs)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _ZipIterator(ctx, [d.make_iterator(ctx) for d in self.inputs], self.structure)
 
 
 class _ZipIterator(MultiInputIterator):
     kind = "zip"
 
-    def __init__(self, ctx: IteratorContext, sources: list[DatasetIterator], structure: Any) -> None:
+    def __init__(self, ctx: IteratorContext, sources: list[Stage], structure: Any) -> None:
         super().__init__(ctx, sources)
         self.depends_on_input_order = len(sources) > 1  # pairs the inputs' elements by position
         self._structure = structure

@@ -25,8 +25,10 @@ import numpy as np
 
 from .._errors import DataLossError, MemoryBudgetError, StateError
 from .._memory import StageAccount, format_bytes
-from .._ops.base import DatasetIterator, IteratorContext, stop_flag
+from .._ops.base import stop_flag
+from .._ops.context import IteratorContext
 from .._ops.seeds import check_seed
+from .._ops.stage import Stage
 from .._structure import nbytes
 from . import files
 
@@ -117,7 +119,7 @@ def row_of(block: dict[str, np.ndarray], i: int) -> dict[str, Any]:
     return row
 
 
-class BlockRowIterator(DatasetIterator):
+class BlockRowIterator(Stage):
     """Base iterator: subclasses implement ``_read_block()`` (the next block, or ``None`` at the end)
     and position bookkeeping; this class yields blocks (``batch_size``) or rows and does the accounting.
 

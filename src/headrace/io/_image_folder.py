@@ -30,8 +30,10 @@ from typing import Any
 import numpy as np
 
 from .._dataset import Dataset
-from .._ops.base import DatasetIterator, IteratorContext, check_state
+from .._ops.base import check_state
+from .._ops.context import IteratorContext
 from .._ops.node import DatasetNode
+from .._ops.stage import Stage
 from .._options import AUTOTUNE
 from ..image.formats import IMAGE_EXTENSIONS
 from . import files
@@ -76,11 +78,11 @@ class ImageFilesNode(DatasetNode):
     def cardinality(self) -> int:
         return self._len
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _ImageFilesIterator(ctx, self)
 
 
-class _ImageFilesIterator(DatasetIterator):
+class _ImageFilesIterator(Stage):
     kind = "image_folder"
 
     def __init__(self, ctx: IteratorContext, ds: ImageFilesNode) -> None:

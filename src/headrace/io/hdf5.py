@@ -30,8 +30,10 @@ from .._dataset import Dataset
 from .._deps import require
 from .._errors import DataLossError
 from .._memory import format_bytes
-from .._ops.base import DatasetIterator, IteratorContext, check_state
+from .._ops.base import check_state
+from .._ops.context import IteratorContext
 from .._ops.node import DatasetNode
+from .._ops.stage import Stage
 from . import files
 from ._blocks import (
     BLOCK_BYTES,
@@ -191,7 +193,7 @@ class HDF5Node(DatasetNode):
         n = self.stop - self.start
         return n if self.batch_size is None else -(-n // self.batch_size)
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _HDF5Iterator(ctx, self)
 
 

@@ -40,8 +40,10 @@ from .._dataset import Dataset
 from .._deps import require
 from .._errors import DataLossError
 from .._memory import format_bytes
-from .._ops.base import DatasetIterator, IteratorContext, check_state
+from .._ops.base import check_state
+from .._ops.context import IteratorContext
 from .._ops.node import DatasetNode
+from .._ops.stage import Stage
 from .._sync import Lock as TimedLock
 from ._blocks import (
     BLOCK_BYTES,
@@ -236,7 +238,7 @@ class ParquetNode(DatasetNode):
             total += n if self.batch_size is None else -(-n // self.batch_size)
         return total
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _ParquetIterator(ctx, self, list(ctx.iteration) if self.shuffle_row_groups else [0])
 
 

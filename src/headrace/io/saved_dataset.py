@@ -47,10 +47,12 @@ from typing import Any
 import numpy as np
 
 from .._args import as_int
-from .._ops.base import DatasetIterator, IteratorContext, check_state, note_error
+from .._ops.base import check_state, note_error
 from .._ops.cache import pid_alive
 from .._ops.calls import guarded_call
+from .._ops.context import IteratorContext
 from .._ops.node import DatasetNode, SpecOf
+from .._ops.stage import Stage
 from .._spec import STRING, NoneTensorSpec, TensorSpec, from_json, most_specific_compatible, to_json
 from .._structure import flatten, pack_as
 from ._framing import DEFAULT_BUFFER_BYTES, RecordReader
@@ -322,11 +324,11 @@ class SavedNode(DatasetNode):
     def compute_spec(self, spec_of: SpecOf) -> Any:
         return self.spec
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         return _SavedIterator(ctx, self)
 
 
-class _SavedIterator(DatasetIterator):
+class _SavedIterator(Stage):
     kind = "load"
 
     def __init__(self, ctx: IteratorContext, node: SavedNode) -> None:

@@ -35,11 +35,13 @@ from .._args import as_int
 from .._dataset import Dataset
 from .._errors import DataLossError, StateError
 from .._machine import cpu_count
-from .._ops.base import DatasetIterator, IteratorContext, check_state, note_error
+from .._ops.base import check_state, note_error
+from .._ops.context import IteratorContext
 from .._ops.counting import counting_enabled, elements, memoized
 from .._ops.interleave import InterleaveNode
 from .._ops.node import DatasetNode, node_of
 from .._ops.sources import TensorSlicesNode
+from .._ops.stage import Stage
 from .._options import AUTOTUNE, UNKNOWN_CARDINALITY
 from .._spec import STRING, TensorSpec
 from .._sync import Lock as TimedLock
@@ -189,7 +191,7 @@ class TFRecordNode(DatasetNode):
         node._skipped, node._skipped_lock = self._skipped, self._skipped_lock
         return node
 
-    def make_iterator(self, ctx: IteratorContext) -> DatasetIterator:
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
         if self.num_parallel_reads > 1:
             names = self._names_node if self._names_node is not None else TensorSlicesNode(
                 np.array(self._names, dtype=object))
@@ -288,11 +290,11 @@ class _NameSource:
         self._it.set_state(names_state)
         self._index, self._name, self._before = i - 1, None, None
 
-    def iterator(self) -> DatasetIterator | None:
+    def iterator(self) -> Stage | None:
         return self._it
 
 
-class TFRecordIterator(DatasetIterator):
+class TFRecordIterator(Stage):
     """Reads the files of a :class:`TFRecordDataset` one after another (see the module docstring)."""
 
     kind = "tfrecord"
@@ -384,7 +386,7 @@ class TFRecordIterator(DatasetIterator):
         self._resume_index = int(state.get("record_index", 0))
         self._count = int(state.get("count", 0))
 
-    def _children(self) -> list[DatasetIterator]:
+    def _children(self) -> list[Stage]:
         it = self._names.iterator()
         return [it] if it is not None else []
 
