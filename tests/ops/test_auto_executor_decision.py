@@ -19,7 +19,7 @@ import pytest
 
 import headrace as hr
 from headrace._memory import budget_for
-from headrace._ops.base import IteratorContext
+from headrace._ops.context import IteratorContext
 from headrace._ops.executor import (
     BACK_TO_BACK,
     SOLO_CALLS,
