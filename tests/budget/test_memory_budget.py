@@ -96,7 +96,7 @@ def test_a_shuffle_behind_a_prefetch_holds_the_element_handed_to_it_once():
     # prefetch(1) holds one 600 KB element and shuffle(2) takes it: this used to count it twice (the shuffle
     # reserved room for it while the prefetch still held it: 1.2 MB of minimums in a 1 MB budget), so the
     # stall breaker took every element over the budget. The prefetch now hands it over charged
-    # (headrace._handoff). The stall breaker itself: tests/ops/test_budget_reservations.py.
+    # (headrace._handoff). The stall breaker itself: tests/budget/test_reservations.py.
     element = 600_000
     ds = (D.range(3).map(lambda x: np.full(element, x, np.uint8)).prefetch(1).shuffle(2, seed=0)
           .with_options(hr.Options(memory_budget=1_000_000)))
