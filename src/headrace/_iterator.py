@@ -59,6 +59,8 @@ from ._versioned import check_versioned
 from ._warn import PipelineWarnings
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
     from ._dataset import Dataset
 
 STATE_FORMAT = "headrace.iterator"
@@ -107,6 +109,7 @@ class Iterator:
         self._tuner: Tuner | None = None
         self._autotune = options.autotune_enabled is not False
         self._build_error: Exception | None = None  # raised by next() & co (module docstring, Build errors)
+        self._build_traceback: TracebackType | None = None  # the build's, kept: each raise would add to it
         try:
             self._root = node.make_iterator(self._ctx)
         except Exception as e:
