@@ -1,8 +1,21 @@
 """The iterator handed to users: one per ``iter(dataset)``, owning the stage tree and its threads.
 
 Budget: an iterator of a pipeline with ``Options(memory_budget=...)`` has its own budget; without one it
-shares the process budget with every other such iterator (``headrace._memory``). An ``iter()`` that fails
-while building its stages closes every account the stages built so far opened (the budget is left as before).
+shares the process budget with every other such iterator (``headrace._memory``).
+
+Build errors: ``iter()`` builds the stage tree, and an ``Exception`` raised while building it (a second
+concurrent writer of one ``cache(filename)`` file, a ``from_source`` factory raising, a reader whose file is
+missing when it opens it) is not raised there but by the first ``next()``, where tf.data raises it (its
+iterators meet such errors in their first ``GetNext``). What the stages built so far opened is closed at once
+(their threads told to stop, worker processes stopped, every budget account closed: the budget is left as
+before), and the error is kept as it was raised, its message naming the file or stage. Until ``close()``,
+``next()``, ``get_state()``, ``set_state()`` and ``explain()`` raise that error again (there is no stage to
+iterate, save or explain); ``memory_stats()`` answers (no stage holds anything) and ``close()`` works, after
+which these calls raise :class:`~headrace.IteratorClosedError` as on any closed iterator. An interrupt
+(``KeyboardInterrupt``) during the build is raised by ``iter()`` itself. Every caller of ``iter()`` inside
+headrace (``reduce``, ``get_single_element``, ``save``, ``to_torch``, ``fit``) closes its iterator, so it
+raises the error from its own call as before; the engine's own reads (the first element's spec, counting
+records for ``len()``) build their stages inside the call that needs them and raise from that call.
 
 Iterations: every ``iter(ds)`` of one Dataset object takes the next iteration number (0, 1, ...), the root
 of the *iteration path* that seeds per-iteration randomness (``reshuffle_each_iteration``); ``repeat``
@@ -41,7 +54,7 @@ from ._ops import by_value
 from ._ops.base import JOIN_TIMEOUT_S, join_threads
 from ._ops.context import IteratorContext
 from ._ops.explain import Plan, bottleneck, build_tree
-from ._ops.node import as_node
+from ._ops.node import abandon_build, as_node
 from ._ops.replay import restoring
 from ._ops.stage import Stage
 from ._ops.tuner import Tuner
@@ -49,6 +62,8 @@ from ._versioned import check_versioned
 from ._warn import PipelineWarnings
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
     from ._dataset import Dataset
 
 STATE_FORMAT = "headrace.iterator"
@@ -75,7 +90,9 @@ class Iterator:
       also on ``with`` exit, garbage collection and interpreter exit; from any thread.
 
     After ``close()`` (or an interrupt inside ``next()``) ``next()``, ``get_state()`` and ``set_state()``
-    raise :class:`~headrace.IteratorClosedError`.
+    raise :class:`~headrace.IteratorClosedError`. An error raised while ``iter()`` built the stages (a second
+    writer of one ``cache`` file) is raised by the first ``next()`` instead, as tf.data does, and by every
+    call but ``memory_stats()`` and ``close()`` until ``close()`` (see the module docstring).
     """
 
     def __init__(self, dataset: Dataset, iteration: int = 0) -> None:
@@ -94,22 +111,23 @@ class Iterator:
         self._started_s = time.monotonic()
         self._tuner: Tuner | None = None
         self._autotune = options.autotune_enabled is not False
+        self._build_error: Exception | None = None  # raised by next() & co (module docstring, Build errors)
+        self._build_traceback: TracebackType | None = None  # the build's, kept: each raise would add to it
         try:
             self._root = node.make_iterator(self._ctx)
-        except BaseException:
+        except Exception as e:
+            self._abandon_build()
+            self._build_error, self._build_traceback = e, e.__traceback__
+            return
+        except BaseException:  # an interrupt: raised now
             self._abandon_build()
             raise
         _LIVE.add(self)
 
     def _abandon_build(self) -> None:
-        """``make_iterator`` raised partway: the stages built before it are unreachable, so what they opened
-        is closed here - their threads are told to stop, worker processes stopped, and every budget account
-        of this iterator closed (a shared process budget would otherwise keep them, and every later
-        pipeline's share would stay smaller for the life of the process)."""
+        """``make_iterator`` raised partway: what the stages built so far opened is closed (``abandon_build``)."""
         self._closed_by = "a failed iter()"
-        self._ctx.tree.stop.set()
-        self._ctx.tree.close_resources()
-        self._close_accounts()
+        abandon_build(self._ctx)
 
     def _close_accounts(self) -> None:
         for acc in self._budget.accounts_of(self._ctx.tree):
@@ -121,6 +139,9 @@ class Iterator:
     def _check_open(self, what: str) -> Stage:
         root = self._root
         if root is None:
+            error = self._build_error
+            if error is not None:  # the same error each time, its traceback the build's (not one per call)
+                raise error.with_traceback(self._build_traceback)
             raise IteratorClosedError(f"{what} on an iterator closed by {self._closed_by or 'close()'}; create a "
                                       "new one with iter(dataset) (and set_state() a state saved before to go on)")
         return root
@@ -283,6 +304,8 @@ class Iterator:
     def _close(self, by: str) -> None:
         root, self._root = self._root, None
         if root is None:
+            if self._build_error is not None:  # a failed build: nothing left to close, and now closed
+                self._build_error, self._closed_by = None, by
             return
         self._closed_by = by
         self._ctx.tree.stop.set()

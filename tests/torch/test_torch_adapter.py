@@ -93,6 +93,24 @@ def test_dataloader_without_worker_sharding_repeats_data() -> None:
     assert sorted(int(v) for v in loader) == sorted(list(range(5)) * 2)
 
 
+def test_a_build_error_reaches_the_dataloader_s_first_next_and_leaves_the_budget_as_it_was(monkeypatch) -> None:
+    """As a headrace iterator (tests/test_iterator.py): an error met while the epoch's stages are built comes
+    from the DataLoader's first next(), with its message, and what the build opened is closed."""
+    from headrace import _memory
+
+    monkeypatch.setattr(_memory, "_process_budget", None)  # a fresh process budget, restored afterwards
+    budget = _memory.process_budget()
+
+    def gone():
+        raise FileNotFoundError("no such shard: gone.tfrecord")
+
+    ds = hr.Dataset.zip(hr.Dataset.range(8).shuffle(10**9, seed=1), hr.Dataset.from_source(gone))
+    batches = iter(DataLoader(to_torch(ds), batch_size=None))
+    with pytest.raises(FileNotFoundError, match=r"gone\.tfrecord"):
+        next(batches)
+    assert (budget._accounts, budget.total_bytes) == ([], 0)
+
+
 def test_to_torch_rejects_non_datasets() -> None:
     with pytest.raises(TypeError, match=r"expected a headrace\.Dataset, got list"):
         to_torch([1, 2, 3])  # type: ignore[arg-type]

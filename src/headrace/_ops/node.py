@@ -157,7 +157,11 @@ class DatasetNode:
         ctx = IteratorContext(options, budget_for(options.memory_budget_bytes() if options.memory_budget is not None
                                                   else None), (0,))
         ctx.tree.warnings = PipelineWarnings(self, options, ctx.budget.limit_bytes)
-        it = self.make_iterator(ctx)
+        try:
+            it = self.make_iterator(ctx)
+        except BaseException:
+            abandon_build(ctx)
+            raise
         try:
             yield it
         finally:
@@ -196,6 +200,18 @@ class DatasetNode:
         """This node reading only its share ``index`` of ``num_shards`` from its source (files or records);
         ``None`` when it cannot (the caller then shards above it)."""
         return None
+
+
+def abandon_build(ctx: IteratorContext) -> None:
+    """``make_iterator(ctx)`` raised partway: the stages built before it are unreachable, so what they opened
+    is closed here - their threads told to stop, worker processes stopped, and every budget account of the
+    context closed (a shared process budget would otherwise keep them, and every later pipeline's share would
+    stay smaller for the life of the process). Used by ``iter()`` (``headrace._iterator``) and
+    :meth:`DatasetNode.one_iteration`."""
+    ctx.tree.stop.set()
+    ctx.tree.close_resources()
+    for acc in ctx.budget.accounts_of(ctx.tree):
+        acc.close()
 
 
 def stage_label(kind: str, name: str | None, default: str | None = None) -> str:

@@ -27,7 +27,7 @@ Decoding
 --------
 - JPEG (bytes starting ``FF D8 FF``): ``simplejpeg`` (libjpeg-turbo) with the same settings as
   ``tf.io.decode_jpeg``'s defaults (``dct_method=""`` = INTEGER_FAST, fancy upsampling). The result is
-  byte-identical to TensorFlow's (checked in ``tests/test_image.py`` against pixels TensorFlow decoded).
+  byte-identical to TensorFlow's (checked in ``tests/image/test_image.py`` against pixels TensorFlow decoded).
   CMYK / YCCK JPEGs go through OpenCV.
 - PNG, BMP, GIF (first frame), WebP, TIFF...: OpenCV, falling back to Pillow. 16-bit images become
   uint8 by dropping the low byte (``tf.image.convert_image_dtype``'s rule).
@@ -39,7 +39,7 @@ Resizing
 ``resize`` is ``tf.image.resize(images, size, method, antialias=False)``: half-pixel centers
 (``in = (out + 0.5) * in_size / out_size - 0.5``, clamped at the borders), computed by ``cv2.resize``.
 
-Documented tolerance against TensorFlow's formula (verified in ``tests/test_image.py`` against a reference
+Documented tolerance against TensorFlow's formula (verified in ``tests/image/test_image.py`` against a reference
 implementation of it):
 
 - ``bilinear`` / ``area`` on float32 images: absolute difference <= 1e-3 for values in 0..255.

@@ -96,7 +96,7 @@ def test_a_shuffle_behind_a_prefetch_holds_the_element_handed_to_it_once():
     # prefetch(1) holds one 600 KB element and shuffle(2) takes it: this used to count it twice (the shuffle
     # reserved room for it while the prefetch still held it: 1.2 MB of minimums in a 1 MB budget), so the
     # stall breaker took every element over the budget. The prefetch now hands it over charged
-    # (headrace._handoff). The stall breaker itself: tests/ops/test_budget_reservations.py.
+    # (headrace._handoff). The stall breaker itself: tests/budget/test_reservations.py.
     element = 600_000
     ds = (D.range(3).map(lambda x: np.full(element, x, np.uint8)).prefetch(1).shuffle(2, seed=0)
           .with_options(hr.Options(memory_budget=1_000_000)))
@@ -245,8 +245,8 @@ def _missing_shard():
 
 
 def test_a_failed_build_gives_back_every_account_it_opened(monkeypatch):
-    """iter() failing in a late stage (after a shuffle opened its account on the shared process budget) leaves
-    the budget as it was: no account, no byte, no smaller share for the pipelines built after it."""
+    """iter() failing to build a late stage (after a shuffle opened its account on the shared process budget)
+    leaves the budget as it was: no account, no byte, no smaller share for the pipelines built after it."""
     from headrace import _memory
 
     monkeypatch.setattr(_memory, "_process_budget", None)  # a fresh process budget, restored afterwards
@@ -257,9 +257,11 @@ def test_a_failed_build_gives_back_every_account_it_opened(monkeypatch):
         full_share = it.memory_stats()["stages"]["shuffle(1000000000)"]["cap_bytes"]
     bad = D.zip(D.range(100).shuffle(10**9, seed=1).batch(4), D.from_source(_missing_shard))
     before = (list(budget._accounts), budget.total_bytes)
-    for _ in range(5):
-        with pytest.raises(FileNotFoundError, match=r"gone\.tfrecord"):
-            iter(bad)
+    kept = [iter(bad) for _ in range(5)]  # the build fails: what it opened is closed at once (not at close())
+    assert (list(budget._accounts), budget.total_bytes) == before
+    for it in kept:
+        with pytest.raises(FileNotFoundError, match=r"gone\.tfrecord"):  # raised by the first next()
+            next(it)
     assert (list(budget._accounts), budget.total_bytes) == before
     with iter(good) as it:
         next(it)

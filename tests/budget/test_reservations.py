@@ -339,3 +339,36 @@ def test_a_worker_grown_past_what_the_budget_can_hold_is_refused_not_charged_ove
         workers.force(100, refuse=True)
     stats = budget.stats()
     assert stats["current_bytes"] == 950 and stats["peak_bytes"] == 950 and stats["overdraft_bytes"] == 0
+
+
+# (issue 15's engine review) a stage waiting for room is stopped by close()
+@pytest.mark.parametrize("tail", ["batch", "shuffle", "unbatch", "cache"])
+def test_a_stage_waiting_for_memory_is_stopped_by_close(tail, monkeypatch):
+    import numpy as np
+
+    from headrace._memory import StageAccount
+
+    elements = hr.Dataset.range(50).map(lambda x: np.zeros((2, 100), np.uint8))
+    pipeline = {"batch": elements.batch(2), "shuffle": elements.shuffle(2), "unbatch": elements.unbatch(),
+                "cache": elements.cache()}[tail]
+    it = iter(pipeline.with_options(hr.Options(memory_budget=10_000)))
+    next(it)
+    # From now on the budget never has room (and the stall breaker never fires): the stage waits...
+    monkeypatch.setattr(StageAccount, "_admit", lambda self, *args, **kwargs: False)
+    monkeypatch.setattr(StageAccount, "_stalled", lambda self, *args, **kwargs: False)
+    errors: list[BaseException] = []
+
+    def consume():
+        try:
+            for _ in range(5):
+                next(it)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    t = threading.Thread(target=consume, daemon=True)
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive(), f"{tail} did not wait for memory"
+    it.close()                                # ...until close() from this thread stops it
+    t.join(2)
+    assert not t.is_alive() and len(errors) == 1 and isinstance(errors[0], hr.IteratorClosedError), errors

@@ -17,7 +17,7 @@ from PIL import Image
 from headrace import ImageDecodeError
 from headrace import image as himg
 
-FIXTURES = Path(__file__).resolve().parent / "data" / "tfrecord"
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "tfrecord"
 
 
 def _photo(h: int = 96, w: int = 128, seed: int = 0, blob: int = 8) -> np.ndarray:
