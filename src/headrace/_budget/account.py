@@ -1,6 +1,8 @@
 """One stage's account (:class:`StageAccount`): what it holds and has reserved, and the verbs its stage
-calls: reserve (waiting, timed) or try_reserve, then settle or cancel; release, hand on (move_to), and the
-charges of bytes that exist already (hold, force, adjust); the sizes and demand its share is computed from.
+calls: ``reserve`` (waiting, timed) or ``try_reserve``, each with the stage's kind of reservation
+(``headrace._budget.policy``), returning a :class:`~headrace._budget.reservation.Reservation` to settle or
+cancel; for bytes held: release, hand on (move_to), and the charges of bytes that exist already (hold, force,
+adjust); the sizes and demand its share is computed from.
 
 Every verb takes the budget's one lock (``MemoryBudget.cv``) and changes the total only through the
 budget's ledger (``charge`` / ``credit`` / ``move``); admission, refusals and warnings are their own modules.
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import MemoryBudgetError
 from . import admission, notices
+from .policy import ELEMENT, Policy
 from .refusals import refuse_going_over, refuse_impossible, refuse_infeasible
 from .reservation import Reservation
 
@@ -89,76 +92,64 @@ class StageAccount:
     warn_shrunk = notices.warn_shrunk  # say once that this stage runs with fewer elements than configured
 
     # reserving ----------------------------------------------------------------------------------------
-    def try_reserve(self, nbytes: int, *, urgent: bool = False, headroom: bool = False,
-                    unit: bool = True, group_limit: int | None = None, charged_in: int = 0) -> int | None:
+    def try_reserve(self, nbytes: int, policy: Policy = ELEMENT, *, urgent: bool = False,
+                    group_limit: int | None = None, charged_in: int = 0) -> Reservation | None:
         """Reserve ``nbytes`` if they fit now (returns the reservation), else None; never blocks.
         ``group_limit``: the accounts of this one's ``group`` together stay within it as well, each of the
-        others counting at least its ``promised_bytes`` (what it needs to run at all). ``charged_in``: as in
-        ``reserve``."""
+        others counting at least its ``promised_bytes`` (what it needs to run at all). ``policy``, ``urgent``
+        (a bool here) and ``charged_in``: as in ``reserve``."""
         b = self.budget
         with b.cv:
             if group_limit is not None and not admission.within_group(self, nbytes, group_limit):
                 return None
             refuse_impossible(self, nbytes)
-            if self._admit(nbytes, urgent, headroom, charged_in=charged_in):
-                return self._reserved(nbytes, unit)
+            if self._admit(nbytes, urgent, policy, charged_in):
+                return Reservation(self, self._reserved(nbytes, policy.unit))
             notices.maybe_warn_shrunk(self)
             return None
 
-    def reserve(self, nbytes: int, stop: Any = None, *, urgent: Callable[[], bool] | None = None,
-                headroom: bool = False, unit: bool = True, ignore_cap: bool = False, top_up: bool = False,
-                partial: bool = False, charged_in: int = 0, speculative: bool = False,
-                refuse: Callable[[str, int], str] | None = None) -> int:
-        """Wait (in timed slices) until ``nbytes`` fit, reserve them and return the reservation.
+    def reserve(self, nbytes: int, stop: Any = None, policy: Policy = ELEMENT, *,
+                urgent: Callable[[], bool] | None = None, charged_in: int = 0) -> Reservation:
+        """Wait (in timed slices) until ``nbytes`` fit, reserve them and return the reservation (to settle or
+        cancel: :class:`~headrace._budget.reservation.Reservation`).
 
-        ``headroom``: keep one unit of this stage's cap free for an urgent reservation; ``urgent()`` true
-        marks the reservation the consumer waits for (it may use the headroom). ``unit=False``: this
-        reservation is not one unit of the stage's work (a whole batch being stacked in an account whose
-        unit is one element) and does not grow the stage's unit size. ``ignore_cap``: only the budget as a
-        whole limits it (a shuffle buffer filling a byte capacity it fixed earlier, a restore rebuilding a
-        buffer that existed). ``top_up``: it grows this stage's own outstanding reservation (a batch sized by
-        an element it holds), so it is no second probe and does not wait for the first settle (the caller
-        then calls ``merge_reservation``). ``partial``: ``nbytes`` is an estimate (the largest element seen) of
-        an element that ``settle`` sizes later; when the stall breaker fires, only what still fits in the
-        budget is reserved and ``settle`` charges any real excess, so the budget is exceeded by real bytes only,
-        not by an estimate the element may never reach (found by ``bench/promises.py``: 256 B / 12 MiB records
-        went 11 KB over for a 12 MiB estimate). ``charged_in``: this many more bytes will be handed into the
-        reservation by the stage below, charged already (``headrace._handoff``): they count against this
-        stage's share, not against the budget again. ``speculative``: a read-ahead (a pool's worker); unless
-        urgent it leaves room for one element of the largest size seen (see ``admission.admits``) and never
-        overdraws. ``refuse``: where the stall breaker would overdraw, raise ``MemoryBudgetError`` with the text
-        ``refuse(holders, total)`` builds instead (a reader's buffers: the stages holding the rest of the budget
-        wait for the read, so the overdraft would come back at every read). ``stop``: anything with ``is_set()``.
+        ``policy``: the kind of reservation (``headrace._budget.policy``: headroom, unit, cap, top-up, partial,
+        read-ahead, refusal at a stall). ``urgent()`` true marks the reservation the consumer waits for (it may
+        use the headroom). ``charged_in``: this many more bytes will be handed into the reservation by the stage
+        below, charged already (``headrace._handoff``): they count against this stage's share, not against the
+        budget again. ``stop``: anything with ``is_set()``. At a stall (``admission.stalled``) the stall breaker
+        overdraws, or reserves what still fits (``policy.partial``: ``settle`` charges any real excess, so the
+        budget is exceeded by real bytes only, not by an estimate the element may never reach: 256 B / 12 MiB
+        records went 11 KB over for a 12 MiB estimate), or refuses (``policy.refuse``, ``refusals``).
         Raises ``MemoryBudgetError`` if they can never fit, ``Cancelled`` if ``stop`` is set meanwhile.
         """
         b = self.budget
         with b.cv:
-            refuse_impossible(self, nbytes)
+            if self.mandatory or self.holds_between or nbytes > b.limit_bytes:
+                refuse_impossible(self, nbytes)  # (it refuses nothing else: not called per element)
             while True:
                 is_urgent = urgent is not None and urgent()
-                if self._admit(nbytes, is_urgent, headroom, ignore_cap, top_up, charged_in, speculative):
+                if self._admit(nbytes, is_urgent, policy, charged_in):
                     break
                 notices.maybe_warn_shrunk(self)
                 if stop is not None and stop.is_set():
                     raise admission.Cancelled()
-                if (self.seen or self.outstanding == 0 or top_up) and self._stalled(is_urgent, speculative):
-                    if refuse is not None:
-                        raise MemoryBudgetError(refuse(b.holders(), b.total_bytes + nbytes))
+                if ((self.seen or self.outstanding == 0 or policy.top_up)
+                        and self._stalled(is_urgent, policy.speculative)):
+                    if policy.refuse is not None:
+                        raise MemoryBudgetError(policy.refuse(b.holders(), b.total_bytes + nbytes))
                     fit = min(nbytes, max(0, b.limit_bytes - b.total_bytes))
-                    if partial and fit < nbytes:  # (settle refuses the element if its real size cannot fit)
+                    if policy.partial and fit < nbytes:  # (settle refuses the element if its real size cannot fit)
                         b.stalls += 1
                         self.stalled_short = True  # settle warns if the element does go over
-                        return self._reserved(fit, unit)
+                        nbytes = fit
+                        break
                     if fit < nbytes:
                         refuse_infeasible(self, nbytes)
                     notices.overdraft(self, nbytes)
                     break
                 b.wait_slice()
-            return self._reserved(nbytes, unit)
-
-    def reserving(self, nbytes: int, stop: Any = None, **flags: Any) -> Reservation:
-        """``reserve`` as an object to settle or cancel once (a ``with`` block cancels it unless settled)."""
-        return Reservation(self, self.reserve(nbytes, stop, **flags))
+            return Reservation(self, self._reserved(nbytes, policy.unit))
 
     def _reserved(self, nbytes: int, unit: bool) -> int:
         if not self.seen and self.outstanding == 0:
@@ -171,63 +162,14 @@ class StageAccount:
         self.budget.charge(self, nbytes)
         return nbytes
 
-    def merge_reservation(self) -> None:
-        """The last ``reserve`` adds to an outstanding reservation (one ``settle`` / ``cancel`` for both)."""
-        with self.budget.cv:
-            self.outstanding -= 1
-
-    def settle(self, reserved: int, actual: int, count: int = 1, *, unit: bool = True,
-               largest: int | None = None, refuse: bool = True) -> None:
-        """Turn a reservation into ``count`` held elements of ``actual`` bytes in total.
-
-        Less than reserved: the rest is released. More (an element larger than any before it): the excess
-        is charged at once and counted as an estimate miss; the estimate grows (``unit=False``: not an
-        element of this stage's unit size, e.g. a stacked batch). An excess that would go over the budget
-        where this element and what the other stages cannot give back first can never fit together
-        (``refusals.refuse_infeasible``) raises ``MemoryBudgetError`` instead, nothing changed (the caller
-        cancels the reservation or the iterator's close gives it back): sweep seeds 390 and 454 overdrew by an
-        element larger than its estimate just before the stall breaker refused. ``refuse=False``: charge it
-        anyway (memory measured after the fact, e.g. a worker process's RSS).
-        """
-        b = self.budget
-        with b.cv:
-            if refuse and actual > reserved:
-                refuse_going_over(self, actual - reserved, actual - reserved if self.mandatory else actual)
-            self.outstanding -= 1
-            self.held_count += count
-            per = largest if largest is not None else (-(-actual // count) if count else actual)
-            grew = self._sized(per, unit)
-            delta = actual - reserved
-            if delta > 0:
-                b.miss_bytes += delta
-                over = max(0, b.total_bytes - b.limit_bytes)
-                b.charge(self, delta)
-                went_over = max(0, b.total_bytes - b.limit_bytes) - over  # an element past the budget
-                b.overdraft_bytes += went_over
-                if went_over and self.stalled_short:
-                    notices.warn_over(self, actual)
-            elif delta < 0:
-                b.credit(self, -delta)
-            self.stalled_short = False
-            if self.mandatory and self.demand is None and self.held_bytes > self.cap_bytes:
-                grew = True  # an unbounded mandatory stage outgrew its share: the others' shares shrink
-            if grew:
-                b.recompute_caps()
-                b.wake()
-
-    def _sized(self, per: int, unit: bool = True) -> bool:  # an element of per bytes: did the sizes grow?
+    def sized(self, per: int, unit: bool = True) -> bool:
+        """(Lock held) an element of ``per`` bytes exists: whether the sizes the shares use grew."""
         grew = not self.seen
         if unit and per > self.max_element_bytes:
             self.max_element_bytes = per
             grew = True
         self.seen = True
         return grew
-
-    def cancel(self, reserved: int) -> None:
-        """Give back a reservation that produced no element (end of input, an error, a stop)."""
-        with self.budget.cv:
-            self.outstanding -= 1
-            self.budget.credit(self, reserved)
 
     # held bytes ---------------------------------------------------------------------------------------
     def hold(self, nbytes: int, count: int = 1) -> None:
@@ -237,7 +179,7 @@ class StageAccount:
         b = self.budget
         with b.cv:
             self.held_count += count
-            grew = self._sized(-(-nbytes // count) if count else nbytes)
+            grew = self.sized(-(-nbytes // count) if count else nbytes)
             b.charge(self, nbytes)
             if grew:
                 b.recompute_caps()
