@@ -54,7 +54,7 @@ class StageAccount:
         self.min_what: str | None = None  # what its min_units are, in a MemoryBudgetError (default "N elements")
         self.warnings: Any = None    # headrace._warn.PipelineWarnings (at the user's line, once per pipeline)
         self.probe_s = 0.0           # when its first reservation (its probe) was taken
-        self.stalled_short = False   # the stall breaker reserved less than the estimate (reserve(partial=True))
+        self.stalled_short = False   # the stall breaker reserved less than the estimate (Policy.partial)
         self.group: str | None = None
         self.promised_bytes = 0      # what it will need once it runs, counted by its group's limit meanwhile
         # Holds its unit while its stage does not run (a file reader's buffers, between the rows it yields):
