@@ -29,6 +29,19 @@ def test_a_miss_is_charged_at_once_and_counted():
     assert budget.stats()["estimate_miss_bytes"] == 3000 and budget.total_bytes == 4000
 
 
+def test_a_reservation_is_settled_or_cancelled_once():
+    budget = MemoryBudget(10_000)
+    acc = budget.account("s", 4)
+    with acc.reserve(300) as r:              # left without settle (an end, an error): cancelled
+        assert budget.total_bytes == 300 and acc.outstanding == 1
+    assert budget.total_bytes == 0 and acc.outstanding == 0 and not r.open
+    r.cancel()                               # once
+    assert budget.total_bytes == 0 and acc.outstanding == 0
+    with acc.reserve(300) as r:
+        r.settle(200)                        # settled: the block's end gives nothing back
+    assert budget.total_bytes == 200 and acc.outstanding == 0 and acc.held_count == 1
+
+
 def test_first_element_is_a_probe_one_at_a_time():
     budget = MemoryBudget(10_000)
     acc = budget.account("s", 8)
@@ -242,7 +255,9 @@ def test_an_element_larger_than_its_reservation_that_cannot_fit_is_refused_at_se
     with pytest.raises(hr.MemoryBudgetError, match=r"map: needs 300 B .*cache\(memory\) 850 B"):
         reserved.settle(300)
     assert budget.stats()["overdraft_bytes"] == 0 and budget.stats()["peak_bytes"] <= 1000
+    reserved.cancel()                            # a refused settle left it open: given back here, once
     reserved.cancel()
+    assert budget.total_bytes == 850 and stage.outstanding == 0
     roomy = MemoryBudget(1000)
     held = roomy.account("prefetch", None)
     held.reserve(0).settle(850, count=17)  # 17 elements of 50 B: all but its minimum may drain
