@@ -147,15 +147,15 @@ def test_a_hand_off_moves_the_bytes_to_the_taker_of_that_source_only():
     budget = MemoryBudget(10_000)
     below, above = budget.account("below", 4), budget.account("above", 4)
     source, other = object(), object()
-    below.settle(below.reserve(300), 300)
-    below.settle(below.reserve(200), 200)
+    below.reserve(300).settle(300)
+    below.reserve(200).settle(200)
     reserved = above.reserve(0, charged_in=300)
-    with taking(above, source) as taker:
+    with taking(reserved, source):
         hand_off(below, 200, other)   # another stage's delivery: released, not taken
-        hand_off(below, 300, source)  # the element the taker pulls: moved, the total unchanged
-    assert taker.nbytes == 300 and below.held_bytes == 0 and above.held_bytes == 300
+        hand_off(below, 300, source)  # the element the taker pulls: moved into its reservation, total unchanged
+    assert reserved.nbytes == 300 and below.held_bytes == 0 and above.held_bytes == 300
     assert budget.stats()["current_bytes"] == 300 and budget.stats()["peak_bytes"] == 500
-    above.settle(reserved + taker.nbytes, 300)
+    reserved.settle(300)
     assert above.held_count == 1 and budget.stats()["estimate_miss_bytes"] == 0
 
 

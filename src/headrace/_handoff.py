@@ -10,8 +10,9 @@ then needed one and a half budgets (``batch(32).prefetch(2)`` of 4 MiB elements 
 element waited on itself until the stall breaker overdrew (issue 22).
 
 Now such a reader checks only its own share for the element (``StageAccount.reserve(charged_in=...)``),
-then pulls inside :func:`taking`; the stage below delivers with :func:`hand_off`, which moves the bytes
-from its account into the reader's open reservation under the budget's lock (the budget's total does not
+then pulls inside :func:`taking` with the reservation it got; the stage below delivers with :func:`hand_off`,
+which moves the bytes from its account into the reader's open reservation (the reservation grows by them)
+under the budget's lock (the budget's total does not
 change, so nothing can slip in between). A stage that returns another stage's elements unchanged (an
 ``interleave`` returning its slots' elements) passes the taker on (:func:`passing`). Anything else the
 stage below does while the taker waits (pulling from stages further down) is not handed to it: a taker
@@ -27,27 +28,26 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._memory import StageAccount
+    from ._memory import Reservation, StageAccount
 
 _local = threading.local()
 
 
 class Taker:
-    """A reader in this thread pulling one element from ``source`` into ``account``'s open reservation."""
+    """A reader in this thread pulling one element from ``source`` into its open ``reservation``."""
 
-    __slots__ = ("account", "nbytes", "source")
+    __slots__ = ("reservation", "source")
 
-    def __init__(self, account: StageAccount, source: Any) -> None:
-        self.account = account
+    def __init__(self, reservation: Reservation, source: Any) -> None:
+        self.reservation = reservation  # grows by the bytes handed to it
         self.source = source  # the iterator whose delivery it takes; None once it took one
-        self.nbytes = 0       # the bytes handed to it
 
 
 @contextmanager
-def taking(account: StageAccount, source: Any) -> Iterator[Taker]:
-    """Around ``source.__next__()``: an element ``source`` delivers charged moves into ``account``."""
+def taking(reservation: Reservation, source: Any) -> Iterator[Taker]:
+    """Around ``source.__next__()``: an element ``source`` delivers charged moves into ``reservation``."""
     prev = getattr(_local, "taker", None)
-    taker = _local.taker = Taker(account, source)
+    taker = _local.taker = Taker(reservation, source)
     try:
         yield taker
     finally:
@@ -79,11 +79,13 @@ def hand_off(account: StageAccount, nbytes: int, source: Any, count: int = 1) ->
     """``source`` delivers ``count`` elements of ``nbytes`` held in ``account``: moved to the taker that
     waits for them in this thread, else released."""
     taker = getattr(_local, "taker", None)
-    if taker is not None and taker.source is source and taker.account.budget is account.budget:
-        account.move_to(taker.account, nbytes, count)
-        taker.nbytes += nbytes
-        taker.source = None
-        return
+    if taker is not None and taker.source is source:
+        reservation = taker.reservation
+        if reservation.account.budget is account.budget:
+            account.move_to(reservation.account, nbytes, count)
+            reservation.nbytes += nbytes
+            taker.source = None
+            return
     account.release(nbytes, count)
 
 

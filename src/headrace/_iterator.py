@@ -99,7 +99,7 @@ class Iterator:
         node = as_node(dataset, f"Iterator(dataset): expected a headrace.Dataset, got {type(dataset).__name__}")
         tune_for_pipelines()
         options = node.options()
-        self._budget = budget_for(options.memory_budget_bytes() if options.memory_budget is not None else None)
+        self._budget = budget_for(options.memory_limit())
         self._ctx = IteratorContext(options, self._budget, (int(iteration),))
         self._ctx.tree.warnings = PipelineWarnings(node, options, self._budget.limit_bytes)
         self._closed_by: str | None = None
@@ -152,8 +152,8 @@ class Iterator:
         # before an element is taken, so one the filters make an error loses nothing and leaves the iterator
         # as it was (the next call goes on)
         self._ctx.tree.warnings.flush()
-        budget = self._budget
-        budget.consumer_waiting += 1
+        waiting = self._budget.consumers  # (the stall breaker's "the consumer waits"; atomic, no lock)
+        waiting.append(1)
         t0 = time.perf_counter()
         try:
             if self._tuner is None and self._autotune and self._ctx.tree.tunings:
@@ -182,7 +182,7 @@ class Iterator:
             self._close(f"{type(e).__name__} inside next()")
             raise
         finally:
-            budget.consumer_waiting -= 1
+            waiting.pop()
             self._next_s += time.perf_counter() - t0
 
     next = __next__
@@ -239,15 +239,15 @@ class Iterator:
         check_versioned(state, fmt=STATE_FORMAT, version=STATE_VERSION, source="set_state()",
                         what="iterator state", error=StateError,
                         fix="pass the dict returned by Iterator.get_state() of the same headrace version")
-        budget = self._budget
-        budget.consumer_waiting += 1  # a restore re-reads the input: the stall breaker applies as in next()
+        waiting = self._budget.consumers
+        waiting.append(1)  # a restore re-reads the input: the stall breaker applies as in next()
         try:
             with restoring(self._ctx.replay):  # (headrace._ops.replay, rule 6)
                 self._learn_sizes(state.get("sizes", {}))
                 root.set_state(state["pipeline"])
                 self._learn_sizes(state.get("sizes", {}))  # and the stages the restore made anew
         finally:
-            budget.consumer_waiting -= 1
+            waiting.pop()
 
     def _learned_sizes(self) -> dict[str, list[int]]:
         """Per stage that has sized an element: the largest element and reservation its account has learned."""

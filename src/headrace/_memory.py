@@ -13,8 +13,10 @@ Reserve, then produce
 Every stage that holds elements (prefetch buffers, the shuffle buffer, parallel map results and the work in
 its workers, interleave read-ahead, batch assembly and the batch being stacked, unbatch, the in-memory
 cache) opens a :class:`StageAccount`. Before it pulls or creates an element it **reserves** an estimate of
-its bytes (:meth:`StageAccount.reserve`: the largest such element the stage has seen); once the element
-exists it **settles** the reservation to the element's real size (:meth:`StageAccount.settle`), and it
+its bytes (:meth:`StageAccount.reserve`: the largest such element the stage has seen), with the kind of
+reservation the stage declared once (a :class:`Policy`, ``headrace._budget.policy``); once the element exists
+it **settles** the :class:`Reservation` to the element's real size (:meth:`Reservation.settle`; one that
+produced nothing is cancelled, a ``with`` block cancels it unless settled), and it
 **releases** the bytes when it hands the element on. So an element is counted from before it exists until
 the next stage has reserved room for it: results waiting for room, a function's input while the function
 runs, a batch while it is stacked are all counted. Sizes are :func:`headrace._structure.nbytes`. A reader
@@ -63,10 +65,10 @@ adds what every other stage cannot give back first (what a keeping account - ``k
 ``unique`` - or a ``holds_between`` reader holds, a mandatory stage's holding or minimum, any other stage's
 minimum) to the reservation: more than the budget can never fit, and is a ``MemoryBudgetError`` naming each
 part instead of an overdraft (:mod:`headrace._budget.refusals`). A reservation that would come back stalled at
-every turn (a file reader's buffers, ``reserve(refuse=...)``) raises ``MemoryBudgetError`` at its stall in any
+every turn (a file reader's buffers, ``Policy(refuse=...)``) raises ``MemoryBudgetError`` at its stall in any
 case.
 
-A pool's worker reading ahead (``reserve(speculative=True)``, not the element the consumer waits for) is
+A pool's worker reading ahead (``policy.READ_AHEAD``, not the element the consumer waits for) is
 not privileged even holding nothing, and leaves room for one element of the largest size seen: under a
 budget of one element only the element the consumer waits for is read (urgency passes down through the
 readers: :func:`headrace._handoff.pulling_for`).
@@ -82,10 +84,10 @@ a cancelled wait raises :class:`Cancelled` (internal; the iterator turns it into
 :class:`~headrace.IteratorClosedError`).
 
 Where each rule lives (:mod:`headrace._budget`): the budget, its lock and ledger in ``ledger``, a stage's
-verbs in ``account`` (a reservation as an object in ``reservation``), admission and the stall breaker in
-``admission``, fair shares in ``shares``, refusals in ``refusals``, warnings in ``notices``, byte counts in
-``sizes``; this module keeps the scope (the process budget and the share of a process tree) and re-exports
-the names the engine imports from here.
+verbs in ``account``, a reservation's verbs in ``reservation``, the kinds of reservation in ``policy``,
+admission and the stall breaker in ``admission``, fair shares in ``shares``, refusals in ``refusals``, warnings
+in ``notices``, byte counts in ``sizes``; this module keeps the scope (the process budget and the share of a
+process tree) and re-exports the names the engine imports from here.
 """
 
 from __future__ import annotations
@@ -95,13 +97,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from ._budget.account import StageAccount
+from ._budget.account import Reservation, StageAccount
 from ._budget.admission import PROBE_WAIT_S, STALL_S, WAIT_SLICE_S, Cancelled
 from ._budget.ledger import MemoryBudget
+from ._budget.policy import ELEMENT, READ_AHEAD, TOP_UP, UNCAPPED, WHOLE, WHOLE_UNCAPPED, Policy
 from ._budget.sizes import default_budget_bytes, format_bytes, parse_bytes, rss_bytes
 from ._sync import Lock as TimedLock
 
-__all__ = ["PROBE_WAIT_S", "STALL_S", "WAIT_SLICE_S", "Cancelled", "MemoryBudget", "StageAccount", "budget_for",
+__all__ = ["ELEMENT", "PROBE_WAIT_S", "READ_AHEAD", "STALL_S", "TOP_UP", "UNCAPPED", "WAIT_SLICE_S", "WHOLE",
+           "WHOLE_UNCAPPED", "Cancelled", "MemoryBudget", "Policy", "Reservation", "StageAccount", "budget_for",
            "budget_share", "default_budget_bytes", "format_bytes", "parse_bytes", "process_budget",
            "process_share", "rss_bytes"]
 

@@ -208,9 +208,13 @@ class Options:
 
     def memory_budget_bytes(self) -> int:
         """The budget in bytes (resolving the default of 50% of available memory)."""
-        if self.memory_budget is None:
-            return default_budget_bytes()
-        return parse_bytes(self.memory_budget)
+        limit = self.memory_limit()
+        return default_budget_bytes() if limit is None else limit
+
+    def memory_limit(self) -> int | None:
+        """The budget set in bytes, or None where none is set (an iterator then shares the process budget:
+        ``headrace._memory.budget_for``, given this by every iterator)."""
+        return None if self.memory_budget is None else parse_bytes(self.memory_budget)
 
     def is_deterministic(self) -> bool:
         return True if self.deterministic is None else self.deterministic

@@ -10,20 +10,36 @@ import warnings
 import pytest
 
 import headrace as hr
-from headrace._memory import Cancelled, MemoryBudget
+from headrace._memory import UNCAPPED, WHOLE, Cancelled, MemoryBudget, Policy
 from headrace._sync import Flag
+
+HEADROOM = Policy(headroom=True)
+PARTIAL = Policy(partial=True)  # (READ_AHEAD without the read-ahead: an urgent estimate)
 
 
 def test_a_miss_is_charged_at_once_and_counted():
     budget = MemoryBudget(10_000)
     acc = budget.account("s", 4)
     r = acc.reserve(acc.estimate())         # nothing known yet: 0
-    acc.settle(r, 3000)
+    r.settle(3000)
     assert budget.stats()["estimate_miss_bytes"] == 3000 and budget.total_bytes == 3000
     assert acc.estimate() == 3000           # the largest seen is the next estimate
     r = acc.reserve(acc.estimate())
-    acc.settle(r, 1000)                     # smaller than the estimate: no miss
+    r.settle(1000)                     # smaller than the estimate: no miss
     assert budget.stats()["estimate_miss_bytes"] == 3000 and budget.total_bytes == 4000
+
+
+def test_a_reservation_is_settled_or_cancelled_once():
+    budget = MemoryBudget(10_000)
+    acc = budget.account("s", 4)
+    with acc.reserve(300) as r:              # left without settle (an end, an error): cancelled
+        assert budget.total_bytes == 300 and acc.outstanding == 1
+    assert budget.total_bytes == 0 and acc.outstanding == 0 and not r.open
+    r.cancel()                               # once
+    assert budget.total_bytes == 0 and acc.outstanding == 0
+    with acc.reserve(300) as r:
+        r.settle(200)                        # settled: the block's end gives nothing back
+    assert budget.total_bytes == 200 and acc.outstanding == 0 and acc.held_count == 1
 
 
 def test_first_element_is_a_probe_one_at_a_time():
@@ -31,8 +47,8 @@ def test_first_element_is_a_probe_one_at_a_time():
     acc = budget.account("s", 8)
     first = acc.reserve(0)
     assert acc.try_reserve(0) is None       # a second probe waits for the first size to be known
-    acc.settle(first, 100)
-    assert acc.try_reserve(100) == 100
+    first.settle(100)
+    assert acc.try_reserve(100).nbytes == 100
 
 
 def test_a_top_up_of_the_stages_own_reservation_is_no_second_probe():
@@ -41,14 +57,13 @@ def test_a_top_up_of_the_stages_own_reservation_is_no_second_probe():
     # per new batch account: 0.2 s per window in window(...).flat_map(lambda w: w.batch(n)).
     budget = MemoryBudget(10_000)
     acc = budget.account("batch", 8, mandatory=True)
-    first = acc.reserve(0, unit=False)
+    first = acc.reserve(0, None, WHOLE)
     stop = Flag()
     stop.set()  # a wait would raise Cancelled at once
     with pytest.raises(Cancelled):
-        acc.reserve(100, stop, unit=False)  # another probe: waits for the first size
-    grown = acc.reserve(300, stop, unit=False, top_up=True)
-    acc.merge_reservation()
-    acc.settle(first + grown, 300, count=3, unit=False)
+        acc.reserve(100, stop, WHOLE)  # another probe: waits for the first size
+    first.top_up(300, stop)
+    first.settle(300, count=3, unit=False)
     assert budget.total_bytes == 300
     assert len(list(hr.Dataset.range(30).window(3).flat_map(lambda w: w.batch(3)))) == 10
 
@@ -56,23 +71,23 @@ def test_a_top_up_of_the_stages_own_reservation_is_no_second_probe():
 def test_ordered_stage_keeps_headroom_for_the_urgent_element():
     budget = MemoryBudget(1000)
     acc = budget.account("ordered", 10)
-    acc.settle(acc.reserve(0), 100)         # unit 100
+    acc.reserve(0).settle(100)         # unit 100
     assert budget.reserve_bytes == 100 and acc.cap_bytes == 900  # the budget keeps a reserve outside shares
-    while acc.try_reserve(100, headroom=True) is not None:
+    while acc.try_reserve(100, HEADROOM) is not None:
         pass
     assert acc.held_bytes == 800                                   # one unit short of the cap...
-    assert acc.try_reserve(100, headroom=True, urgent=True) == 100  # ...is headroom for the urgent one
+    assert acc.try_reserve(100, HEADROOM, urgent=True).nbytes == 100  # ...is headroom for the urgent one
 
 
 def test_the_reserve_is_only_for_what_the_pipeline_cannot_progress_without():
     budget = MemoryBudget(1600)
     full = budget.account("full", None)
-    full.settle(full.reserve(0), 100)
+    full.reserve(0).settle(100)
     while full.try_reserve(100) is not None:
         pass
     assert budget.total_bytes == 1600 - budget.reserve_bytes   # elastic stages stop short of the reserve
     other = budget.account("other", 4)
-    assert other.try_reserve(100) == 100                       # holding nothing: it may use the reserve
+    assert other.try_reserve(100).nbytes == 100                       # holding nothing: it may use the reserve
     assert other.try_reserve(100) is None                      # holding something: not beyond that
 
 
@@ -81,7 +96,7 @@ def test_caps_share_the_budget_and_minimums_come_first():
     big = budget.account("big", 100)
     small = budget.account("small", 1)
     for acc in (big, small):
-        acc.settle(acc.reserve(0), 100)
+        acc.reserve(0).settle(100)
         acc.release(100)
     assert small.cap_bytes >= 100 and big.cap_bytes + small.cap_bytes <= 1000
     assert big.cap_bytes >= 100            # at least one element each
@@ -90,20 +105,20 @@ def test_caps_share_the_budget_and_minimums_come_first():
 def test_reserve_waits_then_is_cancelled_by_the_stop_flag():
     budget = MemoryBudget(1000)
     acc = budget.account("s", 10)
-    acc.settle(acc.reserve(0), 900)
+    acc.reserve(0).settle(900)
     other = budget.account("t", 10)
     stop = Flag()
     threading.Timer(0.2, stop.set).start()
     t0 = time.monotonic()
     with pytest.raises(Cancelled):
-        other.reserve(200, stop, headroom=True)  # no room: waits in timed slices until stopped
+        other.reserve(200, stop, HEADROOM)  # no room: waits in timed slices until stopped
     assert 0.15 < time.monotonic() - t0 < 2
 
 
 def test_mandatory_stage_larger_than_the_budget_is_an_error():
     budget = MemoryBudget(1000)
     acc = budget.account("batch(4) assembly", 8, mandatory=True, hint="use a smaller batch_size")
-    acc.settle(acc.reserve(0), 600)
+    acc.reserve(0).settle(600)
     with pytest.raises(hr.MemoryBudgetError, match=r"batch\(4\) assembly: holding .* use a smaller batch_size"):
         acc.reserve(600)
 
@@ -119,21 +134,21 @@ def test_the_stall_breaker_goes_over_by_real_bytes_not_by_an_estimate(monkeypatc
     monkeypatch.setattr(memory, "STALL_S", 0.05)
     budget = MemoryBudget(1000)
     holder = budget.account("holder", None)
-    holder.settle(holder.reserve(0), 850)           # cannot drain until the urgent element exists
+    holder.reserve(0).settle(850)           # cannot drain until the urgent element exists
     acc = budget.account("urgent", 4)
-    acc.settle(acc.reserve(0, ignore_cap=True), 0)
+    acc.reserve(0, None, UNCAPPED).settle(0)
     acc.max_element_bytes = 250                     # the estimate: the largest element seen
-    budget.consumer_waiting += 1
-    r = acc.reserve(acc.estimate(), Flag(), urgent=lambda: True, partial=True)
-    assert r == 150 and budget.total_bytes == 1000 and budget.stats()["overdraft_bytes"] == 0
+    budget.consumers.append(1)
+    r = acc.reserve(acc.estimate(), Flag(), PARTIAL, urgent=lambda: True)
+    assert r.nbytes == 150 and budget.total_bytes == 1000 and budget.stats()["overdraft_bytes"] == 0
     if 850 + actual > 1000:
         with pytest.raises(hr.MemoryBudgetError, match=r"urgent: needs 250 B .*holder 850 B"):
-            acc.settle(r, actual)
+            r.settle(actual)
         assert budget.stats()["overdraft_bytes"] == 0 and budget.stats()["peak_bytes"] == 1000
         return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        acc.settle(r, actual)
+        r.settle(actual)
     assert not [w for w in caught if issubclass(w.category, hr.MemoryBudgetWarning)]
     stats = budget.stats()
     assert stats["overdraft_bytes"] == 0 and stats["current_bytes"] == 850 + actual and stats["peak_bytes"] == 1000
@@ -165,18 +180,17 @@ def test_a_top_up_of_a_first_reservation_may_break_a_stall(monkeypatch):
     monkeypatch.setattr(memory, "STALL_S", 0.05)
     budget = MemoryBudget(1000)
     holder = budget.account("prefetch", None)        # 9 elements it cannot hand on until the batch exists
-    holder.settle(holder.reserve(0), 900, count=9)   # (a memory cache, keeping them, would be refused: below)
+    holder.reserve(0).settle(900, count=9)   # (a memory cache, keeping them, would be refused: below)
     batch = budget.account("batch(2) assembly", 4, mandatory=True)
-    first = batch.reserve(0, unit=False)
-    batch.force(100)                                # its first element, charged when it arrived
-    budget.consumer_waiting += 1
+    first = batch.reserve(0, None, WHOLE)
+    first.force(100)                                # its first element, charged when it arrived
+    budget.consumers.append(1)
     stop = Flag()
     threading.Timer(3, stop.set).start()            # a wait past the stall breaker raises Cancelled
-    grown = batch.reserve(100, stop, unit=False, top_up=True)
+    first.top_up(100, stop)
     stop.set()
-    assert grown == 100 and budget.stats()["stalls"] == 1 and budget.stats()["overdraft_bytes"] == 100
-    batch.merge_reservation()
-    batch.settle(first + 100 + grown, 200, count=2, unit=False)
+    assert first.nbytes == 200 and budget.stats()["stalls"] == 1 and budget.stats()["overdraft_bytes"] == 100
+    first.settle(200, count=2, unit=False)
 
 
 @pytest.mark.parametrize("holds", ["keeps", "holds_between"])
@@ -192,16 +206,16 @@ def test_a_stall_the_other_stages_leave_no_room_for_is_refused_not_overdrawn(mon
     budget = MemoryBudget(1000)
     holder = budget.account("cache(memory)" if holds == "keeps" else "parquet buffers", None, mandatory=True)
     setattr(holder, holds, True)
-    holder.settle(holder.reserve(0), 700)
+    holder.reserve(0).settle(700)
     group = budget.account("group_by_window", None, mandatory=True)
-    group.settle(group.reserve(0), 100)             # a group not full yet: released once it is
+    group.reserve(0).settle(100)             # a group not full yet: released once it is
     batch = budget.account("batch(2) assembly", 4, mandatory=True, hint="use a smaller batch_size")
-    batch.settle(batch.reserve(0, unit=False), 0, count=0, unit=False)
+    batch.reserve(0, None, WHOLE).settle(0, count=0, unit=False)
     batch.max_element_bytes = 150
-    budget.consumer_waiting += 1
+    budget.consumers.append(1)
     with pytest.raises(hr.MemoryBudgetError, match=r"batch\(2\) assembly: needs 250 B .*parquet buffers 700 B|"
                                                    r"batch\(2\) assembly: needs 250 B .*cache\(memory\) 700 B"):
-        batch.reserve(250, Flag(), unit=False)
+        batch.reserve(250, Flag(), WHOLE)
     stats = budget.stats()
     assert stats["overdraft_bytes"] == 0 and stats["stalls"] == 0 and stats["peak_bytes"] <= 1000, stats
 
@@ -209,7 +223,7 @@ def test_a_stall_the_other_stages_leave_no_room_for_is_refused_not_overdrawn(mon
 def _beside_a_memory_cache(budget: MemoryBudget, kept: int) -> None:
     cache = budget.account("cache(memory)", None, mandatory=True)
     cache.keeps = True
-    cache.settle(cache.reserve(0), kept)
+    cache.reserve(0).settle(kept)
 
 
 def test_a_stalled_estimate_reserved_in_part_is_refused_at_settle_when_the_element_cannot_fit(monkeypatch):
@@ -222,11 +236,11 @@ def test_a_stalled_estimate_reserved_in_part_is_refused_at_settle_when_the_eleme
     budget = MemoryBudget(1000)
     _beside_a_memory_cache(budget, 850)
     pool = budget.account("interleave", 4)
-    budget.consumer_waiting += 1
-    got = pool.reserve(200, Flag(), urgent=lambda: True, partial=True)  # what is left: the element may be small
-    assert got == 150
+    budget.consumers.append(1)
+    got = pool.reserve(200, Flag(), PARTIAL, urgent=lambda: True)  # what is left: the element may be small
+    assert got.nbytes == 150
     with pytest.raises(hr.MemoryBudgetError, match=r"interleave: needs 200 B .*cache\(memory\) 850 B"):
-        pool.settle(got, 200)                                             # it is not: refused, not overdrawn
+        got.settle(200)                                             # it is not: refused, not overdrawn
     assert budget.stats()["overdraft_bytes"] == 0 and budget.stats()["peak_bytes"] <= 1000
 
 
@@ -239,14 +253,16 @@ def test_an_element_larger_than_its_reservation_that_cannot_fit_is_refused_at_se
     stage = budget.account("map", 2)
     reserved = stage.reserve(100)
     with pytest.raises(hr.MemoryBudgetError, match=r"map: needs 300 B .*cache\(memory\) 850 B"):
-        stage.settle(reserved, 300)
+        reserved.settle(300)
     assert budget.stats()["overdraft_bytes"] == 0 and budget.stats()["peak_bytes"] <= 1000
-    stage.cancel(reserved)
+    reserved.cancel()                            # a refused settle left it open: given back here, once
+    reserved.cancel()
+    assert budget.total_bytes == 850 and stage.outstanding == 0
     roomy = MemoryBudget(1000)
     held = roomy.account("prefetch", None)
-    held.settle(held.reserve(0), 850, count=17)  # 17 elements of 50 B: all but its minimum may drain
+    held.reserve(0).settle(850, count=17)  # 17 elements of 50 B: all but its minimum may drain
     other = roomy.account("map", 2)
-    other.settle(other.reserve(100), 300)
+    other.reserve(100).settle(300)
     assert roomy.stats()["overdraft_bytes"] == 150
 
 
@@ -257,13 +273,13 @@ def test_a_stall_that_fits_beside_the_others_needs_still_breaks_as_before(monkey
     monkeypatch.setattr(memory, "STALL_S", 0.05)
     budget = MemoryBudget(1000)
     holder = budget.account("prefetch", None)
-    holder.settle(holder.reserve(0), 900, count=9)
+    holder.reserve(0).settle(900, count=9)
     batch = budget.account("batch(2) assembly", 4, mandatory=True)
-    batch.settle(batch.reserve(0, unit=False), 0, count=0, unit=False)
-    budget.consumer_waiting += 1
+    batch.reserve(0, None, WHOLE).settle(0, count=0, unit=False)
+    budget.consumers.append(1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
-        assert batch.reserve(250, Flag(), unit=False) == 250
+        assert batch.reserve(250, Flag(), WHOLE).nbytes == 250
     assert budget.stats()["stalls"] == 1 and budget.stats()["overdraft_bytes"] == 150
 
 
@@ -333,7 +349,7 @@ def test_a_worker_grown_past_what_the_budget_can_hold_is_refused_not_charged_ove
     budget = MemoryBudget(1000)
     _beside_a_memory_cache(budget, 300)
     workers = budget.account("map workers", 1, mandatory=True)
-    workers.settle(workers.reserve(600, unit=False), 600, count=1, unit=False)
+    workers.reserve(600, None, WHOLE).settle(600, count=1, unit=False)
     workers.force(50, refuse=True)
     with pytest.raises(hr.MemoryBudgetError, match=r"map workers: needs 100 B .*cache\(memory\) 300 B"):
         workers.force(100, refuse=True)

@@ -1,21 +1,34 @@
 """One stage's account (:class:`StageAccount`): what it holds and has reserved, and the verbs its stage
-calls: reserve (waiting, timed) or try_reserve, then settle or cancel; release, hand on (move_to), and the
-charges of bytes that exist already (hold, force, adjust); the sizes and demand its share is computed from.
+calls: ``reserve`` (waiting, timed) or ``try_reserve``, each with the stage's kind of reservation
+(``headrace._budget.policy``), returning a :class:`Reservation` to settle or
+cancel; for bytes held: release, hand on (move_to), and the charges of bytes that exist already (hold, force,
+adjust); the sizes and demand its share is computed from.
 
 Every verb takes the budget's one lock (``MemoryBudget.cv``) and changes the total only through the
 budget's ledger (``charge`` / ``credit`` / ``move``); admission, refusals and warnings are their own modules.
+
+The reservation (:class:`Reservation`, below): what ``StageAccount.reserve`` / ``try_reserve`` return,
+and the verbs on bytes reserved for what does not exist yet: ``settle`` (it exists), ``cancel`` (it never will),
+``top_up`` (wait for more), ``force`` (more that exist already); a stage below hands bytes into it
+(``headrace._handoff``). Settled or cancelled exactly once.
+
+``with acc.reserve(acc.estimate(), stop) as r: x = pull(); r.settle(nbytes(x))``: leaving the block without
+``settle`` (the input's end, an error, a stop, a refused settle) cancels it, so a stage states reserve ->
+produce -> settle once instead of a ``cancel`` in every ``except``. A stage that keeps a reservation across
+calls (a batch being gathered, a worker process starting) keeps the object.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .._errors import MemoryBudgetError
 from . import admission, notices
+from .policy import ELEMENT, TOP_UP, Policy
 from .refusals import refuse_going_over, refuse_impossible, refuse_infeasible
-from .reservation import Reservation
 
 if TYPE_CHECKING:
     from .ledger import MemoryBudget
@@ -51,7 +64,7 @@ class StageAccount:
         self.min_what: str | None = None  # what its min_units are, in a MemoryBudgetError (default "N elements")
         self.warnings: Any = None    # headrace._warn.PipelineWarnings (at the user's line, once per pipeline)
         self.probe_s = 0.0           # when its first reservation (its probe) was taken
-        self.stalled_short = False   # the stall breaker reserved less than the estimate (reserve(partial=True))
+        self.stalled_short = False   # the stall breaker reserved less than the estimate (Policy.partial)
         self.group: str | None = None
         self.promised_bytes = 0      # what it will need once it runs, counted by its group's limit meanwhile
         # Holds its unit while its stage does not run (a file reader's buffers, between the rows it yields):
@@ -89,76 +102,64 @@ class StageAccount:
     warn_shrunk = notices.warn_shrunk  # say once that this stage runs with fewer elements than configured
 
     # reserving ----------------------------------------------------------------------------------------
-    def try_reserve(self, nbytes: int, *, urgent: bool = False, headroom: bool = False,
-                    unit: bool = True, group_limit: int | None = None, charged_in: int = 0) -> int | None:
+    def try_reserve(self, nbytes: int, policy: Policy = ELEMENT, *, urgent: bool = False,
+                    group_limit: int | None = None, charged_in: int = 0) -> Reservation | None:
         """Reserve ``nbytes`` if they fit now (returns the reservation), else None; never blocks.
         ``group_limit``: the accounts of this one's ``group`` together stay within it as well, each of the
-        others counting at least its ``promised_bytes`` (what it needs to run at all). ``charged_in``: as in
-        ``reserve``."""
+        others counting at least its ``promised_bytes`` (what it needs to run at all). ``policy``, ``urgent``
+        (a bool here) and ``charged_in``: as in ``reserve``."""
         b = self.budget
         with b.cv:
             if group_limit is not None and not admission.within_group(self, nbytes, group_limit):
                 return None
             refuse_impossible(self, nbytes)
-            if self._admit(nbytes, urgent, headroom, charged_in=charged_in):
-                return self._reserved(nbytes, unit)
+            if self._admit(nbytes, urgent, policy, charged_in):
+                return Reservation(self, self._reserved(nbytes, policy.unit))
             notices.maybe_warn_shrunk(self)
             return None
 
-    def reserve(self, nbytes: int, stop: Any = None, *, urgent: Callable[[], bool] | None = None,
-                headroom: bool = False, unit: bool = True, ignore_cap: bool = False, top_up: bool = False,
-                partial: bool = False, charged_in: int = 0, speculative: bool = False,
-                refuse: Callable[[str, int], str] | None = None) -> int:
-        """Wait (in timed slices) until ``nbytes`` fit, reserve them and return the reservation.
+    def reserve(self, nbytes: int, stop: Any = None, policy: Policy = ELEMENT, *,
+                urgent: Callable[[], bool] | None = None, charged_in: int = 0) -> Reservation:
+        """Wait (in timed slices) until ``nbytes`` fit, reserve them and return the reservation (to settle or
+        cancel: :class:`Reservation`).
 
-        ``headroom``: keep one unit of this stage's cap free for an urgent reservation; ``urgent()`` true
-        marks the reservation the consumer waits for (it may use the headroom). ``unit=False``: this
-        reservation is not one unit of the stage's work (a whole batch being stacked in an account whose
-        unit is one element) and does not grow the stage's unit size. ``ignore_cap``: only the budget as a
-        whole limits it (a shuffle buffer filling a byte capacity it fixed earlier, a restore rebuilding a
-        buffer that existed). ``top_up``: it grows this stage's own outstanding reservation (a batch sized by
-        an element it holds), so it is no second probe and does not wait for the first settle (the caller
-        then calls ``merge_reservation``). ``partial``: ``nbytes`` is an estimate (the largest element seen) of
-        an element that ``settle`` sizes later; when the stall breaker fires, only what still fits in the
-        budget is reserved and ``settle`` charges any real excess, so the budget is exceeded by real bytes only,
-        not by an estimate the element may never reach (found by ``bench/promises.py``: 256 B / 12 MiB records
-        went 11 KB over for a 12 MiB estimate). ``charged_in``: this many more bytes will be handed into the
-        reservation by the stage below, charged already (``headrace._handoff``): they count against this
-        stage's share, not against the budget again. ``speculative``: a read-ahead (a pool's worker); unless
-        urgent it leaves room for one element of the largest size seen (see ``admission.admits``) and never
-        overdraws. ``refuse``: where the stall breaker would overdraw, raise ``MemoryBudgetError`` with the text
-        ``refuse(holders, total)`` builds instead (a reader's buffers: the stages holding the rest of the budget
-        wait for the read, so the overdraft would come back at every read). ``stop``: anything with ``is_set()``.
+        ``policy``: the kind of reservation (``headrace._budget.policy``: headroom, unit, cap, top-up, partial,
+        read-ahead, refusal at a stall). ``urgent()`` true marks the reservation the consumer waits for (it may
+        use the headroom). ``charged_in``: this many more bytes will be handed into the reservation by the stage
+        below, charged already (``headrace._handoff``): they count against this stage's share, not against the
+        budget again. ``stop``: anything with ``is_set()``. At a stall (``admission.stalled``) the stall breaker
+        overdraws, or reserves what still fits (``policy.partial``: ``settle`` charges any real excess, so the
+        budget is exceeded by real bytes only, not by an estimate the element may never reach: 256 B / 12 MiB
+        records went 11 KB over for a 12 MiB estimate), or refuses (``policy.refuse``, ``refusals``).
         Raises ``MemoryBudgetError`` if they can never fit, ``Cancelled`` if ``stop`` is set meanwhile.
         """
         b = self.budget
         with b.cv:
-            refuse_impossible(self, nbytes)
+            if self.mandatory or self.holds_between or nbytes > b.limit_bytes:
+                refuse_impossible(self, nbytes)  # (it refuses nothing else: not called per element)
             while True:
                 is_urgent = urgent is not None and urgent()
-                if self._admit(nbytes, is_urgent, headroom, ignore_cap, top_up, charged_in, speculative):
+                if self._admit(nbytes, is_urgent, policy, charged_in):
                     break
                 notices.maybe_warn_shrunk(self)
                 if stop is not None and stop.is_set():
                     raise admission.Cancelled()
-                if (self.seen or self.outstanding == 0 or top_up) and self._stalled(is_urgent, speculative):
-                    if refuse is not None:
-                        raise MemoryBudgetError(refuse(b.holders(), b.total_bytes + nbytes))
+                if ((self.seen or self.outstanding == 0 or policy.top_up)
+                        and self._stalled(is_urgent, policy.speculative)):
+                    if policy.refuse is not None:
+                        raise MemoryBudgetError(policy.refuse(b.holders(), b.total_bytes + nbytes))
                     fit = min(nbytes, max(0, b.limit_bytes - b.total_bytes))
-                    if partial and fit < nbytes:  # (settle refuses the element if its real size cannot fit)
+                    if policy.partial and fit < nbytes:  # (settle refuses the element if its real size cannot fit)
                         b.stalls += 1
                         self.stalled_short = True  # settle warns if the element does go over
-                        return self._reserved(fit, unit)
+                        nbytes = fit
+                        break
                     if fit < nbytes:
                         refuse_infeasible(self, nbytes)
                     notices.overdraft(self, nbytes)
                     break
                 b.wait_slice()
-            return self._reserved(nbytes, unit)
-
-    def reserving(self, nbytes: int, stop: Any = None, **flags: Any) -> Reservation:
-        """``reserve`` as an object to settle or cancel once (a ``with`` block cancels it unless settled)."""
-        return Reservation(self, self.reserve(nbytes, stop, **flags))
+            return Reservation(self, self._reserved(nbytes, policy.unit))
 
     def _reserved(self, nbytes: int, unit: bool) -> int:
         if not self.seen and self.outstanding == 0:
@@ -171,63 +172,14 @@ class StageAccount:
         self.budget.charge(self, nbytes)
         return nbytes
 
-    def merge_reservation(self) -> None:
-        """The last ``reserve`` adds to an outstanding reservation (one ``settle`` / ``cancel`` for both)."""
-        with self.budget.cv:
-            self.outstanding -= 1
-
-    def settle(self, reserved: int, actual: int, count: int = 1, *, unit: bool = True,
-               largest: int | None = None, refuse: bool = True) -> None:
-        """Turn a reservation into ``count`` held elements of ``actual`` bytes in total.
-
-        Less than reserved: the rest is released. More (an element larger than any before it): the excess
-        is charged at once and counted as an estimate miss; the estimate grows (``unit=False``: not an
-        element of this stage's unit size, e.g. a stacked batch). An excess that would go over the budget
-        where this element and what the other stages cannot give back first can never fit together
-        (``refusals.refuse_infeasible``) raises ``MemoryBudgetError`` instead, nothing changed (the caller
-        cancels the reservation or the iterator's close gives it back): sweep seeds 390 and 454 overdrew by an
-        element larger than its estimate just before the stall breaker refused. ``refuse=False``: charge it
-        anyway (memory measured after the fact, e.g. a worker process's RSS).
-        """
-        b = self.budget
-        with b.cv:
-            if refuse and actual > reserved:
-                refuse_going_over(self, actual - reserved, actual - reserved if self.mandatory else actual)
-            self.outstanding -= 1
-            self.held_count += count
-            per = largest if largest is not None else (-(-actual // count) if count else actual)
-            grew = self._sized(per, unit)
-            delta = actual - reserved
-            if delta > 0:
-                b.miss_bytes += delta
-                over = max(0, b.total_bytes - b.limit_bytes)
-                b.charge(self, delta)
-                went_over = max(0, b.total_bytes - b.limit_bytes) - over  # an element past the budget
-                b.overdraft_bytes += went_over
-                if went_over and self.stalled_short:
-                    notices.warn_over(self, actual)
-            elif delta < 0:
-                b.credit(self, -delta)
-            self.stalled_short = False
-            if self.mandatory and self.demand is None and self.held_bytes > self.cap_bytes:
-                grew = True  # an unbounded mandatory stage outgrew its share: the others' shares shrink
-            if grew:
-                b.recompute_caps()
-                b.wake()
-
-    def _sized(self, per: int, unit: bool = True) -> bool:  # an element of per bytes: did the sizes grow?
+    def sized(self, per: int, unit: bool = True) -> bool:
+        """(Lock held) an element of ``per`` bytes exists: whether the sizes the shares use grew."""
         grew = not self.seen
         if unit and per > self.max_element_bytes:
             self.max_element_bytes = per
             grew = True
         self.seen = True
         return grew
-
-    def cancel(self, reserved: int) -> None:
-        """Give back a reservation that produced no element (end of input, an error, a stop)."""
-        with self.budget.cv:
-            self.outstanding -= 1
-            self.budget.credit(self, reserved)
 
     # held bytes ---------------------------------------------------------------------------------------
     def hold(self, nbytes: int, count: int = 1) -> None:
@@ -237,7 +189,7 @@ class StageAccount:
         b = self.budget
         with b.cv:
             self.held_count += count
-            grew = self._sized(-(-nbytes // count) if count else nbytes)
+            grew = self.sized(-(-nbytes // count) if count else nbytes)
             b.charge(self, nbytes)
             if grew:
                 b.recompute_caps()
@@ -312,3 +264,92 @@ class StageAccount:
                 self.max_element_bytes = max(self.max_element_bytes, nbytes)
                 self.seen = True
                 self.budget.recompute_caps()
+
+
+class Reservation:
+    """``nbytes`` reserved in ``account`` for an element that does not exist yet."""
+
+    __slots__ = ("account", "nbytes", "open")
+
+    def __init__(self, account: StageAccount, nbytes: int) -> None:
+        self.account = account
+        self.nbytes = nbytes  # grows by top_up, force and what a stage below hands into it (headrace._handoff)
+        self.open = True
+
+    def settle(self, actual: int, count: int = 1, *, unit: bool = True, largest: int | None = None,
+               refuse: bool = True, need: int | None = None) -> None:
+        """Turn the reservation into ``count`` held elements of ``actual`` bytes in total.
+
+        Less than reserved: the rest is released. More (an element larger than any before it): the excess
+        is charged at once and counted as an estimate miss; the estimate grows (``unit=False``: not an
+        element of this stage's unit size, e.g. a stacked batch; ``largest``: the largest of the ``count``).
+        An excess that would go over the budget where this element and what the other stages cannot give back
+        first can never fit together (``refusals.refuse_infeasible``) raises ``MemoryBudgetError`` instead,
+        nothing changed and the reservation still open (to cancel): sweep seeds 390 and 454 overdrew by an
+        element larger than its estimate just before the stall breaker refused. ``refuse=False``: charge it
+        anyway (memory measured after the fact, e.g. a worker process's RSS). ``need``: first refuse what can
+        never fit this stage at once (``refusals.refuse_impossible``: a call's input and output found larger
+        than any estimate, before their excess is charged; issue 22: 1 MiB over under 3 MiB).
+        """
+        acc = self.account
+        b = acc.budget
+        with b.cv:
+            if need is not None and (acc.mandatory or acc.holds_between or need > b.limit_bytes):
+                refuse_impossible(acc, need)  # (it refuses nothing else: not called per element)
+            reserved = self.nbytes
+            if refuse and actual > reserved:
+                refuse_going_over(acc, actual - reserved, actual - reserved if acc.mandatory else actual)
+            self.open = False
+            acc.outstanding -= 1
+            acc.held_count += count
+            per = largest if largest is not None else (-(-actual // count) if count else actual)
+            grew = acc.sized(per, unit)
+            delta = actual - reserved
+            if delta > 0:
+                b.miss_bytes += delta
+                over = max(0, b.total_bytes - b.limit_bytes)
+                b.charge(acc, delta)
+                went_over = max(0, b.total_bytes - b.limit_bytes) - over  # an element past the budget
+                b.overdraft_bytes += went_over
+                if went_over and acc.stalled_short:
+                    notices.warn_over(acc, actual)
+            elif delta < 0:
+                b.credit(acc, -delta)
+            acc.stalled_short = False
+            if acc.mandatory and acc.demand is None and acc.held_bytes > acc.cap_bytes:
+                grew = True  # an unbounded mandatory stage outgrew its share: the others' shares shrink
+            if grew:
+                b.recompute_caps()
+                b.wake()
+
+    def cancel(self) -> None:
+        """No element came of it (end of input, an error, a stop): given back. Once; later calls do nothing."""
+        if self.open:
+            acc = self.account
+            with acc.budget.cv:
+                self.open = False
+                acc.outstanding -= 1
+                acc.budget.credit(acc, self.nbytes)
+
+    def top_up(self, nbytes: int, stop: Any = None, *, urgent: Callable[[], bool] | None = None) -> None:
+        """Wait for ``nbytes`` more in this open reservation (``policy.TOP_UP``: a batch sized by an element it
+        holds; one ``settle`` / ``cancel`` for both)."""
+        acc = self.account
+        more = acc.reserve(nbytes, stop, TOP_UP, urgent=urgent)
+        with acc.budget.cv:
+            acc.outstanding -= 1  # (one reservation: this one)
+            more.open = False
+        self.nbytes += more.nbytes
+
+    def force(self, nbytes: int) -> None:
+        """Charge ``nbytes`` that exist already into this reservation without waiting (an element larger than
+        its estimate, arrived): counted as an estimate miss (``StageAccount.force``)."""
+        self.account.force(nbytes)
+        self.nbytes += nbytes
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.cancel()

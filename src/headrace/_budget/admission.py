@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .account import StageAccount
+    from .policy import Policy
 
 WAIT_SLICE_S = 0.05
 """Every wait for room is a timed wait of this long that re-checks its stop event (``close()`` never hangs)."""
@@ -38,11 +39,11 @@ def fits_cap(acc: StageAccount, nbytes: int, urgent: bool, headroom: bool) -> bo
     return acc.held_bytes + nbytes + spare <= acc.cap_bytes
 
 
-def admits(acc: StageAccount, nbytes: int, urgent: bool, headroom: bool, ignore_cap: bool = False,
-           top_up: bool = False, charged_in: int = 0, speculative: bool = False) -> bool:
-    """Whether ``acc`` may reserve ``nbytes`` now (the flags as ``StageAccount.reserve`` takes them)."""
+def admits(acc: StageAccount, nbytes: int, urgent: bool, policy: Policy, charged_in: int = 0) -> bool:
+    """Whether ``acc`` may reserve ``nbytes`` now (``policy``: the kind of reservation, ``headrace._budget.policy``;
+    ``charged_in`` as ``StageAccount.reserve`` takes it)."""
     b = acc.budget
-    if (not top_up and not acc.seen and acc.outstanding > 0
+    if (not policy.top_up and not acc.seen and acc.outstanding > 0
             and time.monotonic() - acc.probe_s < PROBE_WAIT_S):
         return False  # probe: one element at a time until the first size is known (or a while passed)
     # The budget keeps a reserve outside every stage's share: only a reservation the pipeline cannot
@@ -53,10 +54,12 @@ def admits(acc: StageAccount, nbytes: int, urgent: bool, headroom: bool, ignore_
     # one element of the largest size seen, even holding nothing: two readers that each took the last
     # element's room ahead of the consumer left none for the one it waits for (nested interleaves under
     # a budget of one element stalled until the stall breaker overdrew, issue 22).
+    speculative = policy.speculative
     privileged = urgent or acc.mandatory or (acc.held_bytes == 0 and not speculative)
     keep = max(b.reserve_bytes, b.assumed_element_bytes) if speculative else b.reserve_bytes
     room = b.limit_bytes if privileged else b.limit_bytes - keep
-    return b.total_bytes + nbytes <= room and (ignore_cap or fits_cap(acc, nbytes + charged_in, urgent, headroom))
+    return b.total_bytes + nbytes <= room and (
+        policy.ignore_cap or fits_cap(acc, nbytes + charged_in, urgent, policy.headroom))
 
 
 def within_group(acc: StageAccount, nbytes: int, group_limit: int) -> bool:
@@ -73,5 +76,5 @@ def stalled(acc: StageAccount, urgent: bool, speculative: bool = False) -> bool:
     cannot progress without this element."""
     b = acc.budget
     idle = acc.held_bytes == 0 and not speculative
-    return ((idle or urgent or acc.mandatory) and b.consumer_waiting > 0
+    return ((idle or urgent or acc.mandatory) and len(b.consumers) > 0
             and time.monotonic() - b.last_release_s >= STALL_S)

@@ -2,7 +2,8 @@
 ledger every account's verbs go through, behind one lock (``cv``).
 
 The ledger's moves (:meth:`MemoryBudget.charge`, :meth:`~MemoryBudget.credit`, :meth:`~MemoryBudget.move`)
-are the only places the budget's total changes; the waiters are woken in one place (:meth:`~MemoryBudget.wake`).
+are the only places the budget's total changes; the waiters are woken by :meth:`~MemoryBudget.wake` (unrolled in
+``credit`` and ``move``, which run once per element).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections import deque
 from typing import Any
 
 from .._sync import Condition
@@ -36,7 +38,10 @@ class MemoryBudget:
         self.overdraft_bytes = 0
         self.miss_bytes = 0
         self.stalls = 0
-        self.consumer_waiting = 0
+        # One entry per consumer inside ``Iterator.__next__`` / ``set_state`` (the stall breaker's "the consumer
+        # waits", ``admission.stalled``): a deque's append and pop are atomic, so the iterators of a shared
+        # process budget in several threads count without the lock (an int's ``+= 1`` lost updates).
+        self.consumers: deque[int] = deque()
         self.last_release_s = time.monotonic()
         self.assumed_element_bytes = 0
         self.waiters = 0  # threads blocked in reserve(): wake() notifies only when there are any
@@ -109,7 +114,8 @@ class MemoryBudget:
         acc.held_bytes -= nbytes
         self.total_bytes -= nbytes
         self.last_release_s = time.monotonic()
-        self.wake()
+        if self.waiters:  # (wake(), unrolled: once per element)
+            self.cv.notify_all()
 
     def move(self, source: StageAccount, target: StageAccount, nbytes: int) -> None:
         """``nbytes`` held by ``source`` are held by ``target`` now (the total does not change)."""
@@ -117,7 +123,8 @@ class MemoryBudget:
         target.held_bytes += nbytes
         if target.held_bytes > target.peak_bytes:
             target.peak_bytes = target.held_bytes
-        self.wake()
+        if self.waiters:  # (wake(), unrolled: once per element)
+            self.cv.notify_all()
 
     def wake(self) -> None:
         """Wake the threads waiting for room (if any) to look again."""

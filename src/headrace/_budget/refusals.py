@@ -6,7 +6,7 @@
   while the others read (``holds_between``) together (:func:`refuse_together`).
 - At a stall, and where an element's or a worker's excess is charged (:func:`refuse_infeasible`): the
   reservation beside what every other stage cannot give back first.
-- A caller's own text at its stall (``StageAccount.reserve(refuse=...)``: a reader's buffers, whose
+- A caller's own text at its stall (``Policy(refuse=...)``: a reader's buffers, whose
   overdraft would come back at every read) builds the message in the caller.
 
 Every function is called with the budget's lock held; each names the parts, the total, the budget and the fix.

@@ -24,7 +24,7 @@ from typing import Any
 
 from .._args import count_arg, parallel_calls_arg
 from .._handoff import hand_off
-from .._memory import StageAccount
+from .._memory import WHOLE, WHOLE_UNCAPPED, Reservation, StageAccount
 from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import batch_spec
 from .._structure import nbytes
@@ -138,32 +138,31 @@ class _BatchIterator(Stage):
         self._items: list[Any] = []
         self._held = 0          # bytes of self._items
         self._largest = 0       # the largest of them
-        self._reserved = 0      # the batch's reservation: the items so far and room for the rest
-        self._open = False      # whether that reservation is outstanding
+        # the batch's one reservation (outstanding until settled): the items so far and room for the rest
+        self._reservation: Reservation | None = None
         self._pulled = 0        # positions pulled into this batch (errors included)
         self._start_epoch = 0   # the input's replay_epoch() at the batch's first position
         self._start: Any = None  # the input's state before the batch's first position
 
     def _drop_items(self) -> None:
-        if self._open:
-            self._account.cancel(self._reserved)
+        if self._reservation is not None:
+            self._reservation.cancel()
         self._clear()
 
     def _room(self, stop: Any) -> None:
         """Keep the batch's reservation >= its items plus room for the rest at the largest size seen:
         one reservation per batch, topped up only when an element larger than every before it arrives."""
         acc = self._account
-        if self._held > self._reserved:  # that element exists already: charge it at once (an estimate miss)
-            acc.force(self._held - self._reserved)
-            self._reserved = self._held
+        r = self._reservation
         per = self._largest or acc.estimate()
         want = self._held + (self._bs - len(self._items)) * per
-        if not self._open:  # the batch's one reservation (0 bytes while no size is known yet)
-            self._reserved += acc.reserve(max(0, want - self._reserved), stop, unit=False)
-            self._open = True
-        elif want > self._reserved:
-            self._reserved += acc.reserve(want - self._reserved, stop, unit=False, top_up=True)
-            acc.merge_reservation()
+        if r is None:  # the batch's one reservation (0 bytes while no size is known yet)
+            self._reservation = acc.reserve(max(0, want), stop, WHOLE)
+            return
+        if self._held > r.nbytes:  # that element exists already: charge it at once (an estimate miss)
+            r.force(self._held - r.nbytes)
+        if want > r.nbytes:
+            r.top_up(want - r.nbytes, stop)
 
     def _gather(self, stop: Any) -> bool:
         """Fill the batch; False if the input ended first."""
@@ -200,28 +199,28 @@ class _BatchIterator(Stage):
             raise StopIteration
         acc = self._account
         items, held = self._items, self._held
-        acc.settle(self._reserved, held, count=len(items), largest=self._largest)
+        self._reservation.settle(held, count=len(items), largest=self._largest)  # type: ignore[union-attr]
         self._clear()
         if self._combine is None:
             return _Group(items, held)
         index = self._index
         self._index += 1
         try:
-            reserved = acc.reserve(max(held, self._out_max), stop, unit=False)
+            reservation = acc.reserve(max(held, self._out_max), stop, WHOLE)
         except BaseException:
             acc.release(held, count=len(items))
             raise
         try:
             out = self._combine(items, self._stage)
         except Exception as e:
-            acc.cancel(reserved)
+            reservation.cancel()
             raise note_error(e, self._stage, index) from None
         finally:
             acc.release(held, count=len(items))
             del items
         n_out = nbytes(out)
         self._out_max = max(self._out_max, n_out)
-        acc.settle(reserved, n_out, unit=False)
+        reservation.settle(n_out, unit=False)
         hand_off(acc, n_out, self)
         return out
 
@@ -257,8 +256,7 @@ class _BatchIterator(Stage):
         if "items" in state:
             items = by_value.decode(state["items"], self._stage)
             n = sum(nbytes(x) for x in items)
-            self._reserved = self._account.reserve(n, stop_flag(self.ctx), unit=False, ignore_cap=True)
-            self._open = True
+            self._reservation = self._account.reserve(n, stop_flag(self.ctx), WHOLE_UNCAPPED)
             self._items, self._held, self._pulled = items, n, len(items)
             self._largest = max((nbytes(x) for x in items), default=0)
             return

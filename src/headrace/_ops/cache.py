@@ -28,7 +28,7 @@ import os
 import pickle
 from typing import IO, Any
 
-from .._memory import StageAccount
+from .._memory import WHOLE, Reservation, StageAccount
 from .._structure import nbytes
 from .._sync import Lock as TimedLock
 from .base import check_state, stop_flag
@@ -132,13 +132,13 @@ class _MemorySink:
         self._elements: list[Any] = []
         self._total = 0
 
-    def reserve(self, stop: Any) -> int:
+    def reserve(self, stop: Any) -> Reservation:
         """Room for the next element before it is pulled (a memory cache keeps every element)."""
         return self._account.reserve(self._account.estimate(), stop)
 
-    def write(self, x: Any, reserved: int) -> None:
+    def write(self, x: Any, reservation: Reservation | None) -> None:
         n = nbytes(x)
-        self._account.settle(reserved, n)
+        reservation.settle(n)  # type: ignore[union-attr]
         self._total += n
         self._elements.append(x)
 
@@ -215,10 +215,10 @@ class _FileSink:
                 pass
             self._lock = None
 
-    def reserve(self, stop: Any) -> int | None:
+    def reserve(self, stop: Any) -> Reservation | None:
         return None  # nothing is kept in memory: no reservation
 
-    def write(self, x: Any, reserved: int | None) -> None:
+    def write(self, x: Any, reservation: Reservation | None) -> None:
         if self._file is not None:
             pickle.dump(x, self._file, protocol=5)
 
@@ -257,8 +257,8 @@ class _CacheIterator(Stage):
             self._reader = _FileReader(node.path)
         elif not node.filename and node._memory is not None:
             if node._memory_bytes:
-                reserved = self._account.reserve(node._memory_bytes, stop_flag(ctx), unit=False)
-                self._account.settle(reserved, node._memory_bytes, count=max(len(node._memory), 1), unit=False)
+                self._account.reserve(node._memory_bytes, stop_flag(ctx), WHOLE).settle(
+                    node._memory_bytes, count=max(len(node._memory), 1), unit=False)
             self._reader = _MemoryReader(node._memory)
         else:
             if not ctx.replay.copy:  # a restore's scan copy reads the input only (it would take the file's lock)
@@ -275,22 +275,22 @@ class _CacheIterator(Stage):
         else:
             sink = self._sink
             # (a reservation of 0 bytes, before any element is sized, is a reservation too: given back)
-            reserved = sink.reserve(stop_flag(self.ctx)) if sink is not None else None
+            reservation = sink.reserve(stop_flag(self.ctx)) if sink is not None else None
             try:
                 x = self._source.__next__()  # type: ignore[union-attr]
             except StopIteration:
-                if reserved is not None:
-                    self._account.cancel(reserved)
+                if reservation is not None:
+                    reservation.cancel()
                 if sink is not None:
                     sink.finish()
                     self._sink = None
                 raise
             except BaseException:
-                if reserved is not None:
-                    self._account.cancel(reserved)
+                if reservation is not None:
+                    reservation.cancel()
                 raise
             if sink is not None:
-                sink.write(x, reserved)
+                sink.write(x, reservation)
         self._produced += 1
         return x
 

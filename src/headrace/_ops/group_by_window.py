@@ -130,7 +130,7 @@ class _GroupIterator(UnaryIterator):
         """Pull input elements until a window is full (its key and elements), or None at the end."""
         acc = self._account
         while True:
-            with acc.reserving(acc.estimate(), stop_flag(self.ctx)) as reservation:  # (cancelled unless settled)
+            with acc.reserve(acc.estimate(), stop_flag(self.ctx)) as reservation:  # (cancelled unless settled)
                 try:
                     x = self._next_input()
                 except StopIteration:

@@ -154,8 +154,7 @@ class DatasetNode:
         its options give; on exit it is stopped, joined (``JOIN_TIMEOUT_S``) and closed. For the engine's own
         reads (the first element's spec, counting), not for users' iteration."""
         options = self.options()
-        ctx = IteratorContext(options, budget_for(options.memory_budget_bytes() if options.memory_budget is not None
-                                                  else None), (0,))
+        ctx = IteratorContext(options, budget_for(options.memory_limit()), (0,))
         ctx.tree.warnings = PipelineWarnings(self, options, ctx.budget.limit_bytes)
         try:
             it = self.make_iterator(ctx)

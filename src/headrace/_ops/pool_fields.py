@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .._memory import StageAccount
+    from .._memory import Policy, StageAccount
     from .._sync import Condition, Flag
     from .._sync import Lock as TimedLock
     from .executor import Executor
@@ -88,6 +88,7 @@ class PoolFields:
     _gen: int
     _crash: BaseException | None      # a defect in the pool's machinery, re-raised to the consumer
     _in_max: int                      # the largest input seen (the reservation's input part)
+    _policy: Policy                   # the workers' kind of reservation (READ_AHEAD, with headroom or not)
     _worker_stats: list[PoolStats]
 
     # ---- the inline and lean paths (pool_inline) ---------------------------------------------------------

@@ -34,7 +34,7 @@ from typing import Any
 
 from .._errors import MemoryBudgetError
 from .._handoff import delivers_charged, pulling_for, taking
-from .._memory import WAIT_SLICE_S, Cancelled
+from .._memory import READ_AHEAD, WAIT_SLICE_S, Cancelled, Reservation
 from .._structure import nbytes
 from .._sync import Flag
 from .base import join_threads, mark_crash, start_thread
@@ -53,6 +53,7 @@ class WorkerThreads(PoolFields):
         self._gen = 0
         self._crash = None
         self._in_max = 0  # the largest input seen (the reservation's input part)
+        self._policy = READ_AHEAD.with_headroom(self.headroom)
         self._worker_stats = []
 
     def _start(self) -> None:
@@ -119,8 +120,7 @@ class WorkerThreads(PoolFields):
             t0 = clock()
             if not self._acquire_input(stop):
                 return
-            reserved = 0
-            opened = False
+            reservation = None
             try:
                 t1 = clock()
                 with cv:
@@ -144,28 +144,21 @@ class WorkerThreads(PoolFields):
                 charged = (estimate if self.identity else self._in_max) if (
                     not self.input_charged and delivers_charged(self.source)) else None
                 urgent = self._urgent(seq)
-                reserved = self.account.reserve(estimate - (charged or 0), stop, urgent=urgent,
-                                                headroom=self.headroom, partial=True, charged_in=charged or 0,
-                                                speculative=True)
-                opened = True
+                reservation = self.account.reserve(estimate - (charged or 0), stop, self._policy, urgent=urgent,
+                                                   charged_in=charged or 0)
                 t3 = clock()
                 with pulling_for(urgent):
                     if charged is None:
                         x, error, ended = self._pull(gen, stop, seq)
                     else:
-                        with taking(self.account, self.source) as taker:
-                            try:
-                                x, error, ended = self._pull(gen, stop, seq)
-                            finally:
-                                reserved += taker.nbytes
+                        with taking(reservation, self.source):  # (it grows by the element handed in)
+                            x, error, ended = self._pull(gen, stop, seq)
                 if ended:
-                    opened = False
-                    self.account.cancel(reserved)
-                    reserved = 0
+                    reservation.cancel()
                     return
             except BaseException:
-                if opened:
-                    self.account.cancel(reserved)
+                if reservation is not None:
+                    reservation.cancel()
                 raise
             finally:
                 self._input_lock.release()
@@ -173,7 +166,7 @@ class WorkerThreads(PoolFields):
             stats.room_s += t2 - t1
             stats.budget_s += t3 - t2
             stats.input_s += (t1 - t0) + (t4 - t3)
-            self._finish(gen, stop, seq, x, error, reserved, stats)
+            self._finish(gen, stop, seq, x, error, reservation, stats)
             x = error = None  # no reference to the element while this worker waits for room
 
     def _pull(self, gen: int, stop: Flag, seq: int) -> tuple[Any, BaseException | None, bool]:
@@ -195,10 +188,10 @@ class WorkerThreads(PoolFields):
         return x, None, False
 
     def _finish(self, gen: int, stop: Flag, seq: int, x: Any, error: BaseException | None,
-                reserved: int, stats: PoolStats) -> None:
+                reservation: Reservation, stats: PoolStats) -> None:
         cv = self._cv
         if seq in self._skip:  # delivered before the state this run was restored from
-            self.account.cancel(reserved)
+            reservation.cancel()
             if error is None and self.release_input is not None:
                 self.release_input(x)
             with cv:
@@ -215,18 +208,17 @@ class WorkerThreads(PoolFields):
             try:
                 value, n, error = self._apply(x, seq, stop, stats)
             except Cancelled:
-                self.account.cancel(reserved)
+                reservation.cancel()
                 raise
             x = None
         if error is None:
             try:  # a call that needs more than the whole budget is refused before its excess is charged
-                self.account.check_possible(self._need(n))
+                reservation.settle(n, need=self._need(n))
             except MemoryBudgetError:
-                self.account.cancel(reserved)
+                reservation.cancel()
                 raise
-            self.account.settle(reserved, n)
         else:
-            self.account.cancel(reserved)
+            reservation.cancel()
         with cv:
             if gen != self._gen or stop.is_set():
                 if error is None:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._errors import MemoryBudgetError, SharedMemoryError
-from .._memory import MemoryBudget, StageAccount, format_bytes
+from .._memory import WHOLE, WHOLE_UNCAPPED, MemoryBudget, Reservation, StageAccount, format_bytes
 
 if TYPE_CHECKING:
     from .proc_pool import _Proc
@@ -158,15 +158,14 @@ class WorkerMemory:
         largest = self.account.max_element_bytes
         return largest if self.measured else max(largest, WORKER_ESTIMATE_BYTES)
 
-    def reserve_first(self, stop: Any) -> int:
+    def reserve_first(self, stop: Any) -> Reservation:
         """The stage's only worker: wait for its reservation (``MemoryBudgetError`` if it can never fit)."""
-        return self.account.reserve(self.estimate(), stop, unit=False)
+        return self.account.reserve(self.estimate(), stop, WHOLE)
 
-    def try_reserve_another(self) -> int | None:
+    def try_reserve_another(self) -> Reservation | None:
         """A further worker's reservation if it fits now and within the workers' share, else None."""
         acc = self.account
-        got = acc.try_reserve(self.estimate(), unit=False,
-                              group_limit=int(acc.budget.limit_bytes * MAX_BUDGET_SHARE))
+        got = acc.try_reserve(self.estimate(), WHOLE, group_limit=int(acc.budget.limit_bytes * MAX_BUDGET_SHARE))
         if got is None:
             self.declined += 1
             self.declined_s = time.monotonic()
@@ -176,18 +175,15 @@ class WorkerMemory:
         """Whether a worker start was refused for lack of budget in the last ``within_s`` seconds."""
         return self.declined > 0 and time.monotonic() - self.declined_s <= within_s
 
-    def started(self, proc: _Proc, reserved: int, rss: int, floor: bool) -> None:
-        """``proc`` is ready with ``rss`` bytes: it keeps ``reserved`` as its floor when it was admitted on
-        an estimate (``floor``), else it is charged its RSS."""
+    def started(self, proc: _Proc, reservation: Reservation, rss: int, floor: bool) -> None:
+        """``proc`` is ready with ``rss`` bytes: it keeps its ``reservation`` as its floor when it was admitted
+        on an estimate (``floor``), else it is charged its RSS."""
         proc.own = rss
-        proc.floor = reserved if floor else 0
+        proc.floor = reservation.nbytes if floor else 0
         keep = max(rss, proc.floor)
-        self.account.settle(reserved, keep, count=1, unit=False, refuse=False)
+        reservation.settle(keep, count=1, unit=False, refuse=False)
         proc.footprint = keep
         self.account.grow_unit(rss)
-
-    def cancel_start(self, reserved: int) -> None:
-        self.account.cancel(reserved)
 
     def segment_need(self, proc: _Proc, grow: int) -> int:
         """What growing ``proc``'s segments by ``grow`` bytes adds to its charge (its floor covers some)."""
@@ -203,15 +199,15 @@ class WorkerMemory:
         acc = self.account
         while True:
             try:
-                got = acc.try_reserve(nbytes, unit=False)
+                got = acc.try_reserve(nbytes, WHOLE)
             except MemoryBudgetError:  # more than the budget beside the workers held now: retire one first
                 got = None
             if got is not None:
                 break
             if not retire_idle():
-                got = acc.reserve(nbytes, stop, unit=False, ignore_cap=True)
+                got = acc.reserve(nbytes, stop, WHOLE_UNCAPPED)
                 break
-        acc.settle(got, nbytes, count=0, unit=False, refuse=False)
+        got.settle(nbytes, count=0, unit=False, refuse=False)
         proc.footprint += nbytes
 
     def uncharge(self, proc: _Proc, nbytes: int) -> None:

@@ -57,7 +57,7 @@ from typing import Any
 import psutil
 
 from .._errors import MemoryBudgetError, RemoteTraceback, WorkerError
-from .._memory import WAIT_SLICE_S, Cancelled, MemoryBudget
+from .._memory import WAIT_SLICE_S, Cancelled, MemoryBudget, Reservation
 from .._sync import Condition
 from .proc_child import child_command, encode, receive_frames, send_value
 from .proc_memory import REMEASURE_S, WorkerMemory, create_segment, read_into, segment_size, write_all
@@ -336,7 +336,7 @@ class ProcessWorkers:
             self._drop(proc, graceful=True)
             return True
 
-    def _admit(self) -> tuple[bool, int | None]:
+    def _admit(self) -> tuple[bool, Reservation | None]:
         """Lock held: whether one more worker may start, and its reservation (None: the stage's first
         worker, which waits for its reservation in ``_start``)."""
         if len(self._all) + self._starting >= self.target:
@@ -346,7 +346,7 @@ class ProcessWorkers:
         reserved = self.memory.try_reserve_another()
         return reserved is not None, reserved
 
-    def _start(self, stop: Any, reserved: int | None) -> _Proc:
+    def _start(self, stop: Any, reserved: Reservation | None) -> _Proc:
         """Start one worker (``reserved`` for it by ``_admit``, else reserved now: the stage's first) and wait
         until it has loaded the function."""
         mem = self.memory
@@ -357,16 +357,16 @@ class ProcessWorkers:
         try:
             proc = _Proc(self)
         except BaseException:
-            mem.cancel_start(reserved)
+            reserved.cancel()
             raise
         try:
             proc.wait_ready(stop)
         except BaseException:
-            mem.cancel_start(reserved)
+            reserved.cancel()
             proc.kill()
             _reap(proc)
             raise
-        mem.started(proc, reserved, proc.rss() or reserved, floor)
+        mem.started(proc, reserved, proc.rss() or reserved.nbytes, floor)
         self.started += 1
         self.start_s.append(time.monotonic() - t0)
         return proc

@@ -69,7 +69,7 @@ import numpy as np
 from .._args import as_seed, count_arg
 from .._errors import MemoryBudgetError, StateError
 from .._handoff import delivers_charged, hand_off, taking, waiter_urgency
-from .._memory import Cancelled
+from .._memory import UNCAPPED, Cancelled, Reservation
 from .._structure import flatten, nbytes
 from . import by_value
 from .base import check_state, is_crash, stop_flag
@@ -207,8 +207,8 @@ class _ShuffleIterator(Stage):
             est -= charged
             # within the byte capacity (ByteCapacity.fit): wait for room in the budget as a whole; what the other
             # stages hold now never changes what the buffer holds, so never the order
-            reserved = acc.reserve(est, stop, urgent=urgent, ignore_cap=True, charged_in=charged)
-            if self._pull_into_buffer(reserved, len(self._buf)):  # the largest element grew: fitted again
+            reservation = acc.reserve(est, stop, UNCAPPED, urgent=urgent, charged_in=charged)
+            if self._pull_into_buffer(reservation, len(self._buf)):  # the largest element grew: fitted again
                 self._capacity.fit(acc, self._below, self._buffer_size)
         if self._capacity.stopped(self._held, len(self._buf), self._buffer_size, self._input_done):
             acc.warn_shrunk()  # the first fill this capacity stops: an event (replay_epoch), warned once
@@ -217,34 +217,30 @@ class _ShuffleIterator(Stage):
         """Its own replay events (the capacity's changes) and those below (``headrace._ops.replay``, rule 3)."""
         return self._capacity.changes + super().replay_epoch()
 
-    def _pull_into_buffer(self, reserved: int | None, slot: int) -> bool:
-        """Pull one element into the buffer; ``reserved`` None: a restore, which charges it once it exists.
+    def _pull_into_buffer(self, reservation: Reservation | None, slot: int) -> bool:
+        """Pull one element into the buffer; ``reservation`` None: a restore, which charges it once it exists.
         Returns whether it is the largest element pulled so far in this iteration."""
-        acc = self._account
         try:
-            if reserved is None or not delivers_charged(self._source):
+            if reservation is None or not delivers_charged(self._source):
                 x = self._source.__next__()
             else:
-                with taking(acc, self._source) as taker:
-                    try:
-                        x = self._source.__next__()
-                    finally:
-                        reserved += taker.nbytes
+                with taking(reservation, self._source):
+                    x = self._source.__next__()
         except StopIteration:
-            if reserved is not None:
-                acc.cancel(reserved)
+            if reservation is not None:
+                reservation.cancel()
             self._input_done = True
             return False
         except BaseException:
-            if reserved is not None:
-                acc.cancel(reserved)
+            if reservation is not None:
+                reservation.cancel()
             self._pulls += 1
             raise
         n = nbytes(x)
-        if reserved is None:
-            acc.hold(n)
+        if reservation is None:
+            self._account.hold(n)
         else:
-            acc.settle(reserved, n)
+            reservation.settle(n)
         grew = self._capacity.saw(n)
         entry = _Entry(x, n, self._pulls)
         self._pulls += 1

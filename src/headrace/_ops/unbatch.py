@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._memory import UNCAPPED
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import TensorSpec, unbatch_spec
 from .._structure import flatten, nbytes, pack_as
@@ -82,14 +83,10 @@ class _UnbatchIterator(UnaryIterator):
         before = self._source.get_state()
         self._before_epoch = self._source.replay_epoch()
         acc = self._account
-        reserved = acc.reserve(acc.estimate(), stop_flag(self.ctx))
-        try:
+        with acc.reserve(acc.estimate(), stop_flag(self.ctx)) as reservation:  # (cancelled unless settled)
             batch = self._next_input()
             rows, leaves = unstack(batch, self._stage)
-        except BaseException:
-            acc.cancel(reserved)
-            raise
-        acc.settle(reserved, nbytes(batch))
+            reservation.settle(nbytes(batch))
         self._set_batch(batch, rows, leaves, before)
 
     def _set_batch(self, batch: Any, rows: int, leaves: list[Any], before: Any) -> None:
@@ -100,7 +97,7 @@ class _UnbatchIterator(UnaryIterator):
         """A batch restored by value: charge it (it exists already) and split it from the saved row on."""
         rows, leaves = unstack(batch, self._stage)
         n = nbytes(batch)
-        self._account.settle(self._account.reserve(n, stop_flag(self.ctx), ignore_cap=True), n)
+        self._account.reserve(n, stop_flag(self.ctx), UNCAPPED).settle(n)
         self._set_batch(batch, rows, leaves, before)
 
     def __next__(self) -> Any:

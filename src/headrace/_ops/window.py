@@ -84,7 +84,7 @@ class _WindowIterator(UnaryIterator):
     def _pull(self) -> bool:
         """One more input element into the buffer (charged); False at the end of the input."""
         acc = self._account
-        with acc.reserving(acc.estimate(), stop_flag(self.ctx)) as reservation:  # (cancelled unless settled)
+        with acc.reserve(acc.estimate(), stop_flag(self.ctx)) as reservation:  # (cancelled unless settled)
             try:
                 x = self._next_input()
             except StopIteration:

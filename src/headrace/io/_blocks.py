@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import DataLossError, MemoryBudgetError, StateError
-from .._memory import StageAccount, format_bytes
+from .._memory import Policy, StageAccount, format_bytes
 from .._ops.base import stop_flag
 from .._ops.context import IteratorContext
 from .._ops.seeds import check_seed
@@ -180,8 +180,7 @@ class BlockRowIterator(Stage):
             return (f"{needs}, but the rest of the {budget} is held by buffers that wait for this read ({holders}); "
                     f"{fix} (a budget of at least {format_bytes(total)} ({total} bytes) fits this read beside them)")
 
-        reserved = acc.reserve(nbytes, stop_flag(self.ctx), refuse=refuse)
-        acc.settle(reserved, nbytes)
+        acc.reserve(nbytes, stop_flag(self.ctx), Policy(refuse=refuse)).settle(nbytes)
         self._work_held = nbytes
 
     def release_work(self) -> None:
@@ -204,7 +203,7 @@ class BlockRowIterator(Stage):
         acc = self._account
         if acc is None:
             return self._read_block()
-        with acc.reserving(acc.estimate(), stop_flag(self.ctx)) as reservation:  # (cancelled unless settled)
+        with acc.reserve(acc.estimate(), stop_flag(self.ctx)) as reservation:  # (cancelled unless settled)
             block = self._read_block()
             if block is None:
                 return None
