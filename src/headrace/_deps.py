@@ -44,7 +44,9 @@ def install_hint(module: str) -> str:
 
 
 def require(module: str, purpose: str, extra: str | None = None) -> ModuleType:
-    """``importlib.import_module(module)`` (from ``sys.modules`` when already imported: cheap on hot paths).
+    """``importlib.import_module(module)`` (from ``sys.modules`` when already imported: cheap on hot paths; a
+    module another thread is still importing is waited for, not returned half made: threads that decode their
+    first images at once met ``partially initialized module 'cv2' has no attribute 'resize'``).
 
     Args:
         module: the dotted module name, e.g. ``"pyarrow.parquet"``; its top-level package must be in
@@ -59,7 +61,8 @@ def require(module: str, purpose: str, extra: str | None = None) -> ModuleType:
             module, ``.extra``: the extra).
     """
     found = sys.modules.get(module)
-    if found is not None:
+    # (a module another thread is still importing is in sys.modules half made: import_module waits for it)
+    if found is not None and not getattr(getattr(found, "__spec__", None), "_initializing", False):
         return found
     top = module.partition(".")[0]
     default, dist = EXTRAS[top]
