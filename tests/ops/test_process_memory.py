@@ -161,6 +161,32 @@ def test_a_tight_budget_runs_with_fewer_workers():
     assert stats["peak_bytes"] <= stats["limit_bytes"]
 
 
+_FAT_MODULE = ("import numpy as np\nBALLAST = np.ones(96 * 1024**2, np.uint8)  # 96 MiB, touched at import\n"
+               "def plus_ballast(x):\n    s = 0\n    for j in range(40000):  # ~5 ms holding the GIL\n"
+               "        s += j ^ int(x)\n    return x + int(BALLAST[int(x)])\n")
+
+
+def test_a_worker_larger_than_its_estimate_is_ended_when_its_excess_does_not_fit(tmp_path, monkeypatch):
+    """A worker's interpreter imports the function's module (torch alone is ~200 MB). "auto" starts its workers
+    side by side, each admitted on the 48 MiB estimate, and each was then charged its real size at once: 250
+    MiB of workers in a 200 MiB budget (the CLI's bench test: MemoryBudgetError in another stage). Now a worker
+    that is not the stage's only one is charged its excess only if it fits the workers' share, else it is
+    ended: one worker runs and the tracked bytes never pass the budget."""
+    (tmp_path / "fat_fn.py").write_text(_FAT_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from fat_fn import plus_ballast  # a module-level function: the worker imports the module, ballast and all
+
+    ds = D.range(120).map(plus_ballast, num_parallel_calls=hr.AUTOTUNE).with_options(
+        hr.Options(memory_budget="200MiB"))
+    with iter(ds) as it:
+        assert [int(v) for v in it] == [i + 1 for i in range(120)]
+        ex = it.explain()["tree"]["executor"]
+        stats = it.memory_stats()
+    assert ex["executor"] == "process", ex  # else the case is not tried: the function holds the GIL
+    assert ex["processes"] == 1, ex
+    assert stats["overdraft_bytes"] == 0 and stats["peak_bytes"] <= stats["limit_bytes"], stats
+
+
 class _Member:
     def __init__(self) -> None:
         self.applied: list[tuple[str, int]] = []
@@ -198,7 +224,7 @@ def test_the_tuner_adds_no_worker_while_the_stage_waits_for_memory(budget_s, lim
     t.executor = _Executor(limited)
     member = _Member()
     t.add(member)
-    tuner = Tuner(SimpleNamespace(cpu_budget=8, tunings={"map(f)": t}), lambda: None)
+    tuner = Tuner(SimpleNamespace(cpu_budget=8, tree=SimpleNamespace(tunings={"map(f)": t})), lambda: None)
     tuner._recent["map(f)"] = {"calls": 100.0, "busy_s": 0.9, "worker_time_s": 1.0, "budget_s": budget_s,
                                "elapsed_s": 1.0}
     moves = [(k.name, new) for _t, k, new in tuner._candidates()]

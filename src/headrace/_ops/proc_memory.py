@@ -21,6 +21,9 @@ Every stage's workers have one *workers* account (mandatory, one unit per worker
   starts only if its reservation fits **now** and the workers of every stage together stay within
   ``MAX_BUDGET_SHARE`` of the budget, a stage that has no worker yet counting the estimate of its first
   (``try_reserve(group_limit=...)``, never the stall breaker): otherwise the calls wait for a busy worker;
+- a worker that comes out larger than its reservation (the function's imports: torch alone is ~200 MB) is
+  charged the excess if it fits now, within that share; else it is ended, unless it is the stage's only one
+  (``started``);
 - a worker admitted on an estimate keeps it reserved (its *floor*) until its first call is measured; a
   segment is charged before it is created, only for what it adds beyond the floor;
 - after calls the footprint is re-measured: the first measurement settles it to the real size (the
@@ -175,15 +178,35 @@ class WorkerMemory:
         """Whether a worker start was refused for lack of budget in the last ``within_s`` seconds."""
         return self.declined > 0 and time.monotonic() - self.declined_s <= within_s
 
-    def started(self, proc: _Proc, reservation: Reservation, rss: int, floor: bool) -> None:
+    def started(self, proc: _Proc, reservation: Reservation, rss: int, floor: bool, alone: bool) -> bool:
         """``proc`` is ready with ``rss`` bytes: it keeps its ``reservation`` as its floor when it was admitted
-        on an estimate (``floor``), else it is charged its RSS."""
+        on an estimate (``floor``), else it is charged its RSS. A worker that is not the stage's only one
+        (``alone``) and came out larger than its reservation is charged the excess only if it fits now, within
+        the workers' share; else it is declined (False, its reservation given back: the caller ends it) and
+        its size learned, so no further worker starts on the estimate. (A fresh interpreter that imports
+        torch with the function is ~250 MB: two charged at once took 492 MiB of a 256 MiB budget.)"""
+        acc = self.account
+        keep = max(rss, reservation.nbytes if floor else 0)
+        excess = keep - reservation.nbytes
+        more = None
+        if excess > 0 and not alone:
+            more = acc.try_reserve(excess, WHOLE, group_limit=int(acc.budget.limit_bytes * MAX_BUDGET_SHARE))
+            if more is None:
+                reservation.cancel()
+                acc.grow_unit(rss)
+                self.declined += 1
+                self.declined_s = time.monotonic()
+                return False
         proc.own = rss
         proc.floor = reservation.nbytes if floor else 0
-        keep = max(rss, proc.floor)
-        reservation.settle(keep, count=1, unit=False, refuse=False)
+        if more is None:
+            reservation.settle(keep, count=1, unit=False, refuse=False)
+        else:
+            reservation.settle(reservation.nbytes, count=1, unit=False, refuse=False)
+            more.settle(excess, count=0, unit=False, refuse=False)
         proc.footprint = keep
-        self.account.grow_unit(rss)
+        acc.grow_unit(rss)
+        return True
 
     def segment_need(self, proc: _Proc, grow: int) -> int:
         """What growing ``proc``'s segments by ``grow`` bytes adds to its charge (its floor covers some)."""

@@ -346,9 +346,10 @@ class ProcessWorkers:
         reserved = self.memory.try_reserve_another()
         return reserved is not None, reserved
 
-    def _start(self, stop: Any, reserved: Reservation | None) -> _Proc:
+    def _start(self, stop: Any, reserved: Reservation | None) -> _Proc | None:
         """Start one worker (``reserved`` for it by ``_admit``, else reserved now: the stage's first) and wait
-        until it has loaded the function."""
+        until it has loaded the function; None when it came out larger than what fits (``WorkerMemory.started``:
+        it is ended)."""
         mem = self.memory
         floor = reserved is not None
         if reserved is None:
@@ -366,7 +367,12 @@ class ProcessWorkers:
             proc.kill()
             _reap(proc)
             raise
-        mem.started(proc, reserved, proc.rss() or reserved.nbytes, floor)
+        with self._cv:
+            alone = not self._all and self._starting <= 1
+        if not mem.started(proc, reserved, proc.rss() or reserved.nbytes, floor, alone):
+            proc.kill()
+            _reap(proc)
+            return None
         self.started += 1
         self.start_s.append(time.monotonic() - t0)
         return proc
@@ -375,39 +381,45 @@ class ProcessWorkers:
     def checkout(self, stop: Any, wait: bool = True) -> _Proc | None:
         """An idle worker; a new one when none is idle and fewer than ``target`` exist; else wait (timed,
         until ``stop``) or, with ``wait=False``, None; None once draining (``drain``)."""
-        with self._cv:
-            while True:
+        while True:
+            with self._cv:
+                while True:
+                    if self._closed:
+                        raise Cancelled()
+                    if self._draining:
+                        return None
+                    self._retire_excess()
+                    if self._idle and len(self._all) - len(self._idle) < self.target:
+                        return self._idle.pop()
+                    may, reserved = self._admit()
+                    if may:
+                        self._starting += 1
+                        self.memory.set_workers(len(self._all) + self._starting)
+                        break
+                    if not wait:
+                        return None
+                    if stop is not None and stop.is_set():
+                        raise Cancelled()
+                    self._cv.wait(WAIT_SLICE_S)
+            proc = self._start_counted(stop, reserved)
+            if proc is None:
+                continue  # it came out too large to start beside the others: wait for one of them
+            with self._cv:
                 if self._closed:
+                    self._drop(proc)
                     raise Cancelled()
-                if self._draining:
-                    return None
-                self._retire_excess()
-                if self._idle and len(self._all) - len(self._idle) < self.target:
-                    return self._idle.pop()
-                may, reserved = self._admit()
-                if may:
-                    self._starting += 1
-                    self.memory.set_workers(len(self._all) + self._starting)
-                    break
-                if not wait:
-                    return None
-                if stop is not None and stop.is_set():
-                    raise Cancelled()
-                self._cv.wait(WAIT_SLICE_S)
+                self._all.append(proc)
+            return proc
+
+    def _start_counted(self, stop: Any, reserved: Reservation | None) -> _Proc | None:
+        """``_start``, counted in ``_starting`` while it runs (the caller counted it in)."""
         try:
             proc = self._start(stop, reserved)
-        except BaseException:
+        finally:
             with self._cv:
                 self._starting -= 1
                 self.memory.set_workers(len(self._all) + self._starting)
                 self._cv.notify_all()
-            raise
-        with self._cv:
-            self._starting -= 1
-            if self._closed:
-                self._drop(proc)
-                raise Cancelled()
-            self._all.append(proc)
         return proc
 
     def prestart(self, stop: Any) -> bool:
@@ -418,15 +430,10 @@ class ProcessWorkers:
                 return False
             self._starting += 1
             self.memory.set_workers(len(self._all) + self._starting)
-        try:
-            proc = self._start(stop, reserved)
-        except BaseException:
-            with self._cv:
-                self._starting -= 1
-                self.memory.set_workers(len(self._all) + self._starting)
-            raise
+        proc = self._start_counted(stop, reserved)
+        if proc is None:
+            return False
         with self._cv:
-            self._starting -= 1
             if self._closed:
                 self._drop(proc)
                 return False
