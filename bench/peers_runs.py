@@ -18,16 +18,24 @@ BATCH_PARQUET = 256
 
 
 # ---- 1. the seed image pipeline: bench/image_pipeline.py's data, pipeline and timing ---------------------
-def image_bare(p: dict[str, Any]) -> dict[str, Any]:
-    import image_pipeline as ip
+def _image_pipeline() -> Any:
+    """``bench/image_pipeline.py``, with the decoders imported before any thread uses them: ``headrace._deps.
+    require`` hands out a module found in ``sys.modules`` even while another thread is still importing it, so
+    threads that call ``decode_and_resize`` for the first time at once can meet a half-imported ``cv2``
+    ("partially initialized module 'cv2' has no attribute 'resize'")."""
+    import cv2  # noqa: F401
+    import image_pipeline
+    import simplejpeg  # noqa: F401
 
-    return ip.run_bare(p["info"])
+    return image_pipeline
+
+
+def image_bare(p: dict[str, Any]) -> dict[str, Any]:
+    return _image_pipeline().run_bare(p["info"])
 
 
 def image_headrace(p: dict[str, Any]) -> dict[str, Any]:
-    import image_pipeline as ip
-
-    return ip.run_headrace(p["info"])
+    return _image_pipeline().run_headrace(p["info"])
 
 
 def image_tfdata(p: dict[str, Any]) -> dict[str, Any]:
@@ -46,12 +54,12 @@ def _indexed_records(info: dict[str, Any]) -> Any:
 
 
 def image_dataloader(p: dict[str, Any]) -> dict[str, Any]:
-    import image_pipeline as ip
     import torch
     import torch.utils.data as tud
 
     from headrace._machine import cpu_count
 
+    ip = _image_pipeline()
     source, fn = _indexed_records(p["info"]), ip._parse_fn(True)
 
     class Records(tud.Dataset):  # type: ignore[type-arg]
@@ -69,8 +77,8 @@ def image_dataloader(p: dict[str, Any]) -> dict[str, Any]:
 
 def image_grain(p: dict[str, Any]) -> dict[str, Any]:
     import grain
-    import image_pipeline as ip
 
+    ip = _image_pipeline()
     ds = (grain.MapDataset.source(_indexed_records(p["info"])).shuffle(seed=0).map(ip._parse_fn(True))
           .to_iter_dataset(grain.ReadOptions()).batch(ip.BATCH))
     return ip._timed_epoch(ds)
