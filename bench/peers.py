@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -182,6 +183,13 @@ def _tree_rss(proc: psutil.Process) -> int:
     return total
 
 
+def _exception_line(stderr: str) -> str:
+    """The traceback's exception line (Grain prints a note after it), else the last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()] or ["(no output)"]
+    found = [line for line in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", line)]
+    return (found or lines)[-1][:300]
+
+
 def run_child(env: dict[str, Any], workload: str, contender: str, params: dict[str, Any],
               timeout_s: float) -> dict[str, Any]:
     """Run ``peers_runs.WORKLOAD_CONTENDER`` in ``env``'s Python; its JSON result plus ``peak_rss_mb`` of the
@@ -207,8 +215,11 @@ def run_child(env: dict[str, Any], workload: str, contender: str, params: dict[s
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            for p in psutil.Process(proc.pid).children(recursive=True):
-                p.kill()
+            try:
+                for p in psutil.Process(proc.pid).children(recursive=True):
+                    p.kill()
+            except psutil.Error:
+                pass  # gone meanwhile
             proc.kill()
             proc.wait()
             rc = None
@@ -221,8 +232,7 @@ def run_child(env: dict[str, Any], workload: str, contender: str, params: dict[s
         return {"error": f"timed out after {timeout_s:.0f} s"}
     lines = stdout.strip().splitlines()
     if rc != 0 or not lines:
-        tail = [line for line in stderr.strip().splitlines() if line.strip()][-1:] or [f"exit {rc}"]
-        return {"error": f"exit {rc}: {tail[0][:300]}"}
+        return {"error": f"exit {rc}: {_exception_line(stderr)}", "stderr_tail": stderr[-3000:]}
     result = json.loads(lines[-1])
     result["peak_rss_mb"] = peak[0] / 1e6
     return result
