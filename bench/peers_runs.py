@@ -254,11 +254,12 @@ def parquet_grain(p: dict[str, Any]) -> dict[str, Any]:
     return _rows_per_s(ds, p["rows"])
 
 
-def main() -> None:
+def run_one() -> None:
+    """The child's entry: no machine line here (bench/peers.py prints it; .venv-tf has no headrace)."""
     workload, contender, params = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     out = globals()[f"{workload}_{contender}"](params)
     print(json.dumps(out, default=str))
 
 
 if __name__ == "__main__":
-    main()
+    run_one()
