@@ -52,8 +52,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from headrace._machine import machine_info, machine_line
-
 TARGET_IMG_S = 2000.0
 TARGET_RATIO = 0.90
 TARGET_RSS_MB = 500.0
@@ -370,6 +368,9 @@ def _installed(module: str) -> bool:
 
 
 def main() -> None:
+    # here, not at the top: bench/peers.py imports this module in TensorFlow's venv, which has no headrace
+    from headrace._machine import machine_info, machine_line
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=5000, help="number of JPEGs (default 5000)")
     ap.add_argument("--workdir", default=None, help="where the data is written and kept between runs")

@@ -36,6 +36,8 @@ import sys
 import time
 
 import numpy as np
+from python_map_fn import make_and_curve
+from python_map_fn import timed as _timed
 
 import headrace as hr
 from headrace._machine import machine_line
@@ -44,30 +46,7 @@ from headrace._ops.autotune import cpu_count
 SPEEDUP_TARGET = 1.8
 RING_REFERENCE_GBS = 2.6
 PICKLE_REFERENCE_GBS = 0.2
-WARMUP = 0.1
 BATCH_SHAPE = (64, 3, 224, 224)  # float32: 38.5 MB
-
-
-def image(i: int) -> np.ndarray:
-    return np.random.default_rng(int(i)).integers(0, 256, (64, 64, 3), dtype=np.uint8)
-
-
-def tone_curve(img: np.ndarray) -> np.ndarray:
-    """Pure Python over every pixel (holds the GIL): gamma-like curve and a running checksum."""
-    rows = img.tolist()
-    out = []
-    for row in rows:
-        new_row = []
-        for r, g, b in row:
-            y = (r * 299 + g * 587 + b * 114) // 1000
-            k = (y * y) // 255
-            new_row.append((min(255, r + k // 4), min(255, g + k // 4), min(255, b + k // 8)))
-        out.append(new_row)
-    return np.asarray(out, dtype=np.uint8)
-
-
-def make_and_curve(i):
-    return tone_curve(image(int(i)))
 
 
 _BATCH: np.ndarray | None = None
@@ -91,16 +70,6 @@ def rate_headrace(n: int, parallel: int | None, executor: str | None) -> tuple[f
             node = node["inputs"][0]
         chosen = node.get("executor", {}).get("executor", "?")
     return count / dt, chosen
-
-
-def _timed(iterable, n: int) -> tuple[int, float]:
-    """Elements and seconds after the first ``WARMUP * n`` elements."""
-    it = iter(iterable)
-    for _ in range(int(n * WARMUP)):
-        next(it)
-    t0 = time.perf_counter()
-    count = sum(1 for _ in it)
-    return count, time.perf_counter() - t0
 
 
 class _Images:
