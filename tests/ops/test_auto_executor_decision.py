@@ -52,39 +52,38 @@ def _pairs(gap_s: float, overlap: bool, n: int = 8) -> list[tuple[float, float, 
     return out
 
 
-def test_calls_that_never_ran_at_once_but_back_to_back_are_gil_bound_not_a_slow_input(monkeypatch):
+def _decided(monkeypatch, pairs: list[tuple[float, float, float]], probe_late_s: float | None = None) -> AutoExecutor:
+    """An executor that measured 4 solo calls of ``CALL_S`` at full CPU, then ``pairs`` (and the probe
+    ``probe_late_s`` late 8 times), and decided."""
     ex = _auto(monkeypatch)
     _solo(ex)
-    ex._pair[:] = _pairs(gap_s=0.00005, overlap=False)
+    ex._pair[:] = pairs
+    if probe_late_s is not None:
+        ex._probe_late[:] = [probe_late_s] * 8
     ex._maybe_decide()
+    return ex
+
+
+def test_calls_that_never_ran_at_once_but_back_to_back_are_gil_bound_not_a_slow_input(monkeypatch):
+    ex = _decided(monkeypatch, _pairs(gap_s=0.00005, overlap=False))
     assert ex.kind is ExecutorKind.PROCESS, ex.why
     assert "back to back" in ex.why and "holds the GIL" in ex.why
     assert ex.measured["busy"] >= BACK_TO_BACK and ex.measured["overlap"] < 1.3
 
 
 def test_calls_with_gaps_between_them_wait_for_a_slow_input(monkeypatch):
-    ex = _auto(monkeypatch)
-    _solo(ex)
-    ex._pair[:] = _pairs(gap_s=CALL_S, overlap=False)
-    ex._maybe_decide()
+    ex = _decided(monkeypatch, _pairs(gap_s=CALL_S, overlap=False))
     assert ex.kind is ExecutorKind.THREAD and "input is slower" in ex.why, ex.why
 
 
 def test_the_probe_still_decides_that_serialized_calls_release_the_gil(monkeypatch):
-    ex = _auto(monkeypatch)
-    _solo(ex)
-    ex._pair[:] = _pairs(gap_s=0.00005, overlap=False)
-    ex._probe_late[:] = [0.0001] * 8  # the probe woke at once while calls ran: they release the GIL
-    ex._maybe_decide()
+    # the probe woke at once while calls ran: they release the GIL
+    ex = _decided(monkeypatch, _pairs(gap_s=0.00005, overlap=False), probe_late_s=0.0001)
     assert ex.kind is ExecutorKind.THREAD and "releases the GIL" in ex.why, ex.why
 
 
 def test_overlapping_calls_that_hold_the_gil_still_go_to_processes(monkeypatch):
-    ex = _auto(monkeypatch)
-    _solo(ex)
-    ex._pair[:] = _pairs(gap_s=0.0, overlap=True)
-    ex._probe_late[:] = [0.004] * 8
-    ex._maybe_decide()
+    ex = _decided(monkeypatch, _pairs(gap_s=0.0, overlap=True), probe_late_s=0.004)
     assert ex.kind is ExecutorKind.PROCESS and "waited 4.0 ms" in ex.why, ex.why
 
 
