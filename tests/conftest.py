@@ -82,6 +82,13 @@ def pytest_report_header(config: pytest.Config) -> str:
     return machine_line()
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The machine again at the end: ``pytest -q`` (the README's test command) prints no header."""
+    from headrace._machine import machine_line
+
+    terminalreporter.write_line(machine_line())
+
+
 def read_through_restores(make, chain: list[int]) -> list:
     """Elements of ``make()`` read through a chain of restores: take ``chain[0]`` elements, save the state
     (through JSON), restore it into a fresh ``iter(make())``, take ``chain[1]``, ... then the rest."""
