@@ -39,6 +39,8 @@ SCALAR_TYPES = frozenset({bytes, np.int64, np.int32, np.float32, np.float64, np.
                           np.int16, np.uint16, np.uint32, np.uint64, np.float16})
 """Leaf types that normalization returns unchanged (the fast path of ``map``)."""
 _PASS_TYPES = SCALAR_TYPES | {np.ndarray}
+SCALAR_NBYTES: dict[type, int] = {t: np.dtype(t).itemsize for t in SCALAR_TYPES if t is not bytes}
+"""``nbytes`` of the fixed-size numpy scalar types, for a lookup in place of a call on hot paths."""
 
 
 def is_namedtuple(x: object) -> bool:
@@ -234,6 +236,9 @@ def nbytes(x: Any) -> int:
     Object arrays count 8 bytes per slot plus the length of each ``bytes`` item.
     """
     t = type(x)
+    n = SCALAR_NBYTES.get(t)
+    if n is not None:
+        return n
     if t is np.ndarray:
         if x.dtype.hasobject:
             return x.nbytes + sum(len(v) for v in x.reshape(-1) if isinstance(v, bytes | str))

@@ -277,7 +277,7 @@ class Reservation:
         self.open = True
 
     def settle(self, actual: int, count: int = 1, *, unit: bool = True, largest: int | None = None,
-               refuse: bool = True, need: int | None = None) -> None:
+               refuse: bool = True, need: int | None = None, inputs: tuple[int, int] | None = None) -> None:
         """Turn the reservation into ``count`` held elements of ``actual`` bytes in total.
 
         Less than reserved: the rest is released. More (an element larger than any before it): the excess
@@ -289,7 +289,10 @@ class Reservation:
         element larger than its estimate just before the stall breaker refused. ``refuse=False``: charge it
         anyway (memory measured after the fact, e.g. a worker process's RSS). ``need``: first refuse what can
         never fit this stage at once (``refusals.refuse_impossible``: a call's input and output found larger
-        than any estimate, before their excess is charged; issue 22: 1 MiB over under 3 MiB).
+        than any estimate, before their excess is charged; issue 22: 1 MiB over under 3 MiB). ``inputs``:
+        ``(n, largest)``, the ``n`` elements this reservation also held until now, consumed into this one (a
+        batch stacked from its items in the items' reservation): each is a unit of this stage's work, so the
+        unit size grows to ``largest`` as if they had been settled and released (one lock instead of three).
         """
         acc = self.account
         b = acc.budget
@@ -304,6 +307,8 @@ class Reservation:
             acc.held_count += count
             per = largest if largest is not None else (-(-actual // count) if count else actual)
             grew = acc.sized(per, unit)
+            if inputs is not None and inputs[0]:
+                grew = acc.sized(inputs[1]) or grew
             delta = actual - reserved
             if delta > 0:
                 b.miss_bytes += delta

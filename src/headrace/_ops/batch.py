@@ -20,6 +20,7 @@ elements, the partial batch is saved by value instead (``headrace._ops.by_value`
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from .._args import count_arg, parallel_calls_arg
@@ -27,7 +28,7 @@ from .._handoff import hand_off
 from .._memory import WHOLE, WHOLE_UNCAPPED, Reservation, StageAccount
 from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import batch_spec
-from .._structure import nbytes
+from .._structure import SCALAR_NBYTES, nbytes
 from . import by_value
 from .autotune import parallelism
 from .base import check_state, note_error, stop_flag
@@ -69,11 +70,7 @@ class BatchNode(DatasetNode):
     def make_iterator(self, ctx: IteratorContext) -> Stage:
         source = self.inputs[0].make_iterator(ctx)
         stage = ctx.stage_name(self, f"batch({self.batch_size})")
-        pool = BufferPool(max_bytes=ctx.budget.limit_bytes // 16)
-
-        def combine(items: list[Any], stage: str) -> Any:
-            return stack(items, stage, pool)
-
+        combine = partial(stack, pool=BufferPool(max_bytes=ctx.budget.limit_bytes // 16))
         return make_batcher(ctx, self, source, stage, combine, self.num_parallel_calls, self.deterministic)
 
 
@@ -138,6 +135,7 @@ class _BatchIterator(Stage):
         self._items: list[Any] = []
         self._held = 0          # bytes of self._items
         self._largest = 0       # the largest of them
+        self._per = 0           # the element size the reservation has room for (``_room``)
         # the batch's one reservation (outstanding until settled): the items so far and room for the rest
         self._reservation: Reservation | None = None
         self._pulled = 0        # positions pulled into this batch (errors included)
@@ -150,12 +148,14 @@ class _BatchIterator(Stage):
         self._clear()
 
     def _room(self, stop: Any) -> None:
-        """Keep the batch's reservation >= its items plus room for the rest at the largest size seen:
-        one reservation per batch, topped up only when an element larger than every before it arrives."""
+        """Keep the batch's reservation >= its items plus room for the rest at the largest size seen, plus
+        (when this stage stacks) room for the stacked batch at the largest one stacked so far: one reservation
+        per batch, topped up only when an element larger than every before it arrives (and, for the first
+        batch, once for its stacked output: ``__next__``)."""
         acc = self._account
         r = self._reservation
-        per = self._largest or acc.estimate()
-        want = self._held + (self._bs - len(self._items)) * per
+        per = self._per = self._largest or acc.estimate()
+        want = self._held + (self._bs - len(self._items)) * per + (self._out_max if self._combine else 0)
         if r is None:  # the batch's one reservation (0 bytes while no size is known yet)
             self._reservation = acc.reserve(max(0, want), stop, WHOLE)
             return
@@ -165,28 +165,38 @@ class _BatchIterator(Stage):
             r.top_up(want - r.nbytes, stop)
 
     def _gather(self, stop: Any) -> bool:
-        """Fill the batch; False if the input ended first."""
+        """Fill the batch; False if the input ended first. The loop keeps its counters in locals (the
+        per-element path: ``bench/overhead.py``) and writes them back however it ends."""
         if self._pulled == 0:
             self._start = self._source.get_state()
             self._start_epoch = self._source.replay_epoch()
         nxt, items, bs = self._next_input, self._items, self._bs
         self._room(stop)
-        while len(items) < bs:
-            try:
-                x = nxt()
-            except StopIteration:
-                return False
-            except BaseException:
-                self._pulled += 1
-                raise
-            self._pulled += 1
-            n = nbytes(x)
-            items.append(x)
-            self._held += n
-            if n > self._largest:
-                self._largest = n
-                self._room(stop)
-        return True
+        pulled, held, largest, per = self._pulled, self._held, self._largest, self._per
+        try:
+            while len(items) < bs:
+                try:
+                    x = nxt()
+                except StopIteration:
+                    return False
+                except BaseException:
+                    pulled += 1  # a position that raised counts (it was reported)
+                    raise
+                pulled += 1
+                n = SCALAR_NBYTES.get(type(x))
+                if n is None:
+                    n = nbytes(x)
+                items.append(x)
+                held += n
+                if n > largest:
+                    largest = n
+                    if n > per:  # larger than the reservation has room for
+                        self._held, self._largest = held, largest
+                        self._room(stop)
+                        per = self._per
+            return True
+        finally:
+            self._held, self._largest, self._pulled = held, largest, pulled
 
     def __next__(self) -> Any:
         if self._done:
@@ -197,30 +207,41 @@ class _BatchIterator(Stage):
             self._drop_items()
             self._done = True
             raise StopIteration
-        acc = self._account
-        items, held = self._items, self._held
-        self._reservation.settle(held, count=len(items), largest=self._largest)  # type: ignore[union-attr]
-        self._clear()
+        items, held, largest = self._items, self._held, self._largest
+        reservation: Reservation = self._reservation  # type: ignore[assignment]
         if self._combine is None:
+            reservation.settle(held, count=len(items), largest=largest)
+            self._clear()
             return _Group(items, held)
+        self._clear()
         index = self._index
         self._index += 1
-        try:
-            reservation = acc.reserve(max(held, self._out_max), stop, WHOLE)
-        except BaseException:
-            acc.release(held, count=len(items))
-            raise
+        acc = self._account
+        # The items and their stacked batch exist together while it is made: one reservation for both (made
+        # at the batch's start from the largest batch so far; the first batch's is topped up here).
+        need = held + max(held, self._out_max)
+        count = len(items)
+        if need > reservation.nbytes:  # (the first batch, or larger items): their size is the unit from now on
+            try:
+                acc.grow_unit(largest)  # (so a batch that can never fit is refused naming its elements)
+                reservation.top_up(need - reservation.nbytes, stop)
+            except BaseException:
+                reservation.cancel()
+                raise
         try:
             out = self._combine(items, self._stage)
         except Exception as e:
             reservation.cancel()
             raise note_error(e, self._stage, index) from None
+        except BaseException:
+            reservation.cancel()
+            raise
         finally:
-            acc.release(held, count=len(items))
             del items
         n_out = nbytes(out)
         self._out_max = max(self._out_max, n_out)
-        reservation.settle(n_out, unit=False)
+        # the items are gone and the batch is held: the items' size is this stage's unit, the batch's is not
+        reservation.settle(n_out, unit=False, inputs=(count, largest))
         hand_off(acc, n_out, self)
         return out
 

@@ -50,28 +50,56 @@ class RangeNode(DatasetNode):
 
 
 class _RangeIterator(Stage):
+    """``range``'s values, made in chunks of ``CHUNK`` by ``np.arange`` and handed out by a C iterator (a
+    tenth of ``np.int64(v)``'s cost per element: ``bench/overhead.py``); the position is the chunk's first
+    value plus the iterator's index. Dtypes other than int64, and ranges past int64, make one value at a time."""
+
     kind = "range"
+    CHUNK = 4096
+    _I64 = np.iinfo(np.int64)
 
     def __init__(self, ctx: IteratorContext, ds: RangeNode) -> None:
         super().__init__(ctx)
         self._ds = ds
         self._make = ds.dtype.type
-        self._next = ds.start
+        self._next = ds.start   # the value after the last chunk made (or the next value, one at a time)
         self._stop = ds.stop
         self._step = ds.step
+        self._flat: Any = None  # the current chunk's ``flatiter``
+        self._base = 0          # the current chunk's first value
+        self._chunked = ds.dtype == np.int64 and all(
+            self._I64.min <= v <= self._I64.max for v in (ds.start, ds.stop, ds.start + ds.step))
 
     def __next__(self) -> Any:
+        flat = self._flat
+        if flat is not None:
+            try:
+                return next(flat)
+            except StopIteration:
+                self._flat = None
         v = self._next
-        if (v >= self._stop) if self._step > 0 else (v <= self._stop):
+        step = self._step
+        if (v >= self._stop) if step > 0 else (v <= self._stop):
             raise StopIteration
-        self._next = v + self._step
-        return self._make(v)
+        if not self._chunked:
+            self._next = v + step
+            return self._make(v)
+        end = v + step * self.CHUNK
+        end = min(end, self._stop) if step > 0 else max(end, self._stop)
+        self._base, self._next = v, v + step * len(range(v, end, step))
+        self._flat = np.arange(v, end, step, dtype=np.int64).flat
+        return next(self._flat)
+
+    def _position(self) -> int:
+        flat = self._flat
+        return self._next if flat is None else self._base + flat.index * self._step
 
     def get_state(self) -> dict[str, Any]:
-        return {"kind": self.kind, "start": self._ds.start, "step": self._step, "next": self._next}
+        return {"kind": self.kind, "start": self._ds.start, "step": self._step, "next": self._position()}
 
     def set_state(self, state: dict[str, Any]) -> None:
         check_state(state, self.kind, start=self._ds.start, step=self._step)
+        self._flat = None
         self._next = int(state["next"])
 
 
