@@ -277,7 +277,8 @@ class Reservation:
         self.open = True
 
     def settle(self, actual: int, count: int = 1, *, unit: bool = True, largest: int | None = None,
-               refuse: bool = True, need: int | None = None, inputs: tuple[int, int] | None = None) -> None:
+               refuse: bool = True, need: int | None = None, inputs: tuple[int, int] | None = None,
+               release: bool = False) -> None:
         """Turn the reservation into ``count`` held elements of ``actual`` bytes in total.
 
         Less than reserved: the rest is released. More (an element larger than any before it): the excess
@@ -293,6 +294,8 @@ class Reservation:
         ``(n, largest)``, the ``n`` elements this reservation also held until now, consumed into this one (a
         batch stacked from its items in the items' reservation): each is a unit of this stage's work, so the
         unit size grows to ``largest`` as if they had been settled and released (one lock instead of three).
+        ``release``: the element is handed on at once (no taker waits for it, ``headrace._handoff``): its bytes
+        are released in the same lock, as ``StageAccount.release`` would.
         """
         acc = self.account
         b = acc.budget
@@ -321,6 +324,9 @@ class Reservation:
             elif delta < 0:
                 b.credit(acc, -delta)
             acc.stalled_short = False
+            if release:
+                acc.held_count -= count
+                b.credit(acc, actual)
             if acc.mandatory and acc.demand is None and acc.held_bytes > acc.cap_bytes:
                 grew = True  # an unbounded mandatory stage outgrew its share: the others' shares shrink
             if grew:

@@ -24,11 +24,11 @@ from functools import partial
 from typing import Any
 
 from .._args import count_arg, parallel_calls_arg
-from .._handoff import hand_off
+from .._handoff import hand_off, taker_of
 from .._memory import WHOLE, WHOLE_UNCAPPED, Reservation, StageAccount
 from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import batch_spec
-from .._structure import SCALAR_NBYTES, nbytes
+from .._structure import nbytes
 from . import by_value
 from .autotune import parallelism
 from .base import check_state, note_error, stop_flag
@@ -165,38 +165,36 @@ class _BatchIterator(Stage):
             r.top_up(want - r.nbytes, stop)
 
     def _gather(self, stop: Any) -> bool:
-        """Fill the batch; False if the input ended first. The loop keeps its counters in locals (the
-        per-element path: ``bench/overhead.py``) and writes them back however it ends."""
+        """Fill the batch; False if the input ended first. The input appends the elements (``Stage.fill``: one
+        call per batch, stopping early after an element larger than the reservation has room for)."""
         if self._pulled == 0:
             self._start = self._source.get_state()
             self._start_epoch = self._source.replay_epoch()
-        nxt, items, bs = self._next_input, self._items, self._bs
+        fill, items, bs = self._source.fill, self._items, self._bs
         self._room(stop)
-        pulled, held, largest, per = self._pulled, self._held, self._largest, self._per
-        try:
-            while len(items) < bs:
-                try:
-                    x = nxt()
-                except StopIteration:
+        while len(items) < bs:
+            before = len(items)
+            try:
+                n, largest = fill(items, bs - before, self._per)
+            except BaseException as e:
+                added = items[before:]
+                self._pulled += len(added) + (not isinstance(e, StopIteration))  # a position that raised counts
+                n = sum(nbytes(x) for x in added)
+                self._held += n
+                self._largest = max(self._largest, max(map(nbytes, added), default=0))
+                r = self._reservation
+                if r is not None and self._held > r.nbytes:  # kept for the next call: charged now
+                    r.force(self._held - r.nbytes)
+                if isinstance(e, StopIteration):
                     return False
-                except BaseException:
-                    pulled += 1  # a position that raised counts (it was reported)
-                    raise
-                pulled += 1
-                n = SCALAR_NBYTES.get(type(x))
-                if n is None:
-                    n = nbytes(x)
-                items.append(x)
-                held += n
-                if n > largest:
-                    largest = n
-                    if n > per:  # larger than the reservation has room for
-                        self._held, self._largest = held, largest
-                        self._room(stop)
-                        per = self._per
-            return True
-        finally:
-            self._held, self._largest, self._pulled = held, largest, pulled
+                raise
+            self._pulled += len(items) - before
+            self._held += n
+            if largest > self._largest:
+                self._largest = largest
+                if largest > self._per:  # larger than the reservation has room for: charged, and room made
+                    self._room(stop)
+        return True
 
     def __next__(self) -> Any:
         if self._done:
@@ -241,8 +239,11 @@ class _BatchIterator(Stage):
         n_out = nbytes(out)
         self._out_max = max(self._out_max, n_out)
         # the items are gone and the batch is held: the items' size is this stage's unit, the batch's is not
-        reservation.settle(n_out, unit=False, inputs=(count, largest))
-        hand_off(acc, n_out, self)
+        if taker_of(self) is None:  # handed on as it is returned: settled and released in one step
+            reservation.settle(n_out, unit=False, inputs=(count, largest), release=True)
+        else:
+            reservation.settle(n_out, unit=False, inputs=(count, largest))
+            hand_off(acc, n_out, self)
         return out
 
     def delivers_charged(self) -> bool:

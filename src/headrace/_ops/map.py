@@ -28,7 +28,7 @@ from typing import Any
 from .._args import parallel_calls_arg
 from .._options import AUTOTUNE
 from .._spec import from_user
-from .._structure import SCALAR_TYPES, normalize
+from .._structure import SCALAR_NBYTES, SCALAR_TYPES, normalize
 from .autotune import MAP_WINDOW_PER_WORKER, parallelism
 from .base import fn_name, note_error
 from .calls import (
@@ -44,7 +44,7 @@ from .executor import AutoExecutor, Executor, ProcessExecutor, ThreadExecutor, v
 from .node import DatasetNode, SpecOf, trace
 from .parallel import PoolIterator
 from .sources import convert_to_spec
-from .stage import Stage, UnaryIterator
+from .stage import Stage, UnaryIterator, size_of
 
 
 class MapNode(DatasetNode):
@@ -160,6 +160,49 @@ class _MapIterator(UnaryIterator):
         except Exception as e:
             note_error(e, self._stage, i)
             raise
+
+    def fill(self, items: list[Any], k: int, per: int) -> tuple[int, int]:
+        """``Stage.fill`` with ``__next__``'s calling convention fused into its loop (tf.data's map-and-batch
+        fusion: a sequential ``batch`` right after this ``map`` makes one call per batch, not one per element;
+        ``bench/overhead.py``). Same results, errors, notes and index as ``__next__``."""
+        nxt, fn, finish, stage, append = self._next_input, self._fn, self._finish, self._stage, items.append
+        i = self._index
+        start = len(items)
+        held = largest = slow = 0
+        fast: type | None = None  # results of a fixed-size scalar type, when there is no finish: appended as is
+        try:
+            for _ in range(k):
+                x = nxt()
+                i += 1
+                try:
+                    y = fn(*x) if type(x) is tuple else fn(x)
+                    if type(y) is fast:
+                        append(y)
+                        continue
+                    if type(y) not in SCALAR_TYPES:
+                        y = normalize(refuse_empty(y, stage), stage)
+                    if finish is not None:
+                        y = finish(y)
+                except StopIteration as e:
+                    raise note_error(stop_iteration_error(stage), stage, i - 1) from e
+                except Exception as e:
+                    note_error(e, stage, i - 1)
+                    raise
+                n, kind = size_of(y, fast)
+                if finish is None:
+                    fast = kind
+                append(y)
+                slow += 1
+                held += n
+                if n > largest:
+                    largest = n
+                    if n > per:
+                        break
+        finally:
+            self._index = i
+        if fast is not None:
+            held += (len(items) - start - slow) * SCALAR_NBYTES[fast]
+        return held, largest
 
     def _counters(self) -> dict[str, Any]:
         return {"index": self._index}

@@ -33,10 +33,20 @@ import time
 from typing import Any
 
 from .._errors import StateError
+from .._structure import SCALAR_NBYTES, nbytes
 from .base import JOIN_TIMEOUT_S, check_state, join_threads
 from .context import IteratorContext
 from .protocol import DatasetIterator
 from .replay import Replayable
+
+
+def size_of(x: Any, fast: type | None) -> tuple[int, type | None]:
+    """``Stage.fill``'s sizing of an element that is not of its ``fast`` type: its bytes, and the fast type from
+    now on (the first fixed-size scalar type met)."""
+    n = SCALAR_NBYTES.get(type(x))
+    if n is None:
+        return nbytes(x), fast
+    return n, type(x) if fast is None else fast
 
 
 class Stage(Replayable, DatasetIterator):
@@ -61,6 +71,33 @@ class Stage(Replayable, DatasetIterator):
     def has_ready(self) -> bool:
         """Whether ``__next__`` would return without waiting for another thread (sync stages: always)."""
         return True
+
+    def fill(self, items: list[Any], k: int, per: int) -> tuple[int, int]:
+        """Append up to ``k`` elements to ``items`` (what ``k`` calls of ``__next__`` give), stopping early after
+        an element of more than ``per`` bytes: returns the bytes appended and the largest of them. The batch
+        loop of a sequential ``batch`` (``_ops/batch.py``), one call per batch instead of one per element; a
+        stage may fuse its own work into it (``map``: tf.data's map-and-batch fusion). ``StopIteration`` or an
+        error leaves the elements appended before it in ``items`` (the caller sizes them again)."""
+        nxt, append = self.__next__, items.append
+        start = len(items)
+        held = largest = slow = 0
+        fast: type | None = None  # a fixed-size scalar type seen (its elements: counted, not sized, one by one)
+        for _ in range(k):
+            x = nxt()
+            if type(x) is fast:
+                append(x)
+                continue
+            n, fast = size_of(x, fast)
+            append(x)
+            slow += 1
+            held += n
+            if n > largest:
+                largest = n
+                if n > per:
+                    break
+        if fast is not None:
+            held += (len(items) - start - slow) * SCALAR_NBYTES[fast]
+        return held, largest
 
     def _close_self(self) -> None:
         """Stop threads and release accounts of this stage only (override in stages that have any)."""
