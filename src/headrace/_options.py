@@ -131,6 +131,41 @@ class DistributeOptions(_SubOptions):
                          "Dataset.shard(num_shards, index), and leave the policy OFF")
 
 
+class OptimizationOptions(_SubOptions):
+    """``options.experimental_optimization``: ``apply_default_optimizations`` is headrace's
+    ``static_optimizations``. tf.data's single switches (``map_fusion``, ``map_and_batch_fusion``, ...) read as
+    that value; headrace turns its optimizations on and off together, so setting one to ``False`` raises,
+    naming ``apply_default_optimizations`` (``True`` is what they are already)."""
+
+    _group = "experimental_optimization"
+    _fields: ClassVar[dict[str, str]] = {"apply_default_optimizations": "static_optimizations",
+                                         "map_fusion": "", "map_and_batch_fusion": "", "filter_fusion": "",
+                                         "noop_elimination": "", "map_parallelization": "",
+                                         "parallel_batch": "", "shuffle_and_repeat_fusion": ""}
+    _APPLIED = frozenset({"map_fusion", "map_and_batch_fusion"})
+
+    def _get(self, name: str) -> Any:
+        if name == "apply_default_optimizations":
+            return self._owner.static_optimizations is not False
+        if name in self._fields:
+            return name in self._APPLIED and self._owner.static_optimizations is not False
+        return super()._get(name)
+
+    def _set(self, name: str, value: Any) -> None:
+        if name == "apply_default_optimizations":
+            self._owner.static_optimizations = value
+        elif name in self._fields:
+            if value is False and name in self._APPLIED:
+                raise ValueError(f"Options.experimental_optimization.{name}=False: headrace switches its static "
+                                 "optimizations together; set options.experimental_optimization."
+                                 "apply_default_optimizations = False (Options(static_optimizations=False))")
+            if value is True and name not in self._APPLIED:
+                raise ValueError(f"Options.experimental_optimization.{name}=True: headrace does not apply "
+                                 f"{name}; it applies {sorted(self._APPLIED)} (on by default)")
+        else:
+            super()._set(name, value)
+
+
 @dataclass
 class Options:
     """Pipeline-wide settings, attached with ``Dataset.with_options`` and merged over the whole tree.
@@ -151,12 +186,18 @@ class Options:
         autotune_enabled: ``False`` keeps every ``AUTOTUNE`` value at its starting rule (no tuner thread);
             ``None`` / ``True``: a tuner thread adjusts them while the iterator runs (tf.data's
             ``options.autotune.enabled``).
+        static_optimizations: ``False`` builds every op as its own stage; ``None`` / ``True`` applies tf.data's
+            static optimizations that pay here: ``map_fusion`` (consecutive sequential maps as one stage) and
+            ``map_and_batch_fusion`` (a sequential map runs inside the batch's loop), with the same results and
+            states (``headrace._ops.map_fusion``; ``explain()`` names them). tf.data's
+            ``options.experimental_optimization.apply_default_optimizations``.
 
     Options set later (outer ``with_options``) override earlier ones field by field; fields left ``None``
     inherit. As ``tf.data.Options``, fields may be assigned (``options.deterministic = False``, checked as in
     the constructor), and tf.data's groups map onto these fields: ``options.threading.private_threadpool_size``
     = ``max_parallelism``, ``options.autotune.ram_budget`` = ``memory_budget``, ``options.autotune.enabled`` =
-    ``autotune_enabled``; ``options.experimental_distribute.auto_shard_policy`` accepts ``OFF`` only and
+    ``autotune_enabled``, ``options.experimental_optimization.apply_default_optimizations`` =
+    ``static_optimizations``; ``options.experimental_distribute.auto_shard_policy`` accepts ``OFF`` only and
     settings without an equivalent raise ``ValueError`` naming what to use instead.
     """
 
@@ -166,6 +207,7 @@ class Options:
     map_executor: str | None = None
     cpu_budget: int | None = None
     autotune_enabled: bool | None = None
+    static_optimizations: bool | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -176,7 +218,7 @@ class Options:
             _check(name, value)
         elif not name.startswith("_"):
             raise AttributeError(f"Options has no field {name!r}; headrace's fields: {sorted(_FIELDS)} and the "
-                                 "groups threading, autotune, experimental_distribute")
+                                 "groups threading, autotune, experimental_distribute, experimental_optimization")
         object.__setattr__(self, name, value)
 
     @property
@@ -190,6 +232,10 @@ class Options:
     @property
     def experimental_distribute(self) -> DistributeOptions:
         return DistributeOptions(self)
+
+    @property
+    def experimental_optimization(self) -> OptimizationOptions:
+        return OptimizationOptions(self)
 
     experimental_deterministic = property(lambda self: self.deterministic,
                                           lambda self, v: setattr(self, "deterministic", v))
@@ -224,7 +270,8 @@ BUDGET_ORIGIN = "_budget_origin"
 """The attribute of an ``Options`` made by ``headrace._warn.share_options``: whose budget ``memory_budget``
 is a share of (for the warnings); kept by ``merge`` with the ``memory_budget`` it explains."""
 
-_FIELDS = {"memory_budget", "deterministic", "max_parallelism", "map_executor", "cpu_budget", "autotune_enabled"}
+_FIELDS = {"memory_budget", "deterministic", "max_parallelism", "map_executor", "cpu_budget", "autotune_enabled",
+           "static_optimizations"}
 
 
 def _check(name: str, value: Any) -> None:
@@ -237,8 +284,8 @@ def _check(name: str, value: Any) -> None:
         raise TypeError(f"Options(deterministic={value!r}): expected True, False or None")
     elif name == "max_parallelism" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"Options(max_parallelism={value!r}) must be an int >= 1 or None")
-    elif name == "autotune_enabled" and not isinstance(value, bool):
-        raise TypeError(f"Options(autotune_enabled={value!r}): expected True, False or None")
+    elif name in ("autotune_enabled", "static_optimizations") and not isinstance(value, bool):
+        raise TypeError(f"Options({name}={value!r}): expected True, False or None")
     elif name == "map_executor" and value not in ("auto", "thread", "process"):
         raise ValueError(f"Options(map_executor={value!r}): expected 'auto', 'thread', 'process' or None (auto "
                          "for num_parallel_calls=AUTOTUNE, else thread)")

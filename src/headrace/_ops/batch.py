@@ -33,6 +33,7 @@ from . import by_value
 from .autotune import parallelism
 from .base import check_state, note_error, stop_flag
 from .context import IteratorContext
+from .map_fusion import optimizing
 from .node import DatasetNode, SpecOf
 from .parallel import PoolIterator
 from .replay import advance, rereads_same
@@ -121,6 +122,9 @@ class _BatchIterator(Stage):
         super().__init__(ctx)
         self._source = source
         self._next_input = source.__next__
+        # map_and_batch_fusion: a stage with a fill of its own (a sequential map) runs inside this loop
+        self._fused = type(source).fill is not Stage.fill and optimizing(ctx)
+        self._fill = source.fill if self._fused else partial(Stage.fill, source)
         self._account = account
         self._bs = batch_size
         self._drop = drop_remainder
@@ -170,7 +174,7 @@ class _BatchIterator(Stage):
         if self._pulled == 0:
             self._start = self._source.get_state()
             self._start_epoch = self._source.replay_epoch()
-        fill, items, bs = self._source.fill, self._items, self._bs
+        fill, items, bs = self._fill, self._items, self._bs
         self._room(stop)
         while len(items) < bs:
             before = len(items)
@@ -245,6 +249,11 @@ class _BatchIterator(Stage):
             reservation.settle(n_out, unit=False, inputs=(count, largest))
             hand_off(acc, n_out, self)
         return out
+
+    def optimization(self) -> str | None:
+        if not self._fused:
+            return None
+        return f"map_and_batch_fusion: {getattr(self._source, '_stage', 'map')} runs in this stage's loop"
 
     def delivers_charged(self) -> bool:
         """A stacked batch is charged until it is returned (``headrace._handoff``); a group is not."""

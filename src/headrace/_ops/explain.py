@@ -87,6 +87,9 @@ def describe_stage(it: Any, stages: dict[str, dict[str, Any]], limit: int, tunin
         node["why"] = {k.value: v.why for k, v in tuning.knobs.items()}
     else:
         node["why"] = {"settings": "as given (not AUTOTUNE)"}
+    optimization = it.optimization() if hasattr(it, "optimization") else None
+    if optimization:
+        node["why"]["optimization"] = optimization
     executor = resources.get(name)
     if executor is not None:
         node["executor"] = executor.report()

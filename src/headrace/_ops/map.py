@@ -41,6 +41,7 @@ from .calls import (
 )
 from .context import IteratorContext
 from .executor import AutoExecutor, Executor, ProcessExecutor, ThreadExecutor, validate_executor
+from .map_fusion import FusedMapIterator, optimizing
 from .node import DatasetNode, SpecOf, trace
 from .parallel import PoolIterator
 from .sources import convert_to_spec
@@ -89,6 +90,8 @@ class MapNode(DatasetNode):
                 return convert_to_spec(sig, y, f"{stage}: output_signature")
 
         if self.num_parallel_calls is None and kind == "thread":
+            if isinstance(source, _MapIterator | FusedMapIterator) and optimizing(ctx):
+                return FusedMapIterator.chain(ctx, source, (self.fn, stage, finish))
             return _MapIterator(ctx, source, self.fn, stage, finish)
         workers = parallelism(self.num_parallel_calls, ctx)
         if kind == "process":  # results normalized by the executor: refuse () here ("auto" first calls on threads)
@@ -203,6 +206,10 @@ class _MapIterator(UnaryIterator):
         if fast is not None:
             held += (len(items) - start - slow) * SCALAR_NBYTES[fast]
         return held, largest
+
+    def step(self) -> tuple[Callable[..., Any], str, Callable[[Any], Any] | None]:
+        """This map as a step of a fused chain (``map_fusion.FusedMapIterator``)."""
+        return self._fn, self._stage, self._finish
 
     def _counters(self) -> dict[str, Any]:
         return {"index": self._index}

@@ -72,6 +72,10 @@ class Stage(Replayable, DatasetIterator):
         """Whether ``__next__`` would return without waiting for another thread (sync stages: always)."""
         return True
 
+    def optimization(self) -> str | None:
+        """The static optimization applied at this stage, for ``explain()`` (``headrace._ops.map_fusion``)."""
+        return None
+
     def fill(self, items: list[Any], k: int, per: int) -> tuple[int, int]:
         """Append up to ``k`` elements to ``items`` (what ``k`` calls of ``__next__`` give), stopping early after
         an element of more than ``per`` bytes: returns the bytes appended and the largest of them. The batch
