@@ -1,6 +1,6 @@
 """Imports point down only: ``_dataset`` -> ``_ops/*`` -> ``_ops/node`` -> ``_ops/stage`` (the engine's base of every
-stage; ``_ops/protocol``, the public iterator protocol, below it) -> ``_ops/context``, ``_ops/base`` (README,
-Architecture).
+stage; ``_ops/protocol``, the public iterator protocol, below it) -> ``_ops/context``, ``_ops/base``
+(docs/architecture.md).
 
 Walks the AST of every module under ``src/headrace/_ops`` (imports anywhere in the module, function-local
 ones included) and fails if one imports the ``Dataset`` facade or a layer above ``_ops``; and checks that

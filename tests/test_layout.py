@@ -26,7 +26,7 @@ WHOLE_TREE = {
     "test_sizes.py": "no module over 600 lines, no class over 300",
     "test_layout.py": "this file",
     "test_no_untimed_waits.py": "no untimed wait in any module",
-    "test_readme.py": "the README's examples and commands",
+    "test_readme.py": "the README's and docs/' examples and commands, mkdocs build --strict",
     "test_fixtures.py": "the repository is self-contained",
     "test_tf_env.py": "the TensorFlow environment of the differential tests",
     "test_seed_examples.py": "the seeds' tf.data pipelines through headrace.data, whole",

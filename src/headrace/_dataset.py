@@ -64,7 +64,7 @@ def _wrap(node: DatasetNode, name: str | None = None) -> Dataset:
 
 
 class Dataset:
-    """A lazy, streaming dataset with ``tf.data.Dataset``'s API and results (see the README).
+    """A lazy, streaming dataset with ``tf.data.Dataset``'s API and results (see docs/migration.md).
 
     A ``Dataset`` holds one recipe node (``headrace._ops``); build datasets with the static methods
     (``Dataset.range``, ``from_tensor_slices``, ``from_source``, ...) or the readers in ``headrace.io``.

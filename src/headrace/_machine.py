@@ -2,7 +2,7 @@
 the speed of decoding, numpy and int8 kernels, cores, load, Python and numpy versions.
 
 Every benchmark in ``bench/`` prints :func:`machine_line` first and stores :func:`machine_info` with its
-results, so a figure in the README names the machine it came from (never a typed claim about hardware).
+results, so a figure in the docs names the machine it came from (never a typed claim about hardware).
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def _error(result, *needles: str) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("amount", ["1.5", "-0.2", "1", "half"])
 def test_prune_amount_outside_0_1_is_a_usage_error(data: dict[str, Path], tmp_path: Path, amount: str) -> None:
-    """A bad flag value is a usage error (exit status 2, as the README says), before any work."""
+    """A bad flag value is a usage error (exit status 2, as docs/how-to/cli.md says), before any work."""
     result = runner.invoke(app, ["compress", str(data["ckpt"]), str(data["eval"]), "--model", "small-cnn",
                                  "--prune", amount, "--output", str(tmp_path / "o")])
     assert result.exit_code == 2, result.output

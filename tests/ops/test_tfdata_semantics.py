@@ -81,7 +81,7 @@ def test_argument_names_and_special_values():
     assert py(D.range(2).repeat(-2).take(5)) == [0, 1, 0, 1, 0]
     assert D.range(2).repeat(-7).cardinality() == hr.INFINITE_CARDINALITY
     assert py(D.range(3).take(-5)) == [0, 1, 2] and py(D.range(3).skip(-5)) == []
-    assert D.range(10).take(-5).cardinality() == 10  # tf.data 2.21 says -5 (README: deliberate)
+    assert D.range(10).take(-5).cardinality() == 10  # tf.data 2.21 says -5 (docs/migration.md: deliberate)
 
 
 def test_sample_from_datasets_follows_tf_data():
@@ -99,7 +99,7 @@ def test_sample_from_datasets_follows_tf_data():
     inf_and_finite = [D.range(3).repeat(), D.range(3)]
     assert D.sample_from_datasets(inf_and_finite).cardinality() == hr.INFINITE_CARDINALITY  # tf.data's rule
     assert D.sample_from_datasets(inf_and_finite, stop_on_empty_dataset=True).cardinality() == \
-        hr.UNKNOWN_CARDINALITY  # the finite one ends it (README: deliberate)
+        hr.UNKNOWN_CARDINALITY  # the finite one ends it (docs/migration.md: deliberate)
     assert D.sample_from_datasets([a, b]).cardinality() == hr.UNKNOWN_CARDINALITY
     with pytest.raises(TypeError, match="float vector of 2 weights"):
         D.sample_from_datasets([a, b], weights=D.range(3))
@@ -238,7 +238,7 @@ def test_a_traced_spec_that_values_contradict_raises_instead_of_lying():
                           output_signature=hr.TensorSpec([3], np.float64))
     assert {next(iter(ok.skip(200))).dtype} == {np.dtype(np.float64)}
     sizes = D.range(300).map(lambda x: np.zeros(7 if x > 100 else 3))  # a size the traces miss: spec says (3,)
-    assert sizes.element_spec == hr.TensorSpec([3], np.float64)  # (tf.data: (None,); README lists this)
+    assert sizes.element_spec == hr.TensorSpec([3], np.float64)  # (tf.data: (None,); docs/migration.md lists this)
     assert next(iter(sizes.padded_batch(300))).shape == (300, 7)  # run time pads to the batch's largest
 
 

@@ -11,7 +11,7 @@ A case is ``(name, code, options)``; options: ``order="sorted"`` compares elemen
 orders differ by design), ``spec=False`` / ``card=False`` skip the element_spec / cardinality comparison,
 ``values=False`` compares only the number of elements and their structure, dtypes and shapes,
 ``python_ints=True`` marks a case whose Python ``int`` literals become int32 in tf.data and int64 in headrace
-(the README's deliberate difference: integers are 64-bit everywhere); int32 there equals int64 here.
+(docs/migration.md's deliberate difference: integers are 64-bit everywhere); int32 there equals int64 here.
 """
 
 from __future__ import annotations

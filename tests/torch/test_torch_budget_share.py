@@ -1,5 +1,5 @@
 """headrace.torch: each of ``k`` DataLoader workers builds and runs its iterators in ``1/k`` of the memory
-budget (README, The memory budget), passed where the worker's iterator is made (``budget_share``), not set
+budget (docs/memory-budget.md), passed where the worker's iterator is made (``budget_share``), not set
 process-wide."""
 
 from __future__ import annotations

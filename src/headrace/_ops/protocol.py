@@ -1,5 +1,5 @@
 """The public iterator protocol, ``headrace.DatasetIterator``: what a source written by a user implements
-(``Dataset.from_source``, README "Writing a source").
+(``Dataset.from_source``, docs/architecture.md, "Writing a source").
 
 It holds the contract only. The engine's own stages derive from :class:`headrace._ops.stage.Stage` (a
 subclass of this protocol), which adds shutdown, threads and replay; a user's source inherits none of it, so

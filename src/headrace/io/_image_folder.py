@@ -188,9 +188,9 @@ def image_folder(root: str | os.PathLike[str], labels: str | Sequence[int] | Non
         A ``Dataset`` with attributes ``class_names`` (list of str) and ``file_paths`` (in file order).
 
     Raises:
-        FileNotFoundError: ``root`` is not a directory. ValueError: no images found (naming ``root`` and
-        the extensions), a ``labels`` list of the wrong length, bad ``class_names`` / ``subset`` /
-        ``validation_split`` / shard arguments.
+        FileNotFoundError: ``root`` is not a directory.
+        ValueError: no images found (naming ``root`` and the extensions), a ``labels`` list of the wrong
+            length, bad ``class_names`` / ``subset`` / ``validation_split`` / shard arguments.
     """
     root_s = files.to_str_path(root)
     check_shard(num_shards, index, _WHAT)

@@ -1,7 +1,7 @@
 """tf.train.Example without TensorFlow: encode, decode and parse with TensorFlow's feature specs.
 
 Messages follow TensorFlow's ``example.proto`` / ``feature.proto`` (defined in ``_proto/messages.py``); bytes are
-parsed by the ``protobuf`` package (its upb C runtime); see the README for why not a hand-written decoder.
+parsed by the ``protobuf`` package (its upb C runtime); see docs/how-to/tfrecord.md for why not a hand-written decoder.
 
 Parsing results (numpy; ``"string"`` values are ``bytes``, arrays of them numpy object arrays):
 
@@ -23,7 +23,7 @@ Errors: a missing feature without ``default_value``, a value of the wrong kind (
 spec says int64) or the wrong number of values raise ``ValueError`` naming the feature, the record index
 and, when given (``source=``), the file. Bytes that are not an Example raise ``ValueError`` the same way.
 ``parse_example`` is vectorized: it converts each feature once per batch, not once per record, and is
-several times faster per record than ``parse_single_example`` (figures in the README).
+several times faster per record than ``parse_single_example`` (figures in docs/how-to/tfrecord.md).
 """
 
 from __future__ import annotations
