@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("lightning")
 pytest.importorskip("torchdata")
 
-import resume_cases as rc  # noqa: E402
+import resume_cases as rc
 
 HERE = Path(__file__).resolve().parent
 
@@ -80,3 +80,31 @@ def test_without_the_callback_a_batch_is_lost_or_the_epoch_restarts(kind: str, s
         assert seen == expected[:step * rc.BATCH] + expected[(step + 1) * rc.BATCH:], seen
     else:  # a plain DataLoader has no state_dict: Lightning saves no position, the epoch starts over
         assert len(seen) > len(expected), seen
+
+
+def test_a_plain_dataloader_with_workers_is_refused_with_the_fix() -> None:
+    from torch.utils.data import DataLoader
+
+    from headrace.lightning import ExactlyOnce
+    from headrace.torch import to_torch
+
+    class Loop:  # what on_train_start reads of trainer.fit_loop
+        _combined_loader = type("Combined", (), {"flattened": [DataLoader(to_torch(rc.pipeline()), batch_size=None,
+                                                                          num_workers=2)]})()
+        _data_fetcher = object()
+
+    trainer = type("Trainer", (), {"fit_loop": Loop()})()
+    with pytest.raises(ValueError, match=r"num_workers=2.*StatefulDataLoader"):
+        ExactlyOnce().on_train_start(trainer, None)
+    Loop._combined_loader.flattened = [[1, 2, 3]]
+    with pytest.raises(ValueError, match=r"\(list\) has no state_dict"):
+        ExactlyOnce().on_train_start(trainer, None)
+
+
+def test_without_lightning_the_import_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    monkeypatch.setitem(sys.modules, "lightning.pytorch", None)
+    monkeypatch.delitem(sys.modules, "headrace.lightning")
+    with pytest.raises(ImportError, match=r"pip install 'headrace\[lightning\]'"):
+        importlib.import_module("headrace.lightning")
