@@ -123,7 +123,7 @@ class ExactlyOnce(Callback):
         ValueError: at ``on_train_start``, a train dataloader whose position cannot be saved (a plain
             ``DataLoader`` with workers, an iterable without ``state_dict()``); the message names the fix.
         RuntimeError: at a checkpoint, the fetcher is more than 8 batches ahead of the loop (a
-            ``prefetch_batches`` over 8), or not the one this callback set up.
+            ``prefetch_batches`` over 8).
     """
 
     def __init__(self) -> None:
@@ -132,7 +132,7 @@ class ExactlyOnce(Callback):
         self._holders: list[tuple[str, Any]] = []
         self._count = 0  # batches the fetcher's current iterator has yielded
         self._notes: dict[int, list[Any]] = {}  # count -> the positions after that many batches
-        self._to_restore: list[Any] | None = None  # the "dataset" positions a checkpoint gave
+        self._to_restore: list[Any] | None = None  # the positions a checkpoint gave (on_load_checkpoint)
 
     def _positions(self) -> list[Any]:
         return [holder.state_dict() for _, holder in self._holders]
@@ -145,17 +145,30 @@ class ExactlyOnce(Callback):
         self._notes[self._count] = self._positions()
         self._notes.pop(self._count - _KEEP, None)
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        loop = trainer.fit_loop
+    def _install(self, loop: Any) -> bool:
+        """Give ``loop``'s data fetcher the recording iterator; ``False``: no training data to follow."""
         combined, fetcher = loop._combined_loader, loop._data_fetcher
         if combined is None or fetcher is None:
-            return  # no training batches (limit_train_batches=0): nothing to resume
+            return False  # no training batches (limit_train_batches=0): nothing to resume
         self._holders = [_position_holder(i, dl) for i, dl in enumerate(combined.flattened)]
-        iterator = fetcher.__dict__.pop("iterator", None)
+        if type(fetcher) in _RECORDING.values():  # (a second fit with this fetcher)
+            recorder = fetcher.__dict__.get("_headrace_iterator")
+            iterator = None if recorder is None else recorder._iterator
+        else:
+            iterator = fetcher.__dict__.pop("iterator", None)
+            fetcher.__class__ = _recording_class(type(fetcher))
         fetcher.__dict__["_headrace_callback"] = self
-        fetcher.__class__ = _recording_class(type(fetcher))
         self._fetcher = fetcher
+        fetcher.iterator = iterator  # (the recording property: resets the notes)
+        self._count = fetcher.fetched  # batches fetched before this callback saw the fetcher
+        self._notes = {self._count: self._positions()}
+        return True
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        loop = trainer.fit_loop
         restore, self._to_restore = self._to_restore, None
+        if not self._install(loop):
+            return
         if restore is not None and any(kind == "dataset" for kind, _ in self._holders):
             # Lightning restored none of these: load them all (the "loader" ones again: the iterator made before
             # on_train_start consumed Lightning's load), then start the epoch's iterators again from there.
@@ -165,11 +178,12 @@ class ExactlyOnce(Callback):
                                  "dataloaders")
             for (_, holder), position in zip(self._holders, restore, strict=True):
                 holder.load_state_dict(position)
-            iter(fetcher)  # (the recording property: notes from the restored positions on)
-            return
-        fetcher.iterator = iterator  # (the recording property: resets the notes)
-        self._count = fetcher.fetched  # batches fetched before this callback saw the fetcher
-        self._notes = {self._count: self._positions()}
+            iter(loop._data_fetcher)  # (the recording property: notes from the restored positions on)
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        # reload_dataloaders_every_n_epochs: a new fetcher (and dataloaders) for this epoch, already iterated
+        if self._fetcher is not None and trainer.fit_loop._data_fetcher is not self._fetcher:
+            self._install(trainer.fit_loop)
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         loop = trainer.fit_loop
@@ -182,8 +196,9 @@ class ExactlyOnce(Callback):
                                f"the positions kept cover {_KEEP}; keep Lightning's prefetch_batches below {_KEEP}")
         kinds = [kind for kind, _ in self._holders]
         loaders = [p for kind, p in zip(kinds, positions, strict=True) if kind == "loader"]
-        if loaders:
-            checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"] = loaders
+        lightning_state = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict")
+        if loaders and lightning_state is not None:
+            lightning_state["combined_loader"] = loaders
         checkpoint[CHECKPOINT_KEY] = {"version": 1, "positions": positions}
 
     def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:

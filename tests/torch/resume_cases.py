@@ -47,9 +47,11 @@ def stateful_loader(workers: int = 0, context: str | None = None, sized: bool = 
 def make_loader(kind: str) -> Any:
     """The train dataloader a Lightning case uses: ``stateful`` (no workers), ``stateful-workers`` (2 forked
     workers), ``plain`` (``torch.utils.data.DataLoader``, no workers), ``direct`` (``to_torch(ds)`` itself),
-    each over the unsized pipeline (Lightning prefetches); ``stateful-sized``: over the sized one (it does not)."""
+    each over the unsized pipeline (Lightning prefetches); ``stateful-sized``: over the sized one (it does not).
+    A ``-reload`` suffix: the same, and :func:`fit` makes Lightning ask for new dataloaders every epoch."""
     from torch.utils.data import DataLoader
 
+    kind = kind.removesuffix("-reload")
     if kind == "stateful":
         return stateful_loader(sized=False)
     if kind == "stateful-workers":
@@ -99,7 +101,8 @@ def fit(kind: str, ckpt_dir: str, *, stop_at: int | None = None, ckpt_path: str 
                                                       save_top_k=-1, filename="mid"))
     trainer = pl.Trainer(accelerator="cpu", max_epochs=EPOCHS, max_steps=stop_at or -1, callbacks=callbacks,
                          enable_progress_bar=False, logger=False, enable_model_summary=False,
-                         enable_checkpointing=stop_at is not None, num_sanity_val_steps=0)
+                         enable_checkpointing=stop_at is not None, num_sanity_val_steps=0,
+                         reload_dataloaders_every_n_epochs=int(kind.endswith("-reload")))
     trainer.fit(Tiny(), ckpt_path=ckpt_path)
     return seen
 

@@ -23,9 +23,11 @@ import resume_cases as rc
 HERE = Path(__file__).resolve().parent
 
 # (loader kind, the step the first run checkpoints at and stops): mid epoch 0, the first step of epoch 1 (the
-# fetcher made that epoch's iterator after on_train_epoch_start), the last step of epoch 0
+# fetcher made that epoch's iterator after on_train_epoch_start), the last step of epoch 0; "-reload": new
+# dataloaders (and a new fetcher) every epoch
 CASES = [("stateful", 3), ("stateful", 7), ("stateful", 6), ("stateful-workers", 3), ("plain", 3), ("plain", 7),
-         ("stateful-sized", 3)]
+         ("stateful-sized", 3), ("stateful-reload", 9), ("plain-reload", 7)]
+ONLY_WITH = ("stateful-workers", "stateful-reload", "plain-reload")  # the failure without it: shown by the others
 
 
 def reference(kind: str) -> list[int]:
@@ -43,8 +45,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int, bool]
     firsts, jobs = {}, []
     for kind, step in CASES:
         for exactly_once in (True, False):
-            if kind == "stateful-workers" and not exactly_once:
-                continue  # (the failure without the callback is shown by the cases without workers)
+            if kind in ONLY_WITH and not exactly_once:
+                continue
             d = tmp_path_factory.mktemp(f"{kind}-{step}-{exactly_once}")
             firsts[kind, step, exactly_once] = rc.fit(kind, str(d), stop_at=step, exactly_once=exactly_once)
             [ckpt] = d.glob("*.ckpt")
@@ -65,8 +67,8 @@ def test_a_resumed_fit_trains_on_every_element_once(kind: str, step: int, runs: 
         f"checkpoint at step {step}: first run {first}, resumed {resumed}; an uninterrupted run: {expected}")
 
 
-@pytest.mark.parametrize(("kind", "step"), [c for c in CASES if c[0] != "stateful-workers"],
-                         ids=[f"{k}-step{s}" for k, s in CASES if k != "stateful-workers"])
+@pytest.mark.parametrize(("kind", "step"), [c for c in CASES if c[0] not in ONLY_WITH],
+                         ids=[f"{k}-step{s}" for k, s in CASES if k not in ONLY_WITH])
 def test_without_the_callback_a_batch_is_lost_or_the_epoch_restarts(kind: str, step: int, runs: dict) -> None:
     first, resumed = runs[kind, step, False]
     expected = reference(kind)
