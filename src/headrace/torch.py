@@ -13,6 +13,16 @@ without workers, persistent or not, for every start method (fork, spawn, forkser
 iteration path ``(e,)`` in every worker, so a seed gives the same sequence of epoch orders run to run (see
 :class:`TorchIterableDataset` and ``set_epoch``).
 
+Checkpoints: ``to_torch(ds)`` implements the ``Stateful`` protocol (``state_dict()`` / ``load_state_dict()``)
+that ``torchdata.stateful_dataloader.StatefulDataLoader`` calls on an ``IterableDataset``'s iterator (in the
+main process or in each worker, right after each batch it fetches) and Lightning calls on a train iterable:
+each ``iter()`` returns a :class:`TorchEpochIterator`, whose state is the epoch, the worker share and
+headrace's own iterator state (``Iterator.get_state()``, small JSON), so a restored loader yields exactly the
+rest of the stream (nothing replayed or skipped) and the epochs after it reshuffle as an uninterrupted run's.
+The dataset's own ``state_dict()`` is the position of its latest ``iter()`` in this process (see
+:meth:`TorchIterableDataset.state_dict`). For Lightning's one-batch-ahead fetching see
+``headrace.lightning.ExactlyOnce``.
+
 ``device_prefetch(batches, device)`` copies batches to ``device`` ahead of use: on CUDA from pinned memory
 with ``non_blocking=True`` on a side stream, ``buffer_size`` batches in flight; on CPU it passes batches
 through unchanged.
@@ -211,7 +221,11 @@ class TorchIterableDataset(IterableDataset):
     forkserver. :meth:`set_epoch` sets it explicitly.
 
     Pickling (spawn/forkserver workers): the recipe goes with ``cloudpickle`` (lambdas included); the
-    epoch tensor is shared, not copied.
+    epoch tensor is shared, not copied, and so is a state given to :meth:`load_state_dict` not yet used.
+
+    Checkpoints: ``iter()`` returns a :class:`TorchEpochIterator` (``state_dict()`` / ``load_state_dict()``,
+    what ``StatefulDataLoader`` saves and restores); :meth:`state_dict` / :meth:`load_state_dict` here are the
+    same position seen from the dataset (this process's latest ``iter()``; the next one).
     """
 
     def __init__(self, dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int | None = None) -> None:
@@ -399,7 +413,8 @@ def to_torch(dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int
     Returns:
         An ``IterableDataset``; ``len()`` works when ``dataset`` has a known cardinality. It pickles (the
         recipe with cloudpickle, lambdas included), so ``DataLoader(multiprocessing_context="spawn")`` and
-        ``"forkserver"`` work; ``set_epoch(e)`` picks the epoch the next ``iter()`` runs.
+        ``"forkserver"`` work; ``set_epoch(e)`` picks the epoch the next ``iter()`` runs; ``state_dict()`` /
+        ``load_state_dict()`` (on it and on its iterators) make ``StatefulDataLoader`` restores exact.
     """
     from ._dataset import Dataset
 
