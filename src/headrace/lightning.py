@@ -67,7 +67,7 @@ def _position_holder(index: int, loader: Any) -> tuple[str, Any]:
                          "torchdata.stateful_dataloader.StatefulDataLoader (the same arguments), or num_workers=0")
     raise ValueError(f"ExactlyOnce: train dataloader {index} ({type(loader).__name__}) has no state_dict() / "
                      "load_state_dict(), so no checkpoint can hold its position: use "
-                     "StatefulDataLoader(headrace.torch.to_torch(ds)), or to_torch(ds) itself")
+                     "StatefulDataLoader(headrace.torch.to_torch(ds), batch_size=None)")
 
 
 class _Recorder:
@@ -84,7 +84,9 @@ class _Recorder:
         self._callback._note()
         return batch
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # (only names the recorder lacks: the combined loader's)
+        if name == "_iterator":
+            raise AttributeError(name)
         return getattr(self._iterator, name)
 
 
