@@ -19,6 +19,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "h5py": ("hdf5", "h5py"),
     "pyarrow": ("parquet", "pyarrow"),
     "torch": ("torch", "PyTorch"),
+    "lightning": ("lightning", "Lightning"),
     "simplejpeg": ("image", "simplejpeg"),
     "cv2": ("image", "opencv-python-headless"),
     "PIL": ("image", "pillow"),

@@ -13,6 +13,16 @@ without workers, persistent or not, for every start method (fork, spawn, forkser
 iteration path ``(e,)`` in every worker, so a seed gives the same sequence of epoch orders run to run (see
 :class:`TorchIterableDataset` and ``set_epoch``).
 
+Checkpoints: ``to_torch(ds)`` implements the ``Stateful`` protocol (``state_dict()`` / ``load_state_dict()``)
+that ``torchdata.stateful_dataloader.StatefulDataLoader`` calls on an ``IterableDataset``'s iterator (in the
+main process or in each worker, right after each batch it fetches) and Lightning calls on a train iterable:
+each ``iter()`` returns a :class:`TorchEpochIterator`, whose state is the epoch, the worker share and
+headrace's own iterator state (``Iterator.get_state()``, small JSON), so a restored loader yields exactly the
+rest of the stream (nothing replayed or skipped) and the epochs after it reshuffle as an uninterrupted run's.
+The dataset's own ``state_dict()`` is the position of its latest ``iter()`` in this process (see
+:meth:`TorchIterableDataset.state_dict`). For Lightning's one-batch-ahead fetching see
+``headrace.lightning.ExactlyOnce``.
+
 ``device_prefetch(batches, device)`` copies batches to ``device`` ahead of use: on CUDA from pinned memory
 with ``non_blocking=True`` on a side stream, ``buffer_size`` batches in flight; on CPU it passes batches
 through unchanged.
@@ -23,14 +33,17 @@ Requires torch (``pip install 'headrace[torch]'``).
 from __future__ import annotations
 
 import collections
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._deps import require
+from ._errors import StateError
 from ._memory import budget_share
 from ._structure import map_structure
+from ._versioned import check_versioned
 
 torch = require("torch", "headrace.torch")
 _torch_data = require("torch.utils.data", "headrace.torch")
@@ -68,6 +81,134 @@ MAX_WORKERS = 1024
 """Most ``DataLoader`` workers one ``to_torch`` dataset counts epochs for (one int64 slot each)."""
 
 
+POSITION_FORMAT = "headrace.torch.position"
+POSITION_VERSION = 1
+
+
+def _slot(info: Any) -> int:
+    """The epoch-count slot of this process: 0 for the main process, ``1 + id`` for DataLoader worker ``id``."""
+    if info is None:
+        return 0
+    if info.id >= MAX_WORKERS:
+        raise ValueError(f"to_torch: DataLoader worker {info.id} of {info.num_workers}: at most "
+                         f"{MAX_WORKERS} workers are supported; use num_workers <= {MAX_WORKERS}")
+    return 1 + info.id
+
+
+def _worker(info: Any) -> list[int]:
+    """``[id, num_workers]`` of this process's share; the main process and a single worker read the same."""
+    return [0, 1] if info is None else [info.id, max(1, info.num_workers)]
+
+
+def _position_state(epoch: int, worker: list[int], position: dict[str, Any] | None, *, done: bool
+                    ) -> dict[str, Any]:
+    return {"format": POSITION_FORMAT, "version": POSITION_VERSION, "epoch": epoch, "worker": worker,
+            "done": done, "position": position}
+
+
+def _check_position(state: Any, source: str) -> dict[str, Any]:
+    check_versioned(state, fmt=POSITION_FORMAT, version=POSITION_VERSION, source=source, what="to_torch state",
+                    error=StateError, fix="pass a dict returned by state_dict() of a to_torch dataset or of its "
+                    "iterator, from the same headrace version")
+    epoch = state.get("epoch")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise StateError(f"{source}: the state's epoch is {epoch!r}; expected an int >= 0 (pass the dict "
+                         "state_dict() returned, unchanged)")
+    return state
+
+
+class TorchEpochIterator:
+    """One epoch of a :class:`TorchIterableDataset` in one process: what its ``iter()`` returns.
+
+    Yields the elements as :func:`element_to_torch` makes them. Implements the ``Stateful`` protocol that
+    ``torchdata.stateful_dataloader.StatefulDataLoader`` calls on the iterator of an ``IterableDataset`` (in
+    its worker processes, right after each batch it fetches): :meth:`state_dict` is exact after every element
+    (the position of headrace's own iterator, ``Iterator.get_state()``, plus the epoch and the worker share),
+    and :meth:`load_state_dict` makes this iterator yield exactly the rest. The headrace iterator is built at
+    the first ``next()`` (a restore never reads what it will skip) under the worker's share of the memory
+    budget, and closed when the epoch ends, by :meth:`close` and on garbage collection.
+    """
+
+    def __init__(self, dataset: Dataset, epoch: int, share: int, worker: list[int], epochs: torch.Tensor,
+                 slot: int) -> None:
+        self._dataset, self._epoch, self._share, self._worker = dataset, epoch, share, worker
+        self._epochs, self._slot = epochs, slot
+        self._it: Any = None  # the headrace Iterator, from the first next()
+        self._position: dict[str, Any] | None = None  # a restored headrace state, applied by the first next()
+        self._done = False
+
+    def __iter__(self) -> TorchEpochIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        with budget_share(self._share):
+            if self._it is None:
+                self._it = self._build()
+            try:
+                element = next(self._it)
+            except StopIteration:
+                self._done = True
+                self.close()
+                raise
+        return element_to_torch(element)
+
+    def _build(self) -> Any:
+        from ._iterator import Iterator as HeadraceIterator
+
+        it = HeadraceIterator(self._dataset, iteration=self._epoch)
+        if self._position is not None:
+            try:
+                it.set_state(self._position)
+            except BaseException:
+                it.close()
+                raise
+        return it
+
+    @property
+    def epoch(self) -> int:
+        """The epoch (iteration path ``(epoch,)``) this iterator runs."""
+        return self._epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last element yielded: ``{"format", "version", "epoch", "worker": [id,
+        num_workers], "done", "position"}``, ``position`` being headrace's ``Iterator.get_state()`` (``None``
+        before the first element), a small JSON-serializable dict.
+        """
+        position = self._position if self._it is None or self._done else self._it.get_state()
+        return _position_state(self._epoch, list(self._worker), None if self._done else position, done=self._done)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly after the element ``state`` (from :meth:`state_dict`) was taken at: its epoch (the
+        next ``iter()`` in this process runs the one after it), then its position in that epoch.
+
+        Raises:
+            StateError: not such a state, or taken in another worker share (``worker`` differs: a different
+                ``num_workers``); from another pipeline: raised by the next ``next()``.
+        """
+        _check_position(state, "to_torch iterator load_state_dict()")
+        if list(state["worker"]) != list(self._worker):
+            raise StateError(f"to_torch iterator load_state_dict(): the state was taken in DataLoader worker "
+                             f"{state['worker']} ([id, num_workers]) and this iterator runs in worker "
+                             f"{self._worker}; restore with the same num_workers as when it was saved")
+        self.close()
+        self._epoch, self._position, self._done = int(state["epoch"]), state["position"], bool(state["done"])
+        self._epochs[self._slot] = self._epoch + 1
+
+    def close(self) -> None:
+        """Stop the headrace iterator's threads (idempotent)."""
+        it, self._it = self._it, None
+        if it is not None:
+            it.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the headrace iterator's own exit hook closes it
+            pass
+
+
 class TorchIterableDataset(IterableDataset):
     """A headrace ``Dataset`` seen as a ``torch.utils.data.IterableDataset`` (see :func:`to_torch`).
 
@@ -80,7 +221,11 @@ class TorchIterableDataset(IterableDataset):
     forkserver. :meth:`set_epoch` sets it explicitly.
 
     Pickling (spawn/forkserver workers): the recipe goes with ``cloudpickle`` (lambdas included); the
-    epoch tensor is shared, not copied.
+    epoch tensor is shared, not copied, and so is a state given to :meth:`load_state_dict` not yet used.
+
+    Checkpoints: ``iter()`` returns a :class:`TorchEpochIterator` (``state_dict()`` / ``load_state_dict()``,
+    what ``StatefulDataLoader`` saves and restores); :meth:`state_dict` / :meth:`load_state_dict` here are the
+    same position seen from the dataset (this process's latest ``iter()``; the next one).
     """
 
     def __init__(self, dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int | None = None) -> None:
@@ -90,6 +235,8 @@ class TorchIterableDataset(IterableDataset):
         self.num_workers = num_workers
         self._epochs = torch.zeros(1 + MAX_WORKERS, dtype=torch.int64).share_memory_()
         self._len: int | None = None
+        self._pending: dict[str, Any] | None = None  # load_state_dict(): for the next iter()
+        self._current: weakref.ref[TorchEpochIterator] | None = None  # this process's latest iter()
 
     def set_epoch(self, epoch: int) -> None:
         """The next ``iter()`` (in the main process and in every worker, persistent or not) runs epoch
@@ -120,40 +267,56 @@ class TorchIterableDataset(IterableDataset):
 
     def _next_epoch(self, info: Any) -> int:
         """This process's epoch number, counted on (each worker id has its own slot: no races)."""
-        slot = 0 if info is None else 1 + info.id
-        if slot >= len(self._epochs):
-            raise ValueError(f"to_torch: DataLoader worker {info.id} of {info.num_workers}: at most "
-                             f"{MAX_WORKERS} workers are supported; use num_workers <= {MAX_WORKERS}")
+        slot = _slot(info)
         epoch = int(self._epochs[slot])
         self._epochs[slot] = epoch + 1
         return epoch
 
-    def __iter__(self) -> Iterator[Any]:
-        # Counted here, not inside the generator: a worker whose iterator is never advanced (its epoch was
+    def __iter__(self) -> TorchEpochIterator:
+        # Counted here, not inside the iterator: a worker whose iterator is never advanced (its epoch was
         # cut short) still counts the epoch, so all workers stay on the same iteration path.
         info = get_worker_info()
+        slot = _slot(info)
+        worker = _worker(info)
+        pending, self._pending = self._pending, None
+        if pending is not None and pending["worker"] != worker:
+            raise StateError(f"to_torch: load_state_dict() got the state of DataLoader worker {pending['worker']} "
+                             f"([id, num_workers]), but iter() runs in worker {worker}; load a state into the "
+                             "DataLoader (StatefulDataLoader.load_state_dict), not into its dataset, when it has "
+                             "workers")
         epoch = self._next_epoch(info)
         share = 1 if info is None else max(1, info.num_workers)  # the workers split the memory budget
-        return self._elements(self._worker_dataset(info), epoch, share)
+        it = TorchEpochIterator(self._worker_dataset(info), epoch, share, worker, self._epochs, slot)
+        if pending is not None:
+            it.load_state_dict(pending)
+        self._current = weakref.ref(it)
+        return it
 
-    @staticmethod
-    def _elements(dataset: Dataset, epoch: int, share: int) -> Iterator[Any]:
-        """The epoch's elements as tensors; the budgets its iterator makes, while it is built and advanced, are
-        ``1/share`` of what the options say (``headrace._memory.budget_share``): a worker's share."""
-        from ._iterator import Iterator as HeadraceIterator
+    def state_dict(self) -> dict[str, Any]:
+        """The position of this process's latest ``iter()`` (see :meth:`TorchEpochIterator.state_dict`), or,
+        before the first, the start of the epoch the next ``iter()`` runs. A small JSON-serializable dict.
 
-        with budget_share(share):
-            it = HeadraceIterator(dataset, iteration=epoch)
-        try:
-            while True:
-                with budget_share(share):
-                    try:
-                        element = next(it)
-                    except StopIteration:
-                        return
-                yield element_to_torch(element)
-        finally:
-            it.close()
+        ``DataLoader(num_workers=0)`` iterates in this process, so this is the loader's position, read one
+        batch ahead when something (Lightning) prefetches; with workers each worker process has its own: use
+        ``torchdata.stateful_dataloader.StatefulDataLoader``, which gathers them.
+        """
+        current = self._current() if self._current is not None else None
+        if current is not None:
+            return current.state_dict()
+        info = get_worker_info()
+        return _position_state(int(self._epochs[_slot(info)]), _worker(info), None, done=False)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The next ``iter()`` in this process continues exactly after the element ``state`` was taken at (the
+        rest of its epoch, then the epochs after it); a state from :meth:`state_dict` or
+        :meth:`TorchEpochIterator.state_dict`.
+
+        Raises:
+            StateError: ``state`` is not such a state, or comes from another pipeline (raised by the first
+                ``next()``), or from another worker (raised by ``iter()``).
+        """
+        self._pending = _check_position(state, "TorchIterableDataset.load_state_dict()")
+        self._epochs[_slot(get_worker_info())] = int(state["epoch"])
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The recipe (lambdas included) goes by value with cloudpickle, without the Dataset's own iteration
@@ -162,7 +325,7 @@ class TorchIterableDataset(IterableDataset):
 
         state = {k: v for k, v in vars(self.dataset).items() if k != "_iterations"}
         recipe = cloudpickle.dumps((type(self.dataset), state))
-        return (_rebuild, (recipe, self.shard_by_worker, self.num_workers, self._epochs))
+        return (_rebuild, (recipe, self.shard_by_worker, self.num_workers, self._epochs, self._pending))
 
     def __len__(self) -> int:
         """The number of elements one epoch yields (``DataLoader(batch_size=None)``), counted once and kept.
@@ -183,8 +346,8 @@ class TorchIterableDataset(IterableDataset):
         return self._len
 
 
-def _rebuild(recipe: bytes, shard_by_worker: bool, num_workers: int | None,
-             epochs: torch.Tensor) -> TorchIterableDataset:
+def _rebuild(recipe: bytes, shard_by_worker: bool, num_workers: int | None, epochs: torch.Tensor,
+             pending: dict[str, Any] | None = None) -> TorchIterableDataset:
     """Unpickles a :class:`TorchIterableDataset` (see its ``__reduce__``)."""
     import cloudpickle
 
@@ -194,7 +357,7 @@ def _rebuild(recipe: bytes, shard_by_worker: bool, num_workers: int | None,
     out = TorchIterableDataset.__new__(TorchIterableDataset)
     IterableDataset.__init__(out)
     out.dataset, out.shard_by_worker, out.num_workers, out._epochs = dataset, shard_by_worker, num_workers, epochs
-    out._len = None
+    out._len, out._pending, out._current = None, pending, None
     return out
 
 
@@ -250,7 +413,8 @@ def to_torch(dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int
     Returns:
         An ``IterableDataset``; ``len()`` works when ``dataset`` has a known cardinality. It pickles (the
         recipe with cloudpickle, lambdas included), so ``DataLoader(multiprocessing_context="spawn")`` and
-        ``"forkserver"`` work; ``set_epoch(e)`` picks the epoch the next ``iter()`` runs.
+        ``"forkserver"`` work; ``set_epoch(e)`` picks the epoch the next ``iter()`` runs; ``state_dict()`` /
+        ``load_state_dict()`` (on it and on its iterators) make ``StatefulDataLoader`` restores exact.
     """
     from ._dataset import Dataset
 
@@ -328,4 +492,4 @@ def device_prefetch(iterable: Iterable[Any], device: str | torch.device, buffer_
         yield element
 
 
-__all__ = ["TorchIterableDataset", "device_prefetch", "element_to_torch", "to_torch"]
+__all__ = ["TorchEpochIterator", "TorchIterableDataset", "device_prefetch", "element_to_torch", "to_torch"]

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 import headrace as hr
 import headrace._iterator as iterator_module
 from headrace import _memory
-from headrace.torch import TorchIterableDataset, to_torch
+from headrace.torch import MAX_WORKERS, TorchEpochIterator, to_torch
 
 MiB = 1 << 20
 
@@ -32,15 +32,22 @@ def _recording(monkeypatch: pytest.MonkeyPatch, log: list[tuple[int, int, bool]]
     monkeypatch.setattr(iterator_module, "budget_for", budget_for)
 
 
+def _epoch(ds: hr.Dataset, share: int) -> TorchEpochIterator:
+    """Epoch 0 of ``ds`` as a worker with a ``1/share`` budget share iterates it."""
+    import torch
+
+    return TorchEpochIterator(ds, 0, share, [0, share], torch.zeros(1 + MAX_WORKERS, dtype=torch.int64), 1)
+
+
 def test_a_workers_iterator_gets_its_share_and_leaves_nothing_behind(monkeypatch):
     log: list[tuple[int, int, bool]] = []
     _recording(monkeypatch, log)
     ds = hr.Dataset.range(6).with_options(hr.Options(memory_budget="4MiB"))
-    assert [int(x) for x in TorchIterableDataset._elements(ds, 0, 4)] == list(range(6))
+    assert [int(x) for x in _epoch(ds, 4)] == list(range(6))
     assert [limit for _, limit, _ in log] == [MiB]
     assert _memory.process_share() == 1 and _memory.budget_for(4 * MiB).limit_bytes == 4 * MiB
     log.clear()
-    assert len(list(TorchIterableDataset._elements(hr.Dataset.range(3), 0, 2))) == 3
+    assert len(list(_epoch(hr.Dataset.range(3), 2))) == 3
     assert log == [(os.getpid(), _memory.process_budget(2).limit_bytes, True)]
     assert _memory.process_budget(2) is not _memory.process_budget()
 
