@@ -195,8 +195,6 @@ class JaxIterator:
     """
 
     def __init__(self, dataset: Dataset, sharding: Any, buffer_size: int) -> None:
-        from ._iterator import Iterator as HeadraceIterator
-
         self._dataset = dataset
         self._place = _placer(sharding)
         self._buffer_size = buffer_size
@@ -241,7 +239,8 @@ class JaxIterator:
         if self._closed:
             raise IteratorClosedError("set_state() on a closed to_jax iterator; make a new one with to_jax(ds)")
         check_versioned(state, fmt=STATE_FORMAT, version=STATE_VERSION, source="to_jax set_state()",
-                        what="to_jax state", error=StateError, fix="pass the dict a to_jax iterator's get_state() returned")
+                        what="to_jax state", error=StateError,
+                        fix="pass the dict a to_jax iterator's get_state() returned")
         iteration, inner = state.get("iteration"), state.get("iterator")
         if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 0 or not (
                 inner is None or isinstance(inner, dict)):

@@ -41,10 +41,26 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._deps import require
-from ._errors import StateError
+from ._errors import MissingDependencyError, StateError
 from ._versioned import check_versioned
 
-keras = require("keras", "headrace.keras")
+
+def _import_keras() -> Any:
+    try:
+        return require("keras", "headrace.keras")
+    except MissingDependencyError as e:
+        cause = e.__cause__
+        if not (isinstance(cause, ModuleNotFoundError) and cause.name in ("tensorflow", "jax", "torch")):
+            raise
+        err = MissingDependencyError(
+            f"headrace.keras: keras is installed but its backend {cause.name} is not (keras uses tensorflow unless "
+            "KERAS_BACKEND says otherwise); set KERAS_BACKEND to an installed one before keras is first imported: "
+            "os.environ['KERAS_BACKEND'] = 'jax' (or 'torch'), or pip install it", name="keras")
+        err.extra = "keras"
+        raise err from cause
+
+
+keras = _import_keras()
 # Keras exports no public name for the adapter base class; get_data_adapter checks against this one.
 _data_adapter = require("keras.src.trainers.data_adapters.data_adapter", "headrace.keras")
 _adapter_utils = require("keras.src.trainers.data_adapters.data_adapter_utils", "headrace.keras")
