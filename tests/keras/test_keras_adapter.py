@@ -162,3 +162,24 @@ def test_epoch_backups_record_the_next_epoch_at_its_start(tmp_path) -> None:
     history = _model().fit(again, epochs=3, verbose=0, callbacks=[BackupAndRestore(str(tmp_path), data=again)])
     assert len(history.history["loss"]) == 1 and again.get_state()["iteration"] == 3
     assert isinstance(again, KerasDataset)
+
+
+def test_validation_data_is_adapted_separately_and_the_backup_binds_fits_x(tmp_path) -> None:
+    """BackupAndRestore without data= backs up the position of fit's x, not of validation_data."""
+    ds = _ds().map(lambda x, y: (x, y % 2))
+    train, val = adapt(ds), adapt(_ds(8).map(lambda x, y: (x, y % 2)))
+
+    class Look(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            if (self.epoch, batch) == (1, 1):
+                self.seen = json.loads((tmp_path / "training_metadata.json").read_text())["headrace_data"]
+
+    look = Look()
+    history = _model().fit(train, validation_data=val, epochs=2, verbose=0,
+                           callbacks=[BackupAndRestore(str(tmp_path), save_freq=1), look])
+    assert len(history.history["val_loss"]) == 2
+    assert look.seen["iteration"] == 1 and look.seen["batches"] == 2  # epoch 1 (the second), 2 batches in
+    assert train.get_state()["iteration"] == 2 and val.get_state()["iteration"] == 2
