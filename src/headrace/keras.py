@@ -250,7 +250,10 @@ class KerasDataset(_data_adapter.DataAdapter):
     # ---- what BackupAndRestore asks ----------------------------------------------------------------------
     def _trained_position(self) -> _Position:
         """The position after the last batch the model trained on (``_trained`` of ``_pulled`` read)."""
-        if self._trained >= self._pulled:
+        if self._trained > self._pulled:
+            raise RuntimeError(f"headrace.keras.BackupAndRestore: Keras trained on {self._trained} batches but this "
+                               f"KerasDataset handed out {self._pulled}; pass data= the adapt() that fit trains on")
+        if self._trained == self._pulled:
             return self._snapshot()
         for count, pos in self._ahead:
             if count == self._trained:
