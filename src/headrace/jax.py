@@ -14,8 +14,9 @@ Copying ahead: a background thread pulls a batch, places it and queues it, keepi
 batches in flight (pulled, placed or queued, not yet handed out); their host bytes are charged to the
 pipeline's memory budget (an account ``to_jax`` beside the stages, in ``memory_stats()``) until handed out. The
 charge does not wait for room (``buffer_size`` bounds it; waiting could hold up the consumer the queue feeds):
-the stages below see those bytes as taken and shrink their own buffers to fit. The thread is stopped by ``close()`` (also on ``with`` exit, when the
-iterator is garbage collected, and at interpreter exit); every wait is timed.
+the stages below see those bytes as taken and shrink their own buffers to fit. The thread is stopped by
+``close()`` (also on ``with`` exit, when the iterator is garbage collected, and at interpreter exit); every
+wait is timed.
 
 State: ``get_state()`` is the position of the last batch handed to the caller (the batches copied ahead are
 not counted: a restore yields them again), a small JSON dict; ``set_state(state)`` on any ``to_jax`` iterator
