@@ -4,7 +4,8 @@ chosen by ``KERAS_BACKEND`` before keras is imported), printing what the test ch
 ``python keras_run.py train DIR``: the same small classifier fit on the adapted dataset and on the same data as
 numpy arrays (losses per epoch, final accuracies), ``evaluate`` and ``predict`` on the adapted dataset, and a
 ``BackupAndRestore(DIR)`` run interrupted (an exception) mid-epoch and resumed in this process on a fresh
-dataset.
+dataset; then that again with Keras reading one batch ahead of the step it runs (as its JAX trainer does on an
+accelerator).
 ``python keras_run.py kill DIR``: a fit with ``BackupAndRestore(DIR, save_freq=4)`` killed (``os._exit``) right
 after the backup at epoch 1, batch 3; the ids it trained on go to ``DIR/ids.json`` first.
 ``python keras_run.py resume DIR``: the same fit run again (it resumes from the backup), and an uninterrupted fit
@@ -79,12 +80,29 @@ class Stop(keras.callbacks.Callback):
 
 def fit_with_backup(log: list[list[int]], backup: str, *extra: keras.callbacks.Callback) -> keras.callbacks.History:
     m = model(log)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        history = m.fit(adapt(pipeline()), epochs=EPOCHS, verbose=0,
-                        callbacks=[BackupAndRestore(backup, save_freq=4), *extra])
-    history.ran_out = [str(w.message) for w in caught if "ran out of data" in str(w.message)]
+    data = adapt(pipeline())
+    history = keras.callbacks.History()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            history = m.fit(data, epochs=EPOCHS, verbose=0, callbacks=[BackupAndRestore(backup, save_freq=4), *extra])
+    finally:
+        history.ran_out = [str(w.message) for w in caught if "ran out of data" in str(w.message)]
+        READ_AHEAD.append(len(data._ahead))  # positions kept for batches read beyond the trained one
     return history
+
+
+READ_AHEAD: list[int] = []
+
+
+def read_one_batch_ahead() -> None:
+    """Keras's JAX trainer on an accelerator reads each batch one step ahead (on CPU it does not): do it here."""
+    from keras.src.backend.jax import trainer
+
+    def ahead(self):
+        return self._one_batch_ahead_iterator(self.data_adapter.get_jax_iterator())
+
+    trainer.JAXEpochIterator._get_iterator = ahead
 
 
 def compare() -> dict:
@@ -136,7 +154,11 @@ def interrupt_in_process(backup: str) -> dict:
 def main() -> None:
     mode, where = sys.argv[1], sys.argv[2]
     if mode == "train":
-        print(json.dumps({**compare(), **interrupt_in_process(where)}))
+        out = {**compare(), **interrupt_in_process(where)}
+        read_one_batch_ahead()
+        del READ_AHEAD[:]
+        out["ahead"] = {**interrupt_in_process(where + "-ahead"), "kept": READ_AHEAD}
+        print(json.dumps(out))
     elif mode == "kill":
         log: list[list[int]] = []
 

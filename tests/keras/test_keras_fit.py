@@ -1,7 +1,8 @@
 """headrace.keras with Keras 3 itself, one fresh process per backend (``KERAS_BACKEND`` is read once, at
 ``import keras``): ``fit(adapt(ds))`` trains on torch and on jax as on the same arrays, ``evaluate`` /
 ``predict`` work, and ``BackupAndRestore`` resumes the data exactly-once after a kill (torch: ``os._exit``
-mid-epoch, then a new process) and after an exception (jax, in one process).
+mid-epoch, then a new process) and after an exception (jax, in one process; also with Keras reading a batch
+ahead of the step, as its JAX trainer does on an accelerator).
 
 The jax process runs beside the torch ones (keras_run.py does the work; see its docstring)."""
 
@@ -72,3 +73,6 @@ def test_fit_on_torch_and_jax_and_resume_after_a_kill(tmp_path: Path) -> None:
     _check_training(jax_out)
     _check_exactly_once(jax_out["interrupted"], jax_out["resumed"], jax_out["reference"])
     assert jax_out["resumed_epochs"] == 2 and jax_out["ran_out"] == []
+    ahead = jax_out["ahead"]  # Keras reading one batch ahead: the backup holds the trained batch's position
+    assert all(kept > 0 for kept in ahead["kept"]), ahead["kept"]  # (it did read ahead)
+    _check_exactly_once(ahead["interrupted"], ahead["resumed"], ahead["reference"])
