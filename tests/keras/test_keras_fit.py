@@ -56,7 +56,7 @@ def _check_exactly_once(first: list[list[int]], resumed: list[list[int]], refere
     assert reference[:8] != reference[8:16]  # each epoch its own shuffle order
 
 
-@pytest.mark.slow  # (three processes importing keras: about 20 s on an idle 2-core machine, 45 s loaded)
+@pytest.mark.slow  # (three processes importing keras: about 30 s of CPU time in all, two at a time)
 def test_fit_on_torch_and_jax_and_resume_after_a_kill(tmp_path: Path) -> None:
     jax_run = _start("jax", "train", str(tmp_path / "jax-backup"))
     _result(_start("torch", "kill", str(tmp_path)), rc=17)
