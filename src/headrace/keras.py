@@ -158,8 +158,6 @@ class KerasDataset(_data_adapter.DataAdapter):
         "batches", "iterator", "epoch_steps"}`` (``iterator``: the headrace ``Iterator.get_state()``, None at
         an iteration's start). JSON-serializable.
 
-        Raises:
-            IteratorClosedError: after ``close()``.
         """
         return _as_state(self._snapshot())
 
@@ -173,7 +171,13 @@ class KerasDataset(_data_adapter.DataAdapter):
         self._move_to(_from_state(state))
 
     def close(self) -> None:
-        """Stop the pipeline (its threads, files, memory accounts); idempotent."""
+        """Stop the pipeline (its threads, files, memory accounts); idempotent. ``get_state()`` still gives the
+        position (a Keras epoch read again starts where the unfinished one started, as always)."""
+        if self._it is not None and self._pos.batches:
+            self._pos.iterator = self._it.get_state()
+        self._drop()
+
+    def _drop(self) -> None:
         if self._it is not None:
             self._it.close()
             self._it = None
@@ -184,7 +188,7 @@ class KerasDataset(_data_adapter.DataAdapter):
         return replace(self._pos, iterator=live if live is not None else self._pos.iterator)
 
     def _move_to(self, pos: _Position) -> None:
-        self.close()
+        self._drop()
         self._pos = replace(pos)
         self._run = None
         self._quota = self._steps - pos.epoch_steps if pos.epoch_steps else None
@@ -244,7 +248,7 @@ class KerasDataset(_data_adapter.DataAdapter):
         return _standardize(batch)
 
     def _next_iteration(self) -> None:
-        self.close()
+        self._drop()
         self._pos = _Position(self._pos.iteration + 1, 0, None, self._pos.epoch_steps)
 
     # ---- what BackupAndRestore asks ----------------------------------------------------------------------
@@ -454,10 +458,15 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                                (self._training_metadata_path, self._prev_training_metadata_path)):
                 if _file_utils.exists(path):
                     _file_utils.copy(path, prev)
-        data = None if self._bound is None else _as_state(self._bound._trained_position())
+        epoch, data = self._current_epoch, None
+        if self._bound is not None:
+            pos = self._bound._trained_position()
+            if pos.epoch_steps >= self._bound.num_batches:  # the epoch's last step: resume with the next epoch
+                epoch, pos = epoch + 1, replace(pos, epoch_steps=0)  # (Keras cannot run an epoch of no steps)
+            data = _as_state(pos)
         self.model.save_weights(filepath=self._weights_path, overwrite=True)
         with _file_utils.File(self._training_metadata_path, "w") as f:
-            f.write(json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen, _METADATA_KEY: data}))
+            f.write(json.dumps({"epoch": epoch, "batch": self._last_batch_seen, _METADATA_KEY: data}))
 
 
 __all__ = ["READ_AHEAD_LIMIT", "BackupAndRestore", "KerasDataset", "adapt"]

@@ -105,6 +105,8 @@ def test_state_gives_exactly_the_rest_mid_epoch_and_at_epoch_ends() -> None:
     head = [next(reader)[1].tolist() for _ in range(2)]
     state = json.loads(json.dumps(b.get_state()))
     assert state["batches"] == 2 and state["epoch_steps"] == 2
+    b.close()
+    assert b.get_state() == state  # closing keeps the position
     c = adapt(_ds())
     c.set_state(state)
     rest = _ids(c.get_numpy_iterator())  # the rest of the interrupted epoch: 3 steps, not 5
@@ -183,3 +185,22 @@ def test_validation_data_is_adapted_separately_and_the_backup_binds_fits_x(tmp_p
     assert len(history.history["val_loss"]) == 2
     assert look.seen["iteration"] == 1 and look.seen["batches"] == 2  # epoch 1 (the second), 2 batches in
     assert train.get_state()["iteration"] == 2 and val.get_state()["iteration"] == 2
+
+
+def test_a_backup_at_an_epochs_last_step_resumes_with_the_next_epoch(tmp_path) -> None:
+    """Keras cannot run an epoch of no steps (its JAX trainer fails): such a backup records the next epoch."""
+    ds = _ds().map(lambda x, y: (x, y % 2))
+
+    class Crash(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 4:  # epoch 0's last step
+                raise RuntimeError("crash")
+
+    with pytest.raises(RuntimeError, match="crash"):
+        _model().fit(adapt(ds), epochs=2, verbose=0, callbacks=[BackupAndRestore(str(tmp_path), save_freq=1), Crash()])
+    saved = json.loads((tmp_path / "training_metadata.json").read_text())
+    assert saved["epoch"] == 1 and saved["headrace_data"]["epoch_steps"] == 0
+    assert saved["headrace_data"]["iteration"] == 1
+    data = adapt(ds)
+    history = _model().fit(data, epochs=2, verbose=0, callbacks=[BackupAndRestore(str(tmp_path), save_freq=1)])
+    assert len(history.history["loss"]) == 1 and data.get_state()["iteration"] == 2
