@@ -20,7 +20,7 @@ SRC = REPO / "src"
 OPS = SRC / "headrace" / "_ops"
 ABOVE_OPS = ("headrace._dataset", "headrace._iterator", "headrace.io", "headrace.train", "headrace.torch",
              "headrace.cli", "headrace._cli", "headrace.convert", "headrace.distribute", "headrace.data",
-             "headrace.demo", "headrace.image")
+             "headrace.demo", "headrace.image", "headrace.keras", "headrace.jax")
 
 
 def _module_name(path: Path) -> str:

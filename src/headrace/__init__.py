@@ -50,7 +50,7 @@ from ._spec import DatasetSpec, NoneTensorSpec, RaggedTensorSpec, TensorShape, T
 
 __version__ = "0.1.0"
 
-_LAZY_SUBMODULES = {"io", "image", "torch", "distribute", "train", "cli", "convert", "data", "compress"}
+_LAZY_SUBMODULES = {"io", "image", "torch", "distribute", "train", "cli", "convert", "data", "compress", "keras", "jax"}
 
 
 def __getattr__(name: str) -> Any:

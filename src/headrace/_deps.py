@@ -32,6 +32,8 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "onnxscript": ("compress", "onnxscript"),
     "torch_pruning": ("compress", "torch-pruning"),
     "torchao": ("compress", "torchao"),
+    "keras": ("keras", "Keras 3"),
+    "jax": ("jax", "JAX"),
 }
 
 
