@@ -208,3 +208,14 @@ def test_parallel_batch_does_not_lend(monkeypatch: pytest.MonkeyPatch) -> None:
                .batch(64, num_parallel_calls=2))
     assert made == [] and len(out) == 3
     np.testing.assert_array_equal(out[2][:, 0, 0, 0], np.arange(128, 192, dtype=np.float32))
+
+
+def test_each_epoch_of_a_repeat_closes_its_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _spares_made(monkeypatch)
+    ds = hr.Dataset.range(64 * 3).map(lambda i: np.full(SHAPE, i, np.float32)).batch(64).repeat(4).prefetch(1)
+    with iter(ds) as it:
+        sums = [float(b[:, 0, 0, 0].sum()) for b in it]
+    assert sums == [float(np.arange(64 * j, 64 * (j + 1)).sum()) for j in range(3)] * 4
+    budget = made[0]._account.budget
+    assert len(made) == 4 and all(s._closed for s in made)
+    assert budget.reclaimers == [] and budget.total_bytes == 0
