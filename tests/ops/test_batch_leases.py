@@ -219,3 +219,19 @@ def test_each_epoch_of_a_repeat_closes_its_buffers(monkeypatch: pytest.MonkeyPat
     budget = made[0]._account.budget
     assert len(made) == 4 and all(s._closed for s in made)
     assert budget.reclaimers == [] and budget.total_bytes == 0
+
+
+def test_two_large_leaves_share_one_reservation_and_keep_their_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _spares_made(monkeypatch)
+    ds = (hr.Dataset.range(64 * 8)
+          .map(lambda i: {"a": np.full(SHAPE, i, np.float32), "b": np.full((32, 32, 4), -i, np.float32)})
+          .batch(64).with_options(hr.Options(memory_budget="64MiB")))
+    with iter(ds) as it:
+        for j, b in enumerate(it):
+            expected = np.arange(64 * j, 64 * (j + 1), dtype=np.float32)
+            np.testing.assert_array_equal(b["a"][:, 3, 4, 1], expected)
+            np.testing.assert_array_equal(b["b"][:, 5, 6, 2], -expected)
+        del b
+        stats = it.memory_stats()
+    assert made[0].lent == 16 and made[0].reused >= 8  # both leaves recycled
+    assert stats["peak_bytes"] <= 64 << 20 and stats["overdraft_bytes"] == 0
