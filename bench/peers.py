@@ -6,8 +6,8 @@ Workloads (``--workloads``, all by default), the figure of each, and what each c
 1. ``image``, img/s and peak RSS: the seed image pipeline on ``bench/image_pipeline.py``'s data (``--images``
    500x375 JPEGs made from real photographs, in 16 TFRecord shards of ``tf.train.Example``):
 
-   - bare limit: ``decode_and_resize`` 224 on the JPEG bytes in memory, in a plain thread pool
-     (``image_pipeline.run_bare``);
+   - bare limit: the same decode + resize 224 + scale (``normalize``: float32 / 255) on the JPEG bytes in
+     memory, in a plain thread pool (``image_pipeline.run_bare``);
    - headrace: list_files -> interleave(TFRecordDataset) -> map(parse + decode_and_resize 224 + normalize)
      -> shuffle(1000) -> batch(64) -> prefetch, budget 256 MiB (``image_pipeline.run_headrace``);
    - tf.data: the same with tf.io / tf.image ops, AUTOTUNE everywhere (``image_pipeline.run_tensorflow``);

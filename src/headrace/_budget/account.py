@@ -113,7 +113,8 @@ class StageAccount:
             if group_limit is not None and not admission.within_group(self, nbytes, group_limit):
                 return None
             refuse_impossible(self, nbytes)
-            if self._admit(nbytes, urgent, policy, charged_in):
+            if self._admit(nbytes, urgent, policy, charged_in) or (
+                    b.reclaim(nbytes) and self._admit(nbytes, urgent, policy, charged_in)):
                 return Reservation(self, self._reserved(nbytes, policy.unit))
             notices.maybe_warn_shrunk(self)
             return None
@@ -141,6 +142,8 @@ class StageAccount:
                 is_urgent = urgent is not None and urgent()
                 if self._admit(nbytes, is_urgent, policy, charged_in):
                     break
+                if b.reclaim(nbytes):  # idle memory kept for reuse gave way: look again
+                    continue
                 notices.maybe_warn_shrunk(self)
                 if stop is not None and stop.is_set():
                     raise admission.Cancelled()
@@ -336,11 +339,18 @@ class Reservation:
     def cancel(self) -> None:
         """No element came of it (end of input, an error, a stop): given back. Once; later calls do nothing."""
         if self.open:
-            acc = self.account
-            with acc.budget.cv:
-                self.open = False
-                acc.outstanding -= 1
-                acc.budget.credit(acc, self.nbytes)
+            with self.account.budget.cv:
+                self.cancel_locked()
+
+    def cancel_locked(self) -> int:
+        """``cancel`` with the budget's lock held by the caller (a reclaimer); the bytes given back."""
+        if not self.open:
+            return 0
+        acc = self.account
+        self.open = False
+        acc.outstanding -= 1
+        acc.budget.credit(acc, self.nbytes)
+        return self.nbytes
 
     def top_up(self, nbytes: int, stop: Any = None, *, urgent: Callable[[], bool] | None = None) -> None:
         """Wait for ``nbytes`` more in this open reservation (``policy.TOP_UP``: a batch sized by an element it
@@ -357,6 +367,17 @@ class Reservation:
         its estimate, arrived): counted as an estimate miss (``StageAccount.force``)."""
         self.account.force(nbytes)
         self.nbytes += nbytes
+
+    def absorb(self, other: Reservation) -> None:
+        """Take ``other`` (open, same account) into this reservation: one settle or cancel for both."""
+        acc = self.account
+        if other.account is not acc or not (self.open and other.open):
+            raise ValueError(f"absorb: both reservations must be open and of one account ({acc.stage!r} and "
+                             f"{other.account.stage!r}, open {self.open} and {other.open}); absorb before settling")
+        with acc.budget.cv:
+            other.open = False
+            acc.outstanding -= 1
+            self.nbytes += other.nbytes
 
     def __enter__(self) -> Reservation:
         return self

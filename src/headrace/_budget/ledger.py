@@ -12,6 +12,7 @@ import math
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from .._sync import Condition
@@ -47,6 +48,9 @@ class MemoryBudget:
         self.waiters = 0  # threads blocked in reserve(): wake() notifies only when there are any
         self.reserve_bytes = self.limit_bytes // 16  # kept outside every share (headrace._budget.admission)
         self.overdraft_warned = False
+        # Called (lock held) when a reservation does not fit: each frees memory kept idle for reuse (lent
+        # batch buffers, headrace._ops.batch_buffers) and returns the bytes it credited.
+        self.reclaimers: list[Callable[[], int]] = []
 
     # (older names, read by modules outside the budget)
     _cv = property(lambda self: self.cv)
@@ -125,6 +129,13 @@ class MemoryBudget:
             target.peak_bytes = target.held_bytes
         if self.waiters:  # (wake(), unrolled: once per element)
             self.cv.notify_all()
+
+    def reclaim(self, nbytes: int) -> bool:
+        """(Lock held) ``nbytes`` more do not fit: free the idle memory kept for reuse where the budget's
+        limit is what stands in the way; whether anything was freed (then look again)."""
+        if not self.reclaimers or self.total_bytes + nbytes <= self.limit_bytes - self.reserve_bytes:
+            return False
+        return sum(fn() for fn in list(self.reclaimers)) > 0
 
     def wake(self) -> None:
         """Wake the threads waiting for room (if any) to look again."""

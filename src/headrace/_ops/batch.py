@@ -4,8 +4,9 @@ Memory (see ``headrace._memory``): every element is charged to the stage's manda
 from before it is pulled (a reservation of the largest element seen, settled to its real size) until the
 batch is stacked; the stacked batch is reserved before it is allocated, so while ``np.stack`` runs both
 the elements and the batch are counted (the assembly needs room for two batches: ``MemoryBudgetError``
-names the stage when even that cannot fit). Large output buffers are recycled (``stacking.BufferPool``)
-only for batches of at most 1/16 of the budget. With ``num_parallel_calls``, elements are gathered under
+names the stage when even that cannot fit). Large output buffers are recycled (``stacking.BufferPool``):
+a sequential batch lends them and takes them back charged (``batch_buffers``), a parallel one only for
+batches of at most 1/16 of the budget. With ``num_parallel_calls``, elements are gathered under
 the input lock and stacked in worker threads (``headrace._ops.parallel``): gathered groups stay charged
 to the assembly account until stacked, finished batches to the stage's account.
 
@@ -25,13 +26,14 @@ from typing import Any
 
 from .._args import count_arg, parallel_calls_arg
 from .._handoff import hand_off, taker_of
-from .._memory import WHOLE, WHOLE_UNCAPPED, Reservation, StageAccount
+from .._memory import WHOLE_UNCAPPED, Reservation, StageAccount
 from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import batch_spec
 from .._structure import nbytes
 from . import by_value
 from .autotune import parallelism
 from .base import check_state, note_error, stop_flag
+from .batch_buffers import SpareBuffers, reserve_output
 from .context import IteratorContext
 from .map_fusion import optimizing
 from .node import DatasetNode, SpecOf
@@ -71,8 +73,9 @@ class BatchNode(DatasetNode):
     def make_iterator(self, ctx: IteratorContext) -> Stage:
         source = self.inputs[0].make_iterator(ctx)
         stage = ctx.stage_name(self, f"batch({self.batch_size})")
-        combine = partial(stack, pool=BufferPool(max_bytes=ctx.budget.limit_bytes // 16))
-        return make_batcher(ctx, self, source, stage, combine, self.num_parallel_calls, self.deterministic)
+        pool = BufferPool(max_bytes=ctx.budget.limit_bytes // 16)
+        combine = partial(stack, pool=pool)
+        return make_batcher(ctx, self, source, stage, combine, self.num_parallel_calls, self.deterministic, pool)
 
 
 class _Group:
@@ -87,14 +90,16 @@ class _Group:
 
 def make_batcher(ctx: IteratorContext, node: DatasetNode, source: Stage, stage: str,
                  combine: Callable[[list[Any], str], Any], num_parallel_calls: int | None,
-                 deterministic: bool | None) -> Stage:
-    """A sequential batcher, or a gatherer feeding ``combine`` in a thread pool."""
+                 deterministic: bool | None, buffers: BufferPool | None = None) -> Stage:
+    """A sequential batcher, or a gatherer feeding ``combine`` in a thread pool (``buffers``: the pool
+    ``combine`` stacks into, lending its buffers in the sequential case)."""
     bs, drop = node.batch_size, node.drop_remainder  # type: ignore[attr-defined]
     if num_parallel_calls is None:
         account = ctx.account(f"{stage} assembly", 2 * bs, mandatory=True, min_units=2 * bs,
                               hint="use a smaller batch_size", stage_of=stage)
         account.min_what = f"its {bs} elements and the batch stacked from them, {2 * bs} elements"
-        return _BatchIterator(ctx, source, account, bs, drop, stage, combine)
+        spares = buffers.lend_from(account) if buffers is not None else None
+        return _BatchIterator(ctx, source, account, bs, drop, stage, combine, spares)
     workers = parallelism(num_parallel_calls, ctx)
     account = ctx.account(f"{stage} assembly", (workers + 1) * bs, mandatory=True, min_units=bs,
                           hint="use a smaller batch_size or fewer num_parallel_calls", stage_of=stage)
@@ -118,8 +123,10 @@ class _BatchIterator(Stage):
     depends_on_input_order = True  # consecutive elements
 
     def __init__(self, ctx: IteratorContext, source: Stage, account: StageAccount, batch_size: int,
-                 drop_remainder: bool, stage: str, combine: Callable[[list[Any], str], Any] | None) -> None:
+                 drop_remainder: bool, stage: str, combine: Callable[[list[Any], str], Any] | None,
+                 spares: SpareBuffers | None = None) -> None:
         super().__init__(ctx)
+        self._spares = spares
         self._source = source
         self._next_input = source.__next__
         # map_and_batch_fusion: a stage with a fill of its own (a sequential map) runs inside this loop
@@ -160,8 +167,9 @@ class _BatchIterator(Stage):
         r = self._reservation
         per = self._per = self._largest or acc.estimate()
         want = self._held + (self._bs - len(self._items)) * per + (self._out_max if self._combine else 0)
-        if r is None:  # the batch's one reservation (0 bytes while no size is known yet)
-            self._reservation = acc.reserve(max(0, want), stop, WHOLE)
+        if r is None:  # the batch's one reservation (0 bytes while no size is known yet), taking over the
+            # charge of the output buffers the consumer gave back (``batch_buffers``)
+            self._reservation = reserve_output(acc, self._spares if self._combine else None, max(0, want), stop)
             return
         if self._held > r.nbytes:  # that element exists already: charge it at once (an estimate miss)
             r.force(self._held - r.nbytes)
@@ -314,6 +322,8 @@ class _BatchIterator(Stage):
 
     def _close_self(self) -> None:
         self._drop_items()
+        if self._spares is not None:
+            self._spares.close()
         self._account.close()
 
     def _children(self) -> list[Stage]:

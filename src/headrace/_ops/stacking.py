@@ -12,8 +12,9 @@ zero-filling and page-faulting a fresh multi-megabyte block per batch (about hal
 64 float32 224x224x3 images). At most ``BufferPool.SIZE`` buffers per leaf are kept; buffers in use are
 charged to the memory budget by the stages holding the batches, idle ones are not, so each stacking frees
 every idle buffer but the one it reuses (between two stackings, what the consumer has released since).
-A pool only recycles leaves of at most ``max_bytes`` (the batch stage passes 1/16 of the memory budget), so
-the idle buffer it may keep between two stackings stays a small part of the budget.
+A pool only recycles leaves of at most ``max_bytes``, so the idle buffer it may keep between two stackings
+stays a small part of the budget. A pool bound to an account (``lend_from``: a sequential ``batch``) lends
+large leaves of any size instead and charges them while idle (``headrace._ops.batch_buffers``).
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from .._memory import StageAccount
 from .._spec import TensorShape
 from .._structure import describe, flatten, pack_as
 from .._sync import Lock as TimedLock
+from .batch_buffers import SpareBuffers
 
 
 def _is_structure(x: Any) -> bool:
@@ -43,17 +46,28 @@ class BufferPool:
         self._lock = TimedLock("batch buffer pool")
         self._buffers: dict[int, list[np.ndarray]] = {}
         self.max_bytes = max_bytes
+        self.spares: SpareBuffers | None = None
+
+    def lend_from(self, account: StageAccount) -> SpareBuffers:
+        """From now on, lend large leaves of any size and take them back charged to ``account`` while idle
+        (``headrace._ops.batch_buffers``) instead of the reference-count recycling above."""
+        self.spares = SpareBuffers(account)
+        return self.spares
 
     def stack(self, col: Sequence[Any], k: int) -> np.ndarray | None:
         """``np.stack(col)`` into a recycled buffer; None when ``col`` is not uniform large arrays."""
         f = col[0]
         shape, dtype = f.shape, f.dtype
         total = f.nbytes * len(col)
-        if total < self.MIN_BYTES or dtype.hasobject or (self.max_bytes is not None and total > self.max_bytes):
+        spares = self.spares
+        if total < self.MIN_BYTES or dtype.hasobject or (
+                spares is None and self.max_bytes is not None and total > self.max_bytes):
             return None
         for v in col:
             if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype:
                 return None  # the plain path stacks it or raises its clear error
+        if spares is not None:
+            return spares.lend(k, np.stack(col, out=spares.take(k, (len(col), *shape), dtype)))
         out = self._take(k, (len(col), *shape), dtype)
         return np.stack(col, out=out)
 
