@@ -92,6 +92,10 @@ class IgnoreErrorsNode(DatasetNode):
         return _IgnoreErrorsIterator(ctx, self.inputs[0].make_iterator(ctx), self)
 
 
+FIRST_CHARS = 500
+"""The first dropped error's description kept in a state (a state stays small)."""
+
+
 class _IgnoreErrorsIterator(UnaryIterator):
     kind = "ignore_errors"
 
@@ -173,8 +177,13 @@ class _IgnoreErrorsIterator(UnaryIterator):
         self._report()
 
     def _counters(self) -> dict[str, Any]:
-        return {"dropped": self.dropped, "passed": self.passed}
+        # the counts per type and the first error too: a restored iterator's warning says what the run dropped
+        return {"dropped": self.dropped, "passed": self.passed, "by_type": dict(self._by_type),
+                "first": None if self._first is None else self._first[:FIRST_CHARS], "estimated": self._estimated}
 
     def _restore_counters(self, state: dict[str, Any]) -> None:
         self.dropped = int(state["dropped"])
         self.passed = int(state.get("passed", 0))
+        self._by_type = Counter({str(k): int(v) for k, v in state.get("by_type", {}).items()})
+        self._first = state.get("first")
+        self._estimated = bool(state.get("estimated", False))
