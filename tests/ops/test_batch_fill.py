@@ -176,3 +176,47 @@ def test_range_states_around_chunk_boundaries(args: tuple[int, ...]) -> None:
     assert taken == len(want)
     with pytest.raises(StopIteration):
         next(it)
+
+
+def _assembly_bytes(it) -> int:
+    stats = it.memory_stats()
+    return sum(s["current_bytes"] for name, s in stats["stages"].items() if "assembly" in name)
+
+
+def test_a_small_batch_renews_its_reservation_and_gives_it_back_at_the_end_and_on_close() -> None:
+    """A small batch settles its output and takes the next batch's room in one step (``Reservation.settle(...,
+    renew=)``): between next() calls the stage holds room for one batch's items and output, never more, and that
+    room is given back when the input ends, on close() and on set_state()."""
+    ds = hr.Dataset.range(100).map(lambda x: x * 2).batch(8)
+    it = iter(ds)
+    next(it)
+    assert 0 < _assembly_bytes(it) <= 2 * 8 * 8  # the next batch's 8 items of 8 B and its 64 B output
+    state = it.get_state()
+    it.set_state(state)
+    assert _assembly_bytes(it) == 0
+    assert [b.tolist() for b in it][-1] == [192, 194, 196, 198]
+    assert _assembly_bytes(it) == 0 and it.memory_stats()["current_bytes"] == 0
+    it2 = iter(ds)
+    next(it2)
+    budget = it2.memory_stats()
+    it2.close()
+    assert budget["current_bytes"] > 0
+    probe = iter(ds)  # the process budget has nothing left of the closed iterator
+    next(probe)
+    assert probe.memory_stats()["current_bytes"] <= budget["current_bytes"]
+    probe.close()
+
+
+def test_no_renewal_inside_the_budgets_reserve_or_for_large_batches() -> None:
+    """Renewing is only for room that is free anyway: a batch that would reach into the budget's reserve (1/16),
+    or a batch of 1 MiB or more (lent buffers, ``batch_buffers``), reserves at its next start instead."""
+    tight = hr.Dataset.range(64).map(lambda x: np.zeros(1000, np.uint8)).batch(8)
+    it = iter(tight.with_options(hr.Options(memory_budget=17_000)))  # 16 KB reaches into the 1 KB reserve
+    next(it)
+    assert _assembly_bytes(it) == 0
+    assert sum(len(b) for b in it) == 56
+    big = hr.Dataset.range(8).map(lambda x: np.zeros(300_000, np.uint8)).batch(4)
+    it = iter(big)
+    next(it)
+    assert _assembly_bytes(it) == 0
+    it.close()

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import MemoryBudgetError
 from . import admission, notices
-from .policy import ELEMENT, TOP_UP, Policy
+from .policy import ELEMENT, TOP_UP, WHOLE, Policy
 from .refusals import refuse_going_over, refuse_impossible, refuse_infeasible
 
 if TYPE_CHECKING:
@@ -281,7 +281,7 @@ class Reservation:
 
     def settle(self, actual: int, count: int = 1, *, unit: bool = True, largest: int | None = None,
                refuse: bool = True, need: int | None = None, inputs: tuple[int, int] | None = None,
-               release: bool = False) -> None:
+               release: bool = False, renew: int = 0) -> bool:
         """Turn the reservation into ``count`` held elements of ``actual`` bytes in total.
 
         Less than reserved: the rest is released. More (an element larger than any before it): the excess
@@ -298,7 +298,10 @@ class Reservation:
         batch stacked from its items in the items' reservation): each is a unit of this stage's work, so the
         unit size grows to ``largest`` as if they had been settled and released (one lock instead of three).
         ``release``: the element is handed on at once (no taker waits for it, ``headrace._handoff``): its bytes
-        are released in the same lock, as ``StageAccount.release`` would.
+        are released in the same lock, as ``StageAccount.release`` would. ``renew``: then, in the same lock, this
+        reservation opens again for ``renew`` bytes (the stage's next element, e.g. a batch's next items and
+        output) if they are admitted at once, outside the budget's reserve, and no size the shares use grew;
+        returns whether it did (else it is closed, and the caller reserves as usual).
         """
         acc = self.account
         b = acc.budget
@@ -335,6 +338,12 @@ class Reservation:
             if grew:
                 b.recompute_caps()
                 b.wake()
+            elif renew and b.total_bytes + renew <= b.limit_bytes - b.reserve_bytes and acc._admit(
+                    renew, False, WHOLE, 0):
+                self.open = True
+                self.nbytes = acc._reserved(renew, WHOLE.unit)
+                return True
+            return False
 
     def cancel(self) -> None:
         """No element came of it (end of input, an error, a stop): given back. Once; later calls do nothing."""

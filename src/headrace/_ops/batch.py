@@ -251,8 +251,12 @@ class _BatchIterator(Stage):
         n_out = nbytes(out)
         self._out_max = max(self._out_max, n_out)
         # the items are gone and the batch is held: the items' size is this stage's unit, the batch's is not
-        if taker_of(self) is None:  # handed on as it is returned: settled and released in one step
-            reservation.settle(n_out, unit=False, inputs=(count, largest), release=True)
+        if taker_of(self) is None:  # handed on as it is returned: settled and released in one step, and for a
+            # small batch (where a lock per batch shows) the next batch's room taken in the same step
+            per = max(acc.estimate(), largest)
+            renew = self._bs * per + max(self._out_max, n_out) if n_out < BufferPool.MIN_BYTES else 0
+            if reservation.settle(n_out, unit=False, inputs=(count, largest), release=True, renew=renew):
+                self._reservation, self._per = reservation, per
         else:
             reservation.settle(n_out, unit=False, inputs=(count, largest))
             hand_off(acc, n_out, self)

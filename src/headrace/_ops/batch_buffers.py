@@ -115,6 +115,11 @@ class SpareBuffers:
         return freed
 
     # ---- the batch stage's side --------------------------------------------------------------------------
+    def has_idle(self) -> bool:
+        """Whether a buffer is idle now (read without the lock: one given back just after is claimed by the next
+        batch, or taken by ``take``); spares that never came back cost no lock per batch."""
+        return bool(self._idle)
+
     def claim(self) -> list[Reservation]:
         """The idle buffers' reservations, taken for the next batch (its buffers are kept for :meth:`take`)."""
         with self._lock:
@@ -165,7 +170,7 @@ def reserve_output(account: StageAccount, spares: SpareBuffers | None, nbytes: i
     """The reservation a batch of about ``nbytes`` is stacked under: the idle buffers' (topped up to
     ``nbytes`` if smaller; ``settle`` gives back any excess), else a new one (``account.reserve``, timed
     waits honouring ``stop``). Raises what ``account.reserve`` raises, nothing held then."""
-    taken = spares.claim() if spares is not None else []
+    taken = spares.claim() if spares is not None and spares.has_idle() else []
     if not taken:
         return account.reserve(nbytes, stop, WHOLE)
     reservation = taken[0]

@@ -47,6 +47,9 @@ from .parallel import PoolIterator
 from .sources import convert_to_spec
 from .stage import Stage, UnaryIterator, size_of
 
+_END = object()
+_NOTHING_READY: Any = iter(())
+
 
 class MapNode(DatasetNode):
     shard_passes = True
@@ -169,13 +172,18 @@ class _MapIterator(UnaryIterator):
         fusion: a sequential ``batch`` right after this ``map`` makes one call per batch, not one per element;
         ``bench/overhead.py``). Same results, errors, notes and index as ``__next__``."""
         nxt, fn, finish, stage, append = self._next_input, self._fn, self._finish, self._stage, items.append
+        ready = self._source.elements_ready
+        run = ready() or _NOTHING_READY  # the input's ready elements, pulled without a Python call each
         i = self._index
         start = len(items)
         held = largest = slow = 0
         fast: type | None = None  # results of a fixed-size scalar type, when there is no finish: appended as is
         try:
             for _ in range(k):
-                x = nxt()
+                x = next(run, _END)
+                if x is _END:  # none ready: the input's own __next__ (which may make more ready)
+                    x = nxt()
+                    run = ready() or _NOTHING_READY
                 i += 1
                 try:
                     y = fn(*x) if type(x) is tuple else fn(x)
@@ -210,6 +218,10 @@ class _MapIterator(UnaryIterator):
     def step(self) -> tuple[Callable[..., Any], str, Callable[[Any], Any] | None]:
         """This map as a step of a fused chain (``map_fusion.FusedMapIterator``)."""
         return self._fn, self._stage, self._finish
+
+    def get_state(self) -> dict[str, Any]:
+        # UnaryIterator's layout written out (a sequential batch takes its input's state once per batch)
+        return {"kind": "map", "index": self._index, "input": self._source.get_state()}
 
     def _counters(self) -> dict[str, Any]:
         return {"index": self._index}

@@ -90,12 +90,13 @@ class _RangeIterator(Stage):
         self._flat = np.arange(v, end, step, dtype=np.int64).flat
         return next(self._flat)
 
-    def _position(self) -> int:
-        flat = self._flat
-        return self._next if flat is None else self._base + flat.index * self._step
+    def elements_ready(self) -> Any:
+        return self._flat  # (a flatiter: its index is the position, see get_state)
 
     def get_state(self) -> dict[str, Any]:
-        return {"kind": self.kind, "start": self._ds.start, "step": self._step, "next": self._position()}
+        flat = self._flat
+        position = self._next if flat is None else self._base + flat.index * self._step
+        return {"kind": "range", "start": self._ds.start, "step": self._step, "next": position}
 
     def set_state(self, state: dict[str, Any]) -> None:
         check_state(state, self.kind, start=self._ds.start, step=self._step)

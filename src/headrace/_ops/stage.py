@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from .._errors import StateError
@@ -74,6 +75,13 @@ class Stage(Replayable, DatasetIterator):
 
     def optimization(self) -> str | None:
         """The static optimization applied at this stage, for ``explain()`` (``headrace._ops.map_fusion``)."""
+        return None
+
+    def elements_ready(self) -> Iterator[Any] | None:
+        """An iterator (C-level where it can be) over the elements ``__next__`` would return next, consuming them
+        as ``__next__`` would (this stage's state follows it); when it ends, ``__next__`` gives the next element
+        or ``StopIteration``. None when there is none (the default). ``range`` returns its current chunk's; a
+        ``map`` running inside a batch's ``fill`` pulls from it (one Python call per element less)."""
         return None
 
     def fill(self, items: list[Any], k: int, per: int) -> tuple[int, int]:
