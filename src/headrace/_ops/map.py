@@ -28,7 +28,7 @@ from typing import Any
 from .._args import parallel_calls_arg
 from .._options import AUTOTUNE
 from .._spec import from_user
-from .._structure import SCALAR_NBYTES, SCALAR_TYPES, normalize
+from .._structure import SCALAR_TYPES, normalize
 from .autotune import MAP_WINDOW_PER_WORKER, parallelism
 from .base import fn_name, note_error
 from .calls import (
@@ -45,7 +45,7 @@ from .map_fusion import FusedMapIterator, optimizing
 from .node import DatasetNode, SpecOf, trace
 from .parallel import PoolIterator
 from .sources import convert_to_spec
-from .stage import Stage, UnaryIterator, size_of
+from .stage import FillTally, Stage, UnaryIterator
 
 _END = object()
 _NOTHING_READY: Any = iter(())
@@ -176,8 +176,8 @@ class _MapIterator(UnaryIterator):
         run = ready() or _NOTHING_READY  # the input's ready elements, pulled without a Python call each
         i = self._index
         start = len(items)
-        held = largest = slow = 0
-        fast: type | None = None  # results of a fixed-size scalar type, when there is no finish: appended as is
+        tally = FillTally(per, scalars=finish is None)  # results appended as they are when there is no finish
+        fast = None
         try:
             for _ in range(k):
                 x = next(run, _END)
@@ -199,21 +199,13 @@ class _MapIterator(UnaryIterator):
                 except Exception as e:
                     note_error(e, stage, i - 1)
                     raise
-                n, kind = size_of(y, fast)
-                if finish is None:
-                    fast = kind
                 append(y)
-                slow += 1
-                held += n
-                if n > largest:
-                    largest = n
-                    if n > per:
-                        break
+                if tally.add(y):
+                    break
+                fast = tally.fast
         finally:
             self._index = i
-        if fast is not None:
-            held += (len(items) - start - slow) * SCALAR_NBYTES[fast]
-        return held, largest
+        return tally.result(len(items) - start)
 
     def step(self) -> tuple[Callable[..., Any], str, Callable[[Any], Any] | None]:
         """This map as a step of a fused chain (``map_fusion.FusedMapIterator``)."""

@@ -41,13 +41,38 @@ from .protocol import DatasetIterator
 from .replay import Replayable
 
 
-def size_of(x: Any, fast: type | None) -> tuple[int, type | None]:
-    """``Stage.fill``'s sizing of an element that is not of its ``fast`` type: its bytes, and the fast type from
-    now on (the first fixed-size scalar type met)."""
-    n = SCALAR_NBYTES.get(type(x))
-    if n is None:
-        return nbytes(x), fast
-    return n, type(x) if fast is None else fast
+class FillTally:
+    """What a ``fill`` call counts of the elements it appends: the bytes and the largest of those it sized one by
+    one, and the fixed-size scalar type (``fast``) whose elements it only counts (the first one met, where
+    ``scalars``: a map with an ``output_signature`` check sizes every result)."""
+
+    __slots__ = ("fast", "held", "largest", "per", "scalars", "slow")
+
+    def __init__(self, per: int, scalars: bool = True) -> None:
+        self.per, self.scalars = per, scalars
+        self.fast: type | None = None
+        self.held = self.largest = self.slow = 0
+
+    def add(self, x: Any) -> bool:
+        """Size ``x`` (appended, not of the fast type); True when it is larger than ``per`` (fill stops)."""
+        n = SCALAR_NBYTES.get(type(x))
+        if n is None:
+            n = nbytes(x)
+        elif self.fast is None and self.scalars:
+            self.fast = type(x)
+        self.slow += 1
+        self.held += n
+        if n > self.largest:
+            self.largest = n
+            return n > self.per
+        return False
+
+    def result(self, appended: int) -> tuple[int, int]:
+        """``fill``'s return value for ``appended`` elements: their bytes and the largest."""
+        held = self.held
+        if self.fast is not None:
+            held += (appended - self.slow) * SCALAR_NBYTES[self.fast]
+        return held, self.largest
 
 
 class Stage(Replayable, DatasetIterator):
@@ -92,24 +117,17 @@ class Stage(Replayable, DatasetIterator):
         error leaves the elements appended before it in ``items`` (the caller sizes them again)."""
         nxt, append = self.__next__, items.append
         start = len(items)
-        held = largest = slow = 0
-        fast: type | None = None  # a fixed-size scalar type seen (its elements: counted, not sized, one by one)
+        tally = FillTally(per)
+        fast = None  # the type of elements only counted (tally.fast, kept in a local for the loop)
         for _ in range(k):
             x = nxt()
-            if type(x) is fast:
-                append(x)
-                continue
-            n, fast = size_of(x, fast)
             append(x)
-            slow += 1
-            held += n
-            if n > largest:
-                largest = n
-                if n > per:
-                    break
-        if fast is not None:
-            held += (len(items) - start - slow) * SCALAR_NBYTES[fast]
-        return held, largest
+            if type(x) is fast:
+                continue
+            if tally.add(x):
+                break
+            fast = tally.fast
+        return tally.result(len(items) - start)
 
     def _close_self(self) -> None:
         """Stop threads and release accounts of this stage only (override in stages that have any)."""
