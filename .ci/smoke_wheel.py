@@ -4,8 +4,10 @@ directory outside the clone, once plainly and once under ``python -P --quick``.
 It checks what the unit tests cannot see from the source tree: that the installed package is complete (every
 extra's module imports from site-packages), that worker processes start from it (``map(executor="process")``),
 that ``to_torch`` works under ``DataLoader(num_workers=2)`` with the fork and spawn start methods and
-reshuffles every epoch, and that the ``headrace`` console script runs. Exits non-zero naming the first
-failure.
+reshuffles every epoch (also under forkserver), that the adapters run from the wheel (``to_torch``'s state
+restored in a fresh dataset, ``headrace.lightning``, ``to_jax``, ``headrace.keras``'s ``adapt`` in a ``fit`` on the
+torch backend, in a process of its own), and that the ``headrace`` console script runs. Exits non-zero naming
+the first failure.
 """
 
 from __future__ import annotations
@@ -98,6 +100,47 @@ def dataloader_epochs(context: str) -> None:
     del torch
 
 
+def adapters() -> None:
+    import json
+
+    import numpy as np
+
+    import headrace as hr
+    from headrace.torch import to_torch
+
+    ds = hr.Dataset.range(20).shuffle(20, seed=3)
+    first = to_torch(ds)
+    it = iter(first)
+    head = [int(next(it)) for _ in range(7)]
+    second = to_torch(ds)
+    second.load_state_dict(json.loads(json.dumps(it.state_dict())))
+    rest = [int(x) for x in second]
+    check("to_torch: state_dict -> a fresh dataset -> exactly the rest", sorted(head + rest) == list(range(20)),
+          (head, rest))
+
+    from headrace.lightning import ExactlyOnce
+
+    check("headrace.lightning.ExactlyOnce", ExactlyOnce() is not None)
+
+    from headrace.jax import to_jax
+
+    with to_jax(hr.Dataset.range(12).batch(4)) as batches:
+        got = [np.asarray(b).tolist() for b in batches]
+    check("headrace.jax.to_jax", got == [list(range(i, i + 4)) for i in (0, 4, 8)], got)
+
+    code = ("import numpy as np, keras, headrace as hr\n"
+            "from headrace.keras import adapt\n"
+            "x = np.random.default_rng(0).normal(size=(64, 4)).astype('float32')\n"
+            "ds = hr.Dataset.from_tensor_slices((x, (x[:, 0] > 0).astype('int64'))).batch(16)\n"
+            "m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation='softmax')])\n"
+            "m.compile('adam', 'sparse_categorical_crossentropy')\n"
+            "h = m.fit(adapt(ds), epochs=2, verbose=0)\n"
+            "assert len(h.history['loss']) == 2, h.history\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "KERAS_BACKEND": "torch"})
+    check("headrace.keras: fit(adapt(ds)) on the torch backend", proc.returncode == 0, proc.stderr[-2000:])
+
+
 def console_script() -> None:
     exe = Path(sys.executable).with_name("headrace")
     proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=120)
@@ -113,8 +156,9 @@ def main() -> None:
     if not QUICK:
         with tempfile.TemporaryDirectory() as tmp:
             extras(Path(tmp))
-        for context in ("fork", "spawn"):
+        for context in ("fork", "spawn", "forkserver"):
             dataloader_epochs(context)
+        adapters()
         console_script()
     print(f"smoke_wheel: all passed in {time.perf_counter() - t0:.1f} s ({'quick' if QUICK else 'full'})")
 
