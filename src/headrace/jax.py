@@ -22,8 +22,8 @@ State: ``get_state()`` is the position of the last batch handed to the caller (t
 not counted: a restore yields them again), a small JSON dict; ``set_state(state)`` on any ``to_jax`` iterator
 of the same pipeline continues with exactly the rest.
 
-Orbax: no checkpoint handler is offered (Orbax is not a dependency); save ``get_state()`` as JSON beside an
-Orbax checkpoint (e.g. ``ocp.args.JsonSave``).
+Orbax: ``headrace.jax_orbax`` (``CheckpointSave`` / ``CheckpointRestore``, when Orbax is installed) saves and
+restores the iterator's state inside an Orbax checkpoint.
 
 Requires jax (``pip install 'headrace[jax]'``).
 """

@@ -154,3 +154,28 @@ def test_to_jax_refuses_bad_arguments_and_states() -> None:
     with pytest.raises(hr.StateError, match="iteration=-1"):
         it.set_state({**it.get_state(), "iteration": -1})
     it.close()
+
+
+def test_an_orbax_checkpoint_manager_saves_and_restores_the_iterator_beside_the_model(tmp_path) -> None:
+    ocp = pytest.importorskip("orbax.checkpoint")
+    from headrace.jax_orbax import CheckpointRestore, CheckpointSave
+
+    full = _ids(to_jax(_ds()))
+    it = to_jax(_ds())
+    head = [np.asarray(next(it)[1]).tolist() for _ in range(2)]
+    params = {"w": np.arange(4.0)}
+    mngr = ocp.CheckpointManager(tmp_path / "ckpt")
+    mngr.save(2, args=ocp.args.Composite(state=ocp.args.StandardSave(params), data=CheckpointSave(it)))
+    mngr.wait_until_finished()
+    it.close()
+    fresh = to_jax(_ds())
+    restored = mngr.restore(2, args=ocp.args.Composite(state=ocp.args.StandardRestore(params),
+                                                       data=CheckpointRestore(fresh)))
+    assert restored["data"] is fresh and np.asarray(restored["state"]["w"]).tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert head + _ids(fresh) == full
+    data = tmp_path / "ckpt" / "2" / "data"
+    assert sorted(p.name for p in data.glob("process_*.json")) == ["process_0-of-1.json"]
+    (data / "process_0-of-1.json").rename(data / "process_0-of-2.json")  # as another process count wrote it
+    with pytest.raises(hr.StateError, match=r"no state for process 0 of 1 .*process_0-of-2\.json.*process count"):
+        mngr.restore(2, args=ocp.args.Composite(data=CheckpointRestore(to_jax(_ds()))))
+    mngr.close()
