@@ -92,7 +92,12 @@ try:  # registered with Orbax's args API when Orbax is installed
         item: Any
 
     ORBAX = True
-except ImportError:  # no Orbax: the handler alone (Orbax's older API takes it directly)
+except ImportError:  # no Orbax: the handler alone; the args name what to install
     ORBAX = False
+
+    def __getattr__(name: str) -> Any:
+        if name in ("CheckpointSave", "CheckpointRestore"):
+            raise ImportError(f"headrace.jax_orbax.{name} needs Orbax: pip install orbax-checkpoint")
+        raise AttributeError(f"module 'headrace.jax_orbax' has no attribute {name!r}")
 
 __all__ = ["ORBAX", "CheckpointHandler", "CheckpointRestore", "CheckpointSave"]

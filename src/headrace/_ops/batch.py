@@ -189,11 +189,10 @@ class _BatchIterator(Stage):
             try:
                 n, largest = fill(items, bs - before, self._per)
             except BaseException as e:
-                added = items[before:]
-                self._pulled += len(added) + (not isinstance(e, StopIteration))  # a position that raised counts
-                n = sum(nbytes(x) for x in added)
-                self._held += n
-                self._largest = max(self._largest, max(map(nbytes, added), default=0))
+                sizes = [nbytes(x) for x in items[before:]]  # (fill's own tally went with the exception)
+                self._pulled += len(sizes) + (not isinstance(e, StopIteration))  # a position that raised counts
+                self._held += sum(sizes)
+                self._largest = max(self._largest, *sizes, 0)
                 r = self._reservation
                 if r is not None and self._held > r.nbytes:  # kept for the next call: charged now
                     r.force(self._held - r.nbytes)
