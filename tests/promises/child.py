@@ -153,6 +153,9 @@ def mode_recover(shape: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
 
 def mode_interrupt(shape: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
     rng = random.Random(args.get("seed", 0))
+    # A shell's background job starts with SIGINT ignored and Python then leaves it ignored, so the signals
+    # would vanish: Ctrl-C's own handler, as in a terminal.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     main_id = threading.get_ident()
     done = threading.Event()
     sent = 0
