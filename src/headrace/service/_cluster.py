@@ -1,0 +1,78 @@
+"""Connecting to the Ray cluster a ``distribute`` names, and starting and stopping its worker actors.
+
+Only this module and the dispatcher (``headrace.service._dispatch``) import ``ray``, and only when a pipeline
+is iterated: ``import headrace`` and ``headrace.service`` never do (``ray`` is the optional extra
+``headrace[ray]``).
+"""
+
+from __future__ import annotations
+
+import re
+from types import ModuleType
+from typing import Any
+
+from .._deps import require
+
+ADDRESS_FORMS = ("'local' (start a Ray on this machine: for trying)", "'auto' (the cluster RAY_ADDRESS or "
+                 "`ray start` on this machine names)", "'HOST:PORT' (a head's GCS address, `ray start --head` "
+                 "prints it)", "'ray://HOST:PORT' (Ray Client)")
+_ADDRESS = re.compile(r"^(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
+# Exceptions of ray.exceptions that mean a worker (or its node) is gone, not that the pipeline failed.
+LOST = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError",
+        "ObjectLostError", "OwnerDiedError", "ObjectReconstructionFailedError", "ActorUnschedulableError")
+
+
+def check_address(service: Any) -> str:
+    """``service`` if it is an address form Ray accepts (:data:`ADDRESS_FORMS`), else ``ValueError``."""
+    if not isinstance(service, str) or not (service in ("local", "auto") or _ADDRESS.match(service)):
+        raise ValueError(f"distribute(service={service!r}): expected a Ray address, one of "
+                         f"{', '.join(ADDRESS_FORMS)}; e.g. service='local' to try it on one machine")
+    return service
+
+
+def ray_module() -> ModuleType:
+    """``ray``, or ``MissingDependencyError`` (an ``ImportError``) naming ``pip install 'headrace[ray]'``."""
+    return require("ray", "headrace.service.distribute")
+
+
+def connect(service: str) -> ModuleType:
+    """``ray``, connected to ``service`` (a connection this process has already is kept as it is)."""
+    ray = ray_module()
+    if not ray.is_initialized():
+        if service == "local":
+            ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
+        else:
+            ray.init(address=service, configure_logging=False, log_to_driver=False)
+    return ray
+
+
+def cluster_cpus(ray: ModuleType) -> int:
+    """The CPUs of the cluster (each worker actor takes one)."""
+    return int(ray.cluster_resources().get("CPU", 0))
+
+
+def start_worker(ray: ModuleType, node_ref: Any, memory_budget: int | str | None, chunk: tuple[int, int, float]) -> Any:
+    """A new worker actor (one CPU, spread over the nodes, never restarted by Ray: the dispatcher re-assigns
+    a lost worker's split itself); returns its handle at once (it starts in the background)."""
+    from ._worker import SplitWorker
+
+    cls = ray.remote(SplitWorker)
+    return cls.options(num_cpus=1, scheduling_strategy="SPREAD", max_restarts=0, max_concurrency=1).remote(node_ref, memory_budget, *chunk)
+
+
+def is_lost(error: BaseException) -> bool:
+    """Whether ``error`` (raised by ``ray.get``) means the worker or its node is gone."""
+    return any(k.__name__ in LOST for k in type(error).__mro__)
+
+
+def stop_workers(ray: ModuleType, actors: list[Any]) -> None:
+    """Kill ``actors`` (never blocks: Ray stops them in the background; already dead ones are skipped)."""
+    for actor in actors:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - a dead actor or a lost connection: nothing left to stop
+            pass
+
+
+__all__ = ["ADDRESS_FORMS", "check_address", "cluster_cpus", "connect", "is_lost", "ray_module", "start_worker",
+           "stop_workers"]
