@@ -61,12 +61,18 @@ def start_worker(ray: ModuleType, node_ref: Any, memory_budget: int | str | None
 
 
 def is_lost(error: BaseException) -> bool:
-    """Whether ``error`` (raised by ``ray.get``) means the worker or its node is gone."""
+    """Whether ``error`` (raised by ``ray.get``) means the worker or its node is gone (not that the actor could
+    not be made: its ``__init__`` raised, e.g. the pipeline could not be unpickled there)."""
+    if getattr(error, "actor_init_failed", False):
+        return False
     return any(k.__name__ in LOST for k in type(error).__mro__)
 
 
 def stop_workers(ray: ModuleType, actors: list[Any]) -> None:
-    """Kill ``actors`` (never blocks: Ray stops them in the background; already dead ones are skipped)."""
+    """Kill ``actors`` (never blocks: Ray stops them in the background; already dead ones are skipped). After
+    ``ray.shutdown()`` there is nothing to kill (and ``ray.kill`` would start a new local Ray)."""
+    if not ray.is_initialized():
+        return
     for actor in actors:
         try:
             ray.kill(actor, no_restart=True)

@@ -88,10 +88,14 @@ class ServiceNode(DatasetNode):
 class _Worker:
     """The dispatcher's view of one worker actor."""
 
-    __slots__ = ("actor", "calls", "dead", "split")
+    __slots__ = ("actor", "calls", "dead", "node_id", "ready", "split")
 
     def __init__(self, actor: Any) -> None:
         self.actor = actor
+        # Splits go only to a worker that has answered (a replacement that cannot be placed, e.g. on a cluster
+        # that lost the node with the free CPU, must not sit on a split the live workers could run).
+        self.ready = actor.node_id.remote()
+        self.node_id: str | None = None
         self.split: int | None = None
         self.calls: collections.deque[tuple[Any, int, Reservation | None]] = collections.deque()  # (ref, split, r)
         self.dead = False
@@ -101,6 +105,7 @@ class ServiceIterator(Stage):
     """The dispatcher of one trainer (see the module docstring)."""
 
     kind = "service"
+    reorders = True  # chunks arrive in the order workers finish them: a stage above keeps its input by value
 
     def __init__(self, ctx: IteratorContext, node: ServiceNode, stage: str) -> None:
         super().__init__(ctx)
@@ -172,7 +177,7 @@ class ServiceIterator(Stage):
     def _ask(self) -> None:
         """Give idle workers a split and keep ``prefetch`` calls outstanding on each live one."""
         for w in self._workers:
-            if w.dead:
+            if w.dead or w.node_id is None:
                 continue
             if w.split is None and self._pending:
                 w.split = self._pending.popleft()
@@ -193,12 +198,24 @@ class ServiceIterator(Stage):
     def _receive(self) -> bool:
         """Wait one slice for the oldest call of any worker; take what came. True if anything came."""
         heads = {w.calls[0][0]: w for w in self._workers if w.calls and not w.dead}
-        if not heads:
+        starting = {w.ready: w for w in self._workers if w.node_id is None and not w.dead}
+        if not heads and not starting:
             return False
-        ready, _ = self._ray.wait(list(heads), num_returns=1, timeout=WAIT_SLICE_S)
+        ready, _ = self._ray.wait([*heads, *starting], num_returns=1, timeout=WAIT_SLICE_S)
         for ref in ready:
-            self._take(heads[ref])
+            if ref in heads:
+                self._take(heads[ref])
+            else:
+                self._started(starting[ref])
         return bool(ready)
+
+    def _started(self, w: _Worker) -> None:
+        try:
+            w.node_id = self._ray.get(w.ready, timeout=self._cfg.timeout_s)[0]
+        except Exception as e:
+            if not _cluster.is_lost(e):
+                raise _cause(e) from None
+            self._lose(w)
 
     def _take(self, w: _Worker) -> None:
         ref, split, r = w.calls.popleft()

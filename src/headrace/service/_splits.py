@@ -82,7 +82,7 @@ def plan_splits(node: DatasetNode, processing_mode: str, num_workers: int, per_w
         raise _cannot_split(source, "it has no index range or file list to cut")
     k = want
     while k > 1 and source.shard_source(k, 0) is None:
-        k = k // 2 if k > 2 * num_workers else k - 1
+        k -= 1  # (the largest count of shares it can make: one file each, at most ``want``)
     if k == 1:
         raise _cannot_split(source, "it has a single file")
     return SplitPlan(tuple(("shard", k, i) for i in range(k)), f"{k} shares of the files of {source.label}")

@@ -51,6 +51,7 @@ class SplitWorker:
         self._error: BaseException | None = None  # raised by the chunk after the elements made before it
         self._it: Any = None
         self._rss0 = _rss()
+        self._node_id = self.node_id()[0]
         self._peak = self._rss0
         self._made = 0
         self._busy_s = 0.0
@@ -127,7 +128,7 @@ class SplitWorker:
         pipeline ran), ``memory_budget`` (as given), ``elements`` made and ``busy_s`` (seconds in calls)."""
         return {"rss_bytes": _rss(), "peak_rss_bytes": self._peak, "start_rss_bytes": self._rss0,
                 "memory_budget": self._budget, "elements": self._made, "busy_s": round(self._busy_s, 3),
-                "pid": os.getpid()}
+                "pid": os.getpid(), "node_id": self._node_id}
 
     def _close_split(self) -> None:
         it, self._it, self._split = self._it, None, None

@@ -1,0 +1,194 @@
+"""``headrace.service.distribute`` on a 2-node Ray cluster on this machine (``ray.cluster_utils.Cluster``: a
+head and a worker node, separate raylets, on 127.0.0.1; one cluster for the module): every element exactly once
+per epoch (a range, TFRecord files), also with the worker node removed mid-epoch and across states restored into
+fresh pipelines (a restore of a restore too); ``parallel_epochs``; per-worker RSS within its budget; close()
+leaves no actor alive."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import headrace as hr
+from headrace.io import TFRecordDataset, TFRecordWriter
+from headrace.service import distribute, service_report
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # (read when ray is imported) every Ray process on 127.0.0.1
+ray = pytest.importorskip("ray")
+MiB = 1 << 20
+# The functions of this module go to the workers by value (their processes cannot import the test module).
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1"})
+    c.holder = {"worker": c.add_node(num_cpus=1, node_ip_address="127.0.0.1")}
+    ray.init(address=c.address, log_to_driver=False)
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def _alive(actors) -> list[str]:
+    from ray._private import state
+
+    ids = {a._actor_id.hex() for a in actors}
+    return [k for k, v in state.actors().items() if k in ids and v["State"] != "DEAD"]
+
+
+def _closed_without_leaks(it, timeout_s: float = 20.0) -> None:
+    actors = it._root.actors() if hasattr(it._root, "actors") else it._root._source.actors()
+    it.close()
+    deadline = time.monotonic() + timeout_s
+    while _alive(actors) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(actors), f"actors left alive after close(): {_alive(actors)}"
+
+
+def _slow(x):
+    time.sleep(0.002)
+    return x * 3
+
+
+def test_one_epoch_yields_every_element_once_on_both_nodes(cluster):
+    ds = hr.Dataset.range(2000).map(_slow).apply(distribute("distributed_epoch", cluster.address, timeout_s=60))
+    it = iter(ds)
+    got = collections.Counter(int(x) for x in it)
+    assert got == collections.Counter(range(0, 6000, 3))
+    report = service_report(it)[0]
+    assert report["delivered"] == 2000 and report["splits"]["complete"] == report["splits"]["total"] == 16
+    nodes = {r["node_id"] for r in report["worker_reports"]}
+    assert len(nodes) == 2, f"the workers ran on {nodes}: one node only"
+    assert all(r["elements"] > 0 for r in report["worker_reports"])
+    assert "remote:" in str(it.explain()) and "Ray workers" in str(it.explain())
+    _closed_without_leaks(it)
+
+
+def test_tfrecord_files_once_each(cluster, tmp_path):
+    names = []
+    for f in range(6):
+        names.append(str(tmp_path / f"part-{f}.tfrecord"))
+        with TFRecordWriter(names[-1]) as w:
+            for i in range(50):
+                w.write(f"{f}:{i}".encode())
+    ds = TFRecordDataset(names).map(lambda r: r.upper()).apply(
+        distribute("distributed_epoch", cluster.address, timeout_s=60)).batch(16)
+    it = iter(ds)
+    got = collections.Counter(r for b in it for r in b.tolist())
+    assert got == collections.Counter(f"{f}:{i}".upper().encode() for f in range(6) for i in range(50))
+    _closed_without_leaks(it)
+
+
+def test_removing_the_worker_node_mid_epoch_still_yields_every_element_once(cluster):
+    ds = hr.Dataset.range(1500).map(_slow).apply(distribute("distributed_epoch", cluster.address, timeout_s=60))
+    it = iter(ds)
+    got = collections.Counter(int(next(it)) for _ in range(300))
+    nodes = {r["node_id"] for r in service_report(it)[0]["worker_reports"]}
+    assert cluster.holder["worker"].node_id in nodes
+    cluster.remove_node(cluster.holder["worker"])
+    try:
+        got.update(int(x) for x in it)
+        assert got == collections.Counter(range(0, 4500, 3))
+        assert service_report(it)[0]["lost"] >= 1
+        _closed_without_leaks(it)
+    finally:
+        cluster.holder["worker"] = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+        cluster.wait_for_nodes()
+
+
+def test_a_state_restored_in_a_fresh_pipeline_yields_exactly_the_rest(cluster):
+    def make():
+        return hr.Dataset.range(400).map(lambda x: x + 1).apply(
+            distribute("distributed_epoch", cluster.address, timeout_s=60, chunk_bytes=64)).batch(7)
+
+    everything = collections.Counter(range(1, 401))
+    for first, second in ((0, 20), (9, 30), (57, 0)):
+        seen: collections.Counter = collections.Counter()
+        it = iter(make())
+        for _ in range(first):
+            seen.update(next(it).tolist())
+        state = json.dumps(it.get_state())
+        assert len(state) < 4000, "the state holds positions, not data"
+        it.close()
+        it = iter(make())
+        it.set_state(json.loads(state))
+        for _ in range(second):  # a restore of a restore
+            seen.update(next(it).tolist())
+        state = json.dumps(it.get_state())
+        it.close()
+        it = iter(make())
+        it.set_state(json.loads(state))
+        seen.update(x for b in it for x in b.tolist())
+        it.close()
+        assert seen == everything, (first, second, +(seen - everything), +(everything - seen))
+
+
+def test_parallel_epochs_yields_a_copy_per_worker(cluster):
+    ds = hr.Dataset.range(60).apply(distribute("parallel_epochs", cluster.address, num_workers=2, timeout_s=60))
+    assert ds.cardinality() == 120
+    it = iter(ds)
+    assert collections.Counter(int(x) for x in it) == collections.Counter(list(range(60)) * 2)
+    _closed_without_leaks(it)
+
+
+def test_more_workers_than_cpus_raises_naming_the_cpus(cluster):
+    ds = hr.Dataset.range(5).apply(distribute("distributed_epoch", cluster.address, num_workers=5))
+    with pytest.raises(ValueError, match=r"num_workers=5.*2 CPUs"):
+        next(iter(ds))
+
+
+def test_an_error_of_the_user_function_reaches_the_trainer_and_the_epoch_goes_on(cluster):
+    def f(x):
+        if x == 17:
+            raise KeyError("bad element 17")
+        return x
+
+    ds = hr.Dataset.range(40).map(f).apply(distribute("distributed_epoch", cluster.address, timeout_s=60))
+    it = iter(ds).__iter__()
+    got, errors = [], []
+    while True:
+        try:
+            got.append(int(next(it)))
+        except StopIteration:
+            break
+        except KeyError as e:
+            errors.append(e)
+    assert sorted(got) == [x for x in range(40) if x != 17] and len(errors) == 1
+    _closed_without_leaks(it)
+
+
+def _big(i):
+    return np.full(1 << 20, i, np.float32)  # 4 MiB
+
+
+@pytest.mark.parametrize("budget", ["48MiB", None])
+def test_worker_rss_stays_within_its_budget(cluster, budget):
+    # A shuffle of 40 elements of 4 MiB wants 160 MiB: with a 48 MiB budget it shrinks to fit.
+    ds = hr.Dataset.range(40).map(_big).shuffle(40, seed=1).map(lambda a: a[:4].copy()).apply(
+        distribute("distributed_epoch", cluster.address, num_workers=1, memory_budget=budget, timeout_s=60))
+    trainer = ds.with_options(hr.Options(memory_budget="16MiB"))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the shuffle says once that it runs smaller)
+        it = iter(trainer)
+        assert sorted(int(a[0]) for a in it) == list(range(40))
+    report = service_report(it)[0]["worker_reports"][0]
+    grew = report["peak_rss_bytes"] - report["start_rss_bytes"]
+    if budget is None:  # the same pipeline without a budget: the check below can fail
+        assert grew > 48 * MiB * 1.1 + 64 * MiB, grew / MiB
+    else:
+        assert grew <= 48 * MiB * 1.1 + 64 * MiB, f"worker RSS grew {grew / MiB:.0f} MiB over a 48 MiB budget"
+    assert it.memory_stats()["peak_bytes"] <= 16 * MiB
+    _closed_without_leaks(it)
