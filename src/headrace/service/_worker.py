@@ -25,6 +25,9 @@ from .._structure import nbytes
 from ._splits import Split, split_node
 
 
+RSS_SAMPLE_S = 0.005  # the worker's RSS is sampled this often while it makes a chunk (its peak is reported)
+
+
 def _rss() -> int:
     import psutil
 
@@ -54,6 +57,8 @@ class SplitWorker:
         self._node_id = self.node_id()[0]
         self._peak = self._rss0
         self._made = 0
+        self._held_peak = 0  # the most bytes a split's pipeline held (its budget's count)
+        self._limit = 0
         self._busy_s = 0.0
 
     def node_id(self) -> tuple[str, int]:
@@ -98,6 +103,7 @@ class SplitWorker:
         max_bytes, max_elements, max_s = self._chunk
         out: list[Any] = []
         size = 0
+        sampled = start
         finished = False
         it = self._it
         while len(out) < max_elements and size < max_bytes:
@@ -113,21 +119,29 @@ class SplitWorker:
                 break
             out.append(x)
             size += nbytes(x)
-            if time.monotonic() - start >= max_s:
+            now = time.monotonic()
+            if now - sampled >= RSS_SAMPLE_S:
+                self._peak, sampled = max(self._peak, _rss()), now
+            if now - start >= max_s:
                 break
+        self._peak = max(self._peak, _rss())  # (before the split's pipeline lets go of its buffers)
+        stats = it.memory_stats()
+        self._held_peak = max(self._held_peak, int(stats["peak_bytes"]))
+        self._limit = int(stats["limit_bytes"])
         if finished:
             self._close_split()
             self._done = list(split)
         self._made += len(out)
         self._busy_s += time.monotonic() - start
-        self._peak = max(self._peak, _rss())
         return out, finished, self.report()
 
     def report(self) -> dict[str, Any]:
         """``rss_bytes`` now, ``peak_rss_bytes`` (sampled after each chunk), ``start_rss_bytes`` (before any
-        pipeline ran), ``memory_budget`` (as given), ``elements`` made and ``busy_s`` (seconds in calls)."""
+        pipeline ran), ``memory_budget`` (as given), ``budget_bytes`` (the limit its pipelines ran under),
+        ``held_peak_bytes`` (the most their budget counted held), ``elements`` made and ``busy_s`` (seconds in calls)."""
         return {"rss_bytes": _rss(), "peak_rss_bytes": self._peak, "start_rss_bytes": self._rss0,
-                "memory_budget": self._budget, "elements": self._made, "busy_s": round(self._busy_s, 3),
+                "memory_budget": self._budget,
+                "budget_bytes": self._limit, "held_peak_bytes": self._held_peak, "elements": self._made, "busy_s": round(self._busy_s, 3),
                 "pid": os.getpid(), "node_id": self._node_id}
 
     def _close_split(self) -> None:
