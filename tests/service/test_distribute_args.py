@@ -72,3 +72,14 @@ def test_without_ray_distribute_names_the_extra():
              "try:\n    distribute('distributed_epoch', 'local')\nexcept ImportError as e:\n    print(e)\n")
     assert r.returncode == 0, r.stderr
     assert "pip install 'headrace[ray]'" in r.stdout
+
+
+def test_headrace_train_service_checks_the_address_before_reading_data(tmp_path):
+    from typer.testing import CliRunner
+
+    from headrace.cli import app
+
+    r = CliRunner().invoke(app, ["train", str(tmp_path / "missing"), "--service", "not an address"])
+    assert r.exit_code == 1, r.output
+    assert "--service 'not an address'" in r.output and "ray://HOST:PORT" in r.output
+    assert "--service ADDRESS" in " ".join(CliRunner().invoke(app, ["train", "--help"]).output.split())
