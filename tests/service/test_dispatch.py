@@ -14,9 +14,10 @@ import time
 
 import numpy as np
 import pytest
+from service_helpers import write_shards
 
 import headrace as hr
-from headrace.io import TFRecordDataset, TFRecordWriter
+from headrace.io import TFRecordDataset
 from headrace.service import distribute, service_report
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # (read when ray is imported) every Ray process on 127.0.0.1
@@ -76,12 +77,7 @@ def test_one_epoch_yields_every_element_once_on_both_nodes(cluster):
 
 
 def test_tfrecord_files_once_each(cluster, tmp_path):
-    names = []
-    for f in range(6):
-        names.append(str(tmp_path / f"part-{f}.tfrecord"))
-        with TFRecordWriter(names[-1]) as w:
-            for i in range(50):
-                w.write(f"{f}:{i}".encode())
+    names = write_shards(tmp_path, 6, 50)
     ds = TFRecordDataset(names).map(lambda r: r.upper()).apply(
         distribute("distributed_epoch", cluster.address, timeout_s=60)).batch(16)
     it = iter(ds)

@@ -17,14 +17,14 @@ pytest.importorskip("ray")
 
 @pytest.mark.parametrize("mode", ["distributed", "epoch", "", None, "DISTRIBUTED_EPOCH"])
 def test_a_bad_processing_mode_names_the_allowed_ones(mode):
-    with pytest.raises(ValueError, match="distributed_epoch.*parallel_epochs"):
+    with pytest.raises(ValueError, match=r"distributed_epoch.*parallel_epochs"):
         distribute(mode, "local")
     assert PROCESSING_MODES == ("distributed_epoch", "parallel_epochs")
 
 
 @pytest.mark.parametrize("service", ["", "localhost", "grpc://x:1", "host:port", 6379, None, "ray://"])
 def test_a_bad_service_address_names_the_forms(service):
-    with pytest.raises(ValueError, match="'local'.*'auto'.*HOST:PORT.*ray://") as e:
+    with pytest.raises(ValueError, match=r"'local'.*'auto'.*HOST:PORT.*ray://") as e:
         distribute("distributed_epoch", service)
     assert repr(service) in str(e.value)
     assert len(ADDRESS_FORMS) == 4
@@ -47,7 +47,7 @@ def test_bad_numbers_raise_naming_the_argument(kwargs, match):
 
 def test_a_source_that_cannot_be_split_fails_when_applied_not_when_iterated():
     ds = hr.Dataset.from_generator(lambda: iter(range(3)), output_signature=hr.TensorSpec((), "int64"))
-    with pytest.raises(ValueError, match="from_generator.*parallel_epochs"):
+    with pytest.raises(ValueError, match=r"from_generator.*parallel_epochs"):
         ds.apply(distribute("distributed_epoch", "local"))
     out = ds.apply(distribute("parallel_epochs", "local", num_workers=2))
     assert out.cardinality() == hr.UNKNOWN_CARDINALITY and out.element_spec == ds.element_spec

@@ -8,9 +8,10 @@ import collections
 
 import numpy as np
 import pytest
+from service_helpers import write_shards
 
 import headrace as hr
-from headrace.io import TFRecordDataset, TFRecordWriter
+from headrace.io import TFRecordDataset
 from headrace.service._splits import plan_splits, split_node
 
 
@@ -40,12 +41,7 @@ def test_tensor_slices_splits_keep_structure_and_rows():
 
 
 def test_file_splits_take_whole_files(tmp_path):
-    names = []
-    for f in range(5):
-        names.append(str(tmp_path / f"part-{f}.tfrecord"))
-        with TFRecordWriter(names[-1]) as w:
-            for i in range(7):
-                w.write(f"{f}:{i}".encode())
+    names = write_shards(tmp_path, 5, 7)
     ds = TFRecordDataset(names).map(lambda r: r + b"!")
     plan = plan_splits(ds._node, "distributed_epoch", 2)
     assert len(plan.splits) == 5 and "files" in plan.what

@@ -57,7 +57,8 @@ def start_worker(ray: ModuleType, node_ref: Any, memory_budget: int | str | None
     from ._worker import SplitWorker
 
     cls = ray.remote(SplitWorker)
-    return cls.options(num_cpus=1, scheduling_strategy="SPREAD", max_restarts=0, max_concurrency=1).remote(node_ref, memory_budget, *chunk)
+    options = cls.options(num_cpus=1, scheduling_strategy="SPREAD", max_restarts=0, max_concurrency=1)
+    return options.remote(node_ref, memory_budget, *chunk)
 
 
 def is_lost(error: BaseException) -> bool:
@@ -76,7 +77,7 @@ def stop_workers(ray: ModuleType, actors: list[Any]) -> None:
     for actor in actors:
         try:
             ray.kill(actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - a dead actor or a lost connection: nothing left to stop
+        except Exception:
             pass
 
 

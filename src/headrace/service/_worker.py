@@ -18,19 +18,18 @@ import os
 import time
 from typing import Any
 
+import psutil
+
 from .._dataset import Dataset
 from .._ops.node import DatasetNode
 from .._options import Options
 from .._structure import nbytes
 from ._splits import Split, split_node
 
-
 RSS_SAMPLE_S = 0.005  # the worker's RSS is sampled this often while it makes a chunk (its peak is reported)
 
 
 def _rss() -> int:
-    import psutil
-
     return int(psutil.Process().memory_info().rss)
 
 
@@ -80,7 +79,7 @@ class SplitWorker:
                 next(it)
             except StopIteration:
                 raise
-            except Exception:  # noqa: BLE001 - an element that failed was not delivered either: not counted
+            except Exception:
                 continue
             skipped += 1
 
@@ -136,13 +135,14 @@ class SplitWorker:
         return out, finished, self.report()
 
     def report(self) -> dict[str, Any]:
-        """``rss_bytes`` now, ``peak_rss_bytes`` (sampled after each chunk), ``start_rss_bytes`` (before any
-        pipeline ran), ``memory_budget`` (as given), ``budget_bytes`` (the limit its pipelines ran under),
-        ``held_peak_bytes`` (the most their budget counted held), ``elements`` made and ``busy_s`` (seconds in calls)."""
+        """``rss_bytes`` now, ``peak_rss_bytes`` (sampled every ``RSS_SAMPLE_S`` while making a chunk),
+        ``start_rss_bytes`` (before any pipeline ran), ``memory_budget`` (as given), ``budget_bytes`` (the limit
+        its pipelines ran under), ``held_peak_bytes`` (the most their budget counted held), ``elements`` made,
+        ``busy_s`` (seconds in calls), ``pid`` and the Ray ``node_id``."""
         return {"rss_bytes": _rss(), "peak_rss_bytes": self._peak, "start_rss_bytes": self._rss0,
-                "memory_budget": self._budget,
-                "budget_bytes": self._limit, "held_peak_bytes": self._held_peak, "elements": self._made, "busy_s": round(self._busy_s, 3),
-                "pid": os.getpid(), "node_id": self._node_id}
+                "memory_budget": self._budget, "budget_bytes": self._limit, "held_peak_bytes": self._held_peak,
+                "elements": self._made, "busy_s": round(self._busy_s, 3), "pid": os.getpid(),
+                "node_id": self._node_id}
 
     def _close_split(self) -> None:
         it, self._it, self._split = self._it, None, None
