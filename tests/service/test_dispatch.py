@@ -109,7 +109,7 @@ def test_a_state_restored_in_a_fresh_pipeline_yields_exactly_the_rest(cluster):
             distribute("distributed_epoch", cluster.address, timeout_s=60, chunk_bytes=64)).batch(7)
 
     everything = collections.Counter(range(1, 401))
-    for first, second in ((0, 20), (9, 30), (57, 0)):
+    for first, second in ((9, 20), (50, 0)):
         seen: collections.Counter = collections.Counter()
         it = iter(make())
         for _ in range(first):
@@ -128,6 +128,17 @@ def test_a_state_restored_in_a_fresh_pipeline_yields_exactly_the_rest(cluster):
         seen.update(x for b in it for x in b.tolist())
         it.close()
         assert seen == everything, (first, second, +(seen - everything), +(everything - seen))
+
+
+def test_a_worker_killed_mid_epoch_gives_its_split_to_another(cluster):
+    ds = hr.Dataset.range(800).map(_slow).apply(distribute("distributed_epoch", cluster.address, timeout_s=60))
+    it = iter(ds)
+    got = collections.Counter(int(next(it)) for _ in range(100))
+    ray.kill(it._root.actors()[0], no_restart=True)
+    got.update(int(x) for x in it)
+    assert got == collections.Counter(range(0, 2400, 3))
+    assert service_report(it)[0]["lost"] == 1
+    _closed_without_leaks(it)
 
 
 def test_parallel_epochs_yields_a_copy_per_worker(cluster):
@@ -196,4 +207,23 @@ def test_worker_rss_stays_within_its_budget(cluster, leak):
     else:
         assert grew <= 48 * MiB * 1.1 + 64 * MiB, f"worker RSS grew {grew / MiB:.0f} MiB over a 48 MiB budget"
     assert it.memory_stats()["peak_bytes"] <= 16 * MiB
+    _closed_without_leaks(it)
+
+
+def test_the_trainer_rss_stays_within_its_budget(cluster):
+    import psutil
+
+    # 60 elements of 4 MiB (240 MiB) stream through a trainer whose budget is 24 MiB.
+    ds = hr.Dataset.range(60).map(_big).apply(
+        distribute("distributed_epoch", cluster.address, num_workers=1, timeout_s=60)).map(lambda a: a[:1].copy())
+    proc = psutil.Process()
+    start = peak = proc.memory_info().rss
+    it = iter(ds.with_options(hr.Options(memory_budget="24MiB")))
+    got = []
+    for x in it:
+        got.append(int(x[0]))
+        peak = max(peak, proc.memory_info().rss)
+    assert sorted(got) == list(range(60))
+    assert peak - start <= 24 * MiB * 1.1 + 64 * MiB, f"the trainer's RSS grew {(peak - start) / MiB:.0f} MiB"
+    assert it.memory_stats()["peak_bytes"] <= 24 * MiB
     _closed_without_leaks(it)
