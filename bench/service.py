@@ -30,7 +30,7 @@ import numpy as np
 
 import headrace as hr
 from headrace._machine import machine_line
-from headrace.service import distribute
+from headrace.service import distribute, service_report
 
 LOOP = 20_000  # iterations of the pure-Python loop: about 1 ms on a 2.5 GHz Xeon core
 
@@ -52,19 +52,24 @@ def _big(i):
     return np.full(1 << 20, i, np.float32)
 
 
-def timed(ds: hr.Dataset) -> tuple[float, float, int]:
-    """(seconds to the first element, elements/s after it, bytes received)."""
+def timed(ds: hr.Dataset) -> tuple[float, float, float]:
+    """(seconds to the first element, elements/s after it, the cores the Ray workers got: their CPU seconds
+    over the wall time; the trainer's own for a local run)."""
     t0 = time.perf_counter()
     it = iter(ds)
-    first = next(it)
+    cpu0 = time.process_time()
+    next(it)
     t1 = time.perf_counter()
-    n, size = 1, first.nbytes if hasattr(first, "nbytes") else 8
-    for x in it:
+    n = 1
+    for _ in it:
         n += 1
-        size += x.nbytes if hasattr(x, "nbytes") else 8
     t2 = time.perf_counter()
+    try:
+        cores = sum(w["cpu_s"] for w in service_report(it)[0]["worker_reports"]) / (t2 - t1)
+    except ValueError:  # no distribute stage: the local thread
+        cores = (time.process_time() - cpu0) / (t2 - t1)
     it.close()
-    return t1 - t0, (n - 1) / max(1e-9, t2 - t1), size
+    return t1 - t0, (n - 1) / max(1e-9, t2 - t1), cores
 
 
 def main() -> None:
@@ -90,7 +95,8 @@ def main() -> None:
         gil = hr.Dataset.range(a.elements).map(work)
         img = hr.Dataset.from_tensor_slices(jpegs).map(_resize)
         big = hr.Dataset.range(a.transfers).map(_big)
-        runs: dict[str, list[tuple[float, float, int]]] = {}
+        tiny = hr.Dataset.range(20 * a.elements)
+        runs: dict[str, list[tuple[float, float, float]]] = {}
         cases = {
             "gil local 1 thread": lambda: gil,
             "gil ray 1 worker": lambda: gil.apply(distribute("distributed_epoch", "local", num_workers=1)),
@@ -99,18 +105,23 @@ def main() -> None:
             "image ray 1 worker": lambda: img.apply(distribute("distributed_epoch", "local", num_workers=1)),
             "image ray 2 workers": lambda: img.apply(distribute("distributed_epoch", "local", num_workers=2)),
             "transfer 4 MiB ray 1 worker": lambda: big.apply(distribute("distributed_epoch", "local", num_workers=1)),
+            "int64 scalars ray 1 worker": lambda: tiny.apply(distribute("distributed_epoch", "local", num_workers=1)),
         }
         for _ in range(a.repeats):
             for name, make in cases.items():
                 runs.setdefault(name, []).append(timed(make()))
         med = {name: statistics.median(r[1] for r in rs) for name, rs in runs.items()}
-        print(f"{'contender':32s} {'elements/s':>11s} {'x local':>8s} {'start s':>8s}  (median of {a.repeats})")
+        print(f"{'contender':32s} {'elements/s':>11s} {'x local':>8s} {'start s':>8s} {'cores':>6s}  (median of "
+              f"{a.repeats}; cores: CPU seconds the workers, or the local thread, got per second)")
         for name, rs in runs.items():
             base = med["gil local 1 thread" if name.startswith("gil") else "image local 1 thread"]
-            ratio = f"{med[name] / base:.2f}" if not name.startswith("transfer") else "-"
-            print(f"{name:32s} {med[name]:11.1f} {ratio:>8s} {statistics.median(r[0] for r in rs):8.2f}")
+            ratio = f"{med[name] / base:.2f}" if name.startswith(("gil", "image")) else "-"
+            print(f"{name:32s} {med[name]:11.1f} {ratio:>8s} {statistics.median(r[0] for r in rs):8.2f} "
+                  f"{statistics.median(r[2] for r in rs):6.2f}")
         mb_s = med["transfer 4 MiB ray 1 worker"] * 4.0
         print(f"transfer through the object store to one trainer: {mb_s:.0f} MiB/s ({mb_s / 4:.0f} x 4 MiB/s)")
+        print("elements through the dispatcher (int64 scalars, nothing to compute): "
+              f"{med['int64 scalars ray 1 worker']:.0f}/s")
         estimate(med, mb_s)
     finally:
         ray.shutdown()
@@ -118,18 +129,19 @@ def main() -> None:
 
 
 def estimate(med: dict[str, float], mb_s: float) -> None:
-    """64 workers feeding 8 trainers (8 workers per trainer), from the per-worker rates measured here and the
-    trainer's receive rate: each trainer gets min(8 x per-worker rate, receive rate / element size)."""
-    print("paper estimate, 64 workers -> 8 trainers (8 workers each; a worker = one core like these):")
+    """64 workers feeding 8 trainers (8 workers per trainer), from the rates measured here: each trainer gets
+    min(8 x the per-worker rate, its receive rate in bytes / the element size, the dispatcher's element rate)."""
+    ceiling = med["int64 scalars ray 1 worker"]
+    print("paper estimate, 64 workers -> 8 trainers (8 workers each; a worker = one core like these; a trainer "
+          "receives as measured here):")
     for what, per_worker, size_mb in (("gil", med["gil ray 1 worker"], 8 / 2**20),
                                       ("image", med["image ray 1 worker"], 224 * 224 * 3 / 2**20)):
-        produced = 8 * per_worker
-        received = mb_s / size_mb
-        per_trainer = min(produced, received)
-        bound = "workers" if produced <= received else "transfer"
-        print(f"  {what:5s}: per worker {per_worker:7.1f}/s; per trainer min(8 x {per_worker:.0f}, "
-              f"{received:.0f}) = {per_trainer:8.0f}/s ({bound}-bound), cluster {8 * per_trainer:9.0f}/s, "
-              f"{per_trainer * size_mb:.0f} MiB/s into each trainer")
+        limits = {"workers": 8 * per_worker, "transfer": mb_s / size_mb, "dispatcher": ceiling}
+        bound = min(limits, key=lambda k: limits[k])
+        per_trainer = limits[bound]
+        print(f"  {what:5s}: per worker {per_worker:6.0f}/s; per trainer min(workers {limits['workers']:.0f}, "
+              f"transfer {limits['transfer']:.0f}, dispatcher {ceiling:.0f}) = {per_trainer:.0f}/s ({bound}-bound); "
+              f"64 workers: {8 * per_trainer:.0f}/s, {per_trainer * size_mb:.0f} MiB/s into each trainer")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,11 @@ from ._splits import Split, split_node
 RSS_SAMPLE_S = 0.005  # the worker's RSS is sampled this often while it makes a chunk (its peak is reported)
 
 
+def _cpu_s() -> float:
+    t = psutil.Process().cpu_times()
+    return float(t.user + t.system)
+
+
 def _rss() -> int:
     return int(psutil.Process().memory_info().rss)
 
@@ -53,6 +58,7 @@ class SplitWorker:
         self._error: BaseException | None = None  # raised by the chunk after the elements made before it
         self._it: Any = None
         self._rss0 = _rss()
+        self._cpu0 = _cpu_s()
         self._node_id = self.node_id()[0]
         self._peak = self._rss0
         self._made = 0
@@ -138,10 +144,12 @@ class SplitWorker:
         """``rss_bytes`` now, ``peak_rss_bytes`` (sampled every ``RSS_SAMPLE_S`` while making a chunk),
         ``start_rss_bytes`` (before any pipeline ran), ``memory_budget`` (as given), ``budget_bytes`` (the limit
         its pipelines ran under), ``held_peak_bytes`` (the most their budget counted held), ``elements`` made,
-        ``busy_s`` (seconds in calls), ``pid`` and the Ray ``node_id``."""
+        ``busy_s`` (seconds in calls), ``cpu_s`` (CPU seconds of the process since the actor started), ``pid``
+        and the Ray ``node_id``."""
         return {"rss_bytes": _rss(), "peak_rss_bytes": self._peak, "start_rss_bytes": self._rss0,
                 "memory_budget": self._budget, "budget_bytes": self._limit, "held_peak_bytes": self._held_peak,
-                "elements": self._made, "busy_s": round(self._busy_s, 3), "pid": os.getpid(),
+                "elements": self._made, "busy_s": round(self._busy_s, 3), "cpu_s": round(_cpu_s() - self._cpu0, 3),
+                "pid": os.getpid(),
                 "node_id": self._node_id}
 
     def _close_split(self) -> None:
