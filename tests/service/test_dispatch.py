@@ -231,3 +231,23 @@ def test_the_trainer_rss_stays_within_its_budget(cluster):
     assert peak - start <= 24 * MiB * 1.1 + 64 * MiB, f"the trainer's RSS grew {(peak - start) / MiB:.0f} MiB"
     assert it.memory_stats()["peak_bytes"] <= 24 * MiB
     _closed_without_leaks(it)
+
+
+def test_a_pipeline_the_workers_cannot_load_raises_saying_what_to_fix(cluster):
+    from headrace.service import ServiceError
+
+    class Unloadable:
+        def __reduce__(self):
+            return (_refuse, ())
+
+    thing = Unloadable()
+    ds = hr.Dataset.range(5).map(lambda x: x if thing else x).apply(
+        distribute("distributed_epoch", cluster.address, timeout_s=60))
+    it = iter(ds)
+    with pytest.raises(ServiceError, match=r"(?s)could not load the pipeline.*importable"):
+        next(it)
+    _closed_without_leaks(it)
+
+
+def _refuse():
+    raise ImportError("no module named 'only_on_the_trainer'")

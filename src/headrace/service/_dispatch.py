@@ -340,7 +340,15 @@ class ServiceIterator(Stage):
 
 
 def _cause(error: BaseException) -> BaseException:
-    """The user's exception inside a ``RayTaskError`` (its ``cause``), else ``error``."""
+    """The user's exception inside a ``RayTaskError`` (its ``cause``); a worker that could not start (its
+    ``__init__`` raised: the pipeline could not be unpickled there) as ``ServiceError`` saying what to fix;
+    else ``error``."""
+    if getattr(error, "actor_init_failed", False):
+        failed = ServiceError(f"distribute: a Ray worker could not load the pipeline ({error}); the functions of "
+                              "the pipeline must be importable on the cluster's nodes (install their package "
+                              "there or use a Ray runtime_env), or be defined in __main__")
+        failed.__cause__ = error
+        return failed
     cause = getattr(error, "cause", None)
     return cause if isinstance(cause, BaseException) else error
 
