@@ -241,7 +241,7 @@ def test_a_pipeline_the_workers_cannot_load_raises_saying_what_to_fix(cluster):
             return (_refuse, ())
 
     thing = Unloadable()
-    ds = hr.Dataset.range(5).map(lambda x: x if thing else x).apply(
+    ds = hr.Dataset.range(5).map(lambda x: x + (thing is None)).apply(
         distribute("distributed_epoch", cluster.address, timeout_s=60))
     it = iter(ds)
     with pytest.raises(ServiceError, match=r"(?s)could not load the pipeline.*importable"):
