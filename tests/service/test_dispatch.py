@@ -131,6 +131,19 @@ def test_a_state_restored_in_a_fresh_pipeline_yields_exactly_the_rest(cluster):
         assert seen == everything, (first, second, +(seen - everything), +(everything - seen))
 
 
+def test_a_state_restored_into_the_iterator_in_use_yields_exactly_the_rest(cluster):
+    ds = hr.Dataset.range(300).apply(distribute("distributed_epoch", cluster.address, timeout_s=60, chunk_bytes=64))
+    it = iter(ds)
+    seen = collections.Counter(int(next(it)) for _ in range(40))
+    state = it.get_state()
+    for _ in range(200):  # splits finish on the workers meanwhile; the restore must reopen them
+        next(it)
+    it.set_state(state)
+    seen.update(int(x) for x in it)
+    assert seen == collections.Counter(range(300))
+    _closed_without_leaks(it)
+
+
 def test_a_worker_killed_mid_epoch_gives_its_split_to_another(cluster):
     ds = hr.Dataset.range(800).map(_slow).apply(distribute("distributed_epoch", cluster.address, timeout_s=60))
     it = iter(ds)

@@ -285,8 +285,8 @@ class ServiceIterator(Stage):
                     r.cancel()
             w.calls.clear()
             w.split = None
-            if not w.dead:
-                self._ray.get(w.actor.close.remote(), timeout=self._cfg.timeout_s)
+            if not w.dead:  # (runs before any later call of this actor: an actor runs its calls in order)
+                w.actor.close.remote()
         for entry in self._buffer:
             self._account.release(entry[3])
         self._buffer.clear()

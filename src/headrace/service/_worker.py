@@ -15,6 +15,7 @@ trainer reads them without a copy (read-only arrays).
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
@@ -67,9 +68,10 @@ class SplitWorker:
         self._busy_s = 0.0
 
     def node_id(self) -> tuple[str, int]:
-        """The Ray node this actor runs on and its process id."""
-        import ray
-
+        """The Ray node this actor runs on (``"local"`` outside Ray) and its process id."""
+        ray = sys.modules.get("ray")
+        if ray is None or not ray.is_initialized():
+            return "local", os.getpid()
         return ray.get_runtime_context().get_node_id(), os.getpid()
 
     def _open(self, split: Split, skip: int) -> None:
@@ -158,8 +160,10 @@ class SplitWorker:
             it.close()
 
     def close(self) -> None:
-        """Close the open split's pipeline (its threads and budget)."""
+        """Close the open split's pipeline (its threads and budget) and forget the split finished last and a
+        deferred error: the trainer restored a state, every split may come again."""
         self._close_split()
+        self._done = self._error = None
 
 
 __all__ = ["SplitWorker"]
