@@ -52,7 +52,7 @@ def test_an_error_comes_after_the_elements_made_before_it():
             raise KeyError(3)
         return x
 
-    w, splits = _worker(hr.Dataset.range(16).map(f))
+    w, _ = _worker(hr.Dataset.range(16).map(f))
     chunk, finished, _ = w.next_chunk(["index", 0, 8], 0)
     assert [int(x) for x in chunk] == [0, 1, 2] and not finished
     with pytest.raises(KeyError):
