@@ -264,3 +264,30 @@ def test_a_pipeline_the_workers_cannot_load_raises_saying_what_to_fix(cluster):
 
 def _refuse():
     raise ImportError("no module named 'only_on_the_trainer'")
+
+
+@pytest.mark.slow
+def test_headrace_train_service_trains_on_data_the_cluster_reads(cluster, tmp_path):
+    pytest.importorskip("torch")
+    from typer.testing import CliRunner
+
+    from headrace.cli import app
+    from headrace.image.photos import iter_photo_jpegs
+    from headrace.io.example import encode
+    from headrace.io.sharded_writer import ShardedWriter
+
+    with ShardedWriter(tmp_path, "train", num_shards=3) as w:
+        for jpeg, label in iter_photo_jpegs(24, (64, 48)):
+            w.write(encode({"image/encoded": jpeg, "image/class/label": label}))
+    from ray._private import state
+
+    def workers_started() -> int:
+        return sum(a["ActorClassName"].endswith("SplitWorker") for a in state.actors().values())
+
+    before = workers_started()
+    r = CliRunner().invoke(app, ["train", str(tmp_path), "--model", "small-cnn", "--image-size", "32",
+                                 "--global-batch-size", "8", "--service", cluster.address])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output.strip().splitlines()[-1])
+    assert summary["steps"] == 3 and summary["records"] == 24
+    assert workers_started() >= before + 2  # the data came through the cluster's workers
