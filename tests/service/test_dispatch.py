@@ -266,6 +266,48 @@ def _refuse():
     raise ImportError("no module named 'only_on_the_trainer'")
 
 
+def _as_rank(monkeypatch, rank: int, world: int, ds: hr.Dataset):
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    return iter(ds)
+
+
+def test_ranks_of_a_job_get_disjoint_equal_shares(cluster, monkeypatch):
+    # 103 elements, batches of 4 made on the workers, 2 ranks: 51 elements each, in the same number of batches.
+    ds = hr.Dataset.range(103).map(lambda x: x * 2).batch(4).apply(
+        distribute("distributed_epoch", cluster.address, num_workers=1, job_name="test-job", timeout_s=60))
+    ranks = [_as_rank(monkeypatch, r, 2, ds) for r in range(2)]
+    assert ds.cardinality() == 16  # per rank: 8 splits of 6 or 7 elements, 2 batches each
+    got = [[b.tolist() for b in it] for it in ranks]
+    assert len(got[0]) == 16
+    flat = [sorted(x for b in g for x in b) for g in got]
+    assert len(got[0]) == len(got[1]) and len(flat[0]) == len(flat[1]) == 51
+    assert not set(flat[0]) & set(flat[1])
+    assert sorted(flat[0] + flat[1]) == [x * 2 for x in range(102)]  # the 103rd: past the equal shares
+    report = service_report(ranks[1])[0]
+    assert (report["job_name"], report["rank"], report["world_size"]) == ("test-job", 1, 2)
+    state = ranks[0].get_state()
+    for it in ranks:
+        _closed_without_leaks(it)
+    other = _as_rank(monkeypatch, 0, 3, ds)  # another world size: refused before it reads anything
+    with pytest.raises(ValueError, match=r"world size 3.*the job 2"):
+        next(other)
+    other.close()
+    again = _as_rank(monkeypatch, 1, 2, hr.Dataset.range(103).map(lambda x: x * 2).batch(4).apply(
+        distribute("distributed_epoch", cluster.address, num_workers=1, job_name="test-job-2", timeout_s=60)))
+    with pytest.raises(hr.StateError, match="rank"):  # rank 0's state in rank 1
+        again.set_state(state)
+    again.close()
+
+
+def test_a_job_needs_an_index_source_and_known_counts():
+    with pytest.raises(ValueError, match="filter"):
+        hr.Dataset.range(10).filter(lambda x: x > 2).apply(distribute("distributed_epoch", "auto", job_name="j"))
+    with pytest.raises(ValueError, match=r"auto_shard.*without job_name"):
+        hr.Dataset.from_generator(lambda: iter([1]), output_signature=hr.TensorSpec((), "int64")).apply(
+            distribute("distributed_epoch", "auto", job_name="j"))
+
+
 @pytest.mark.slow
 def test_headrace_train_service_trains_on_data_the_cluster_reads(cluster, tmp_path):
     pytest.importorskip("torch")

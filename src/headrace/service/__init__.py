@@ -19,6 +19,7 @@ See docs/how-to/ray-service.md for starting Ray (locally, ``ray start``, KubeRay
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ from ._cluster import ADDRESS_FORMS, check_address, ray_module
 from ._dispatch import ServiceConfig, ServiceError, ServiceIterator, ServiceNode
 
 PROCESSING_MODES = ("distributed_epoch", "parallel_epochs")
+_JOB_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 
 
 def distribute(processing_mode: str, service: str, *, num_workers: int | None = None, job_name: str | None = None,
@@ -43,7 +45,13 @@ def distribute(processing_mode: str, service: str, *, num_workers: int | None = 
             ``RAY_ADDRESS`` or ``ray start`` names), ``"HOST:PORT"`` (a head's GCS address) or
             ``"ray://HOST:PORT"`` (Ray Client). A Ray this process is connected to already is used as it is.
         num_workers: worker actors (one CPU each); default: the cluster's CPUs. At most the cluster's CPUs.
-        job_name: reserved for several trainers sharing one job (not implemented yet: must be None).
+        job_name: several trainers (ranks) share one job: every rank of ``WORLD_SIZE`` (``RANK`` /
+            ``WORLD_SIZE`` or the torch process group: ``headrace.distribute.process_info``) passes the same name
+            and gets its own equal share of an index source (``range`` / ``from_tensor_slices``): disjoint, the
+            same number of elements and batches on every rank (no DDP hang at an epoch's end), the
+            ``n % world_size`` elements past the equal shares left out (``drop_remainder``'s rule). The ranks
+            meet at a named actor that refuses a rank with another world size or source. A rank's state
+            restores in the same rank of a job of the same size (``StateError`` otherwise, naming both).
         memory_budget: each worker's own hard byte budget (an int of bytes or ``"512MiB"``); default: the
             process budget headrace gives any process (half of the node's available memory).
         timeout_s: seconds without any worker making progress before ``ServiceError`` (every wait is timed).
@@ -70,10 +78,9 @@ def distribute(processing_mode: str, service: str, *, num_workers: int | None = 
     if num_workers is not None:
         num_workers = count_arg(num_workers, "distribute(num_workers)", minimum=1,
                                 fix="pass the number of Ray worker actors (>= 1), or None for the cluster's CPUs")
-    if job_name is not None:
-        raise NotImplementedError(f"distribute(job_name={job_name!r}): several trainers sharing one job is not "
-                                  "implemented yet; give each trainer its own pipeline with its share (num_workers "
-                                  "per trainer) or leave job_name=None")
+    if job_name is not None and (not isinstance(job_name, str) or not _JOB_NAME.match(job_name)):
+        raise ValueError(f"distribute(job_name={job_name!r}): expected a str of letters, digits, '-', '_' or '.' "
+                         "(the same on every rank of the job), or None")
     if memory_budget is not None:
         parse_bytes(memory_budget, "distribute(memory_budget)")
     if not (isinstance(timeout_s, int | float) and timeout_s > 0):

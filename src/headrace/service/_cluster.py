@@ -61,6 +61,50 @@ def start_worker(ray: ModuleType, node_ref: Any, memory_budget: int | str | None
     return options.remote(node_ref, memory_budget, *chunk)
 
 
+class JobCoordinator:
+    """The named actor the ranks of one ``distribute(job_name=...)`` job meet at (``headrace-job-<name>`` in Ray
+    namespace ``headrace``, no CPU): the first rank to arrive fixes the job's world size and how its source is
+    cut; a rank that disagrees is refused, naming both, before it reads anything."""
+
+    def __init__(self) -> None:
+        self.job: dict[str, Any] | None = None
+        self.ranks: set[int] = set()
+
+    def join(self, rank: int, world_size: int, source: str) -> str | None:
+        """None, or why this rank cannot join the job."""
+        if self.job is None:
+            self.job = {"world_size": world_size, "source": source}
+        if (world_size, source) != (self.job["world_size"], self.job["source"]):
+            return (f"rank {rank} has world size {world_size} and source {source!r}, the job "
+                    f"{self.job['world_size']} and {self.job['source']!r}")
+        self.ranks.add(rank)
+        return None
+
+
+_JOBS: dict[str, Any] = {}
+
+
+def join_job(ray: ModuleType, job_name: str, rank: int, world_size: int, source: str, timeout_s: float,
+             retry: bool = True) -> Any:
+    """The job's coordinator (made by the first rank), joined by this rank; ``ValueError`` if it disagrees. A
+    coordinator of an earlier Ray session (``ray.shutdown()``, ``ray.init()``) is made again once."""
+    coordinator = _JOBS.get(job_name)
+    if coordinator is None:  # (the handle is kept: Ray ends an actor no handle refers to; it ends with this process)
+        coordinator = _JOBS[job_name] = ray.remote(JobCoordinator).options(
+            name=f"headrace-job-{job_name}", namespace="headrace", get_if_exists=True, num_cpus=0).remote()
+    try:
+        why = ray.get(coordinator.join.remote(rank, world_size, source), timeout=timeout_s)
+    except Exception as e:
+        if not is_lost(e) or not retry:
+            raise
+        del _JOBS[job_name]
+        return join_job(ray, job_name, rank, world_size, source, timeout_s, retry=False)
+    if why is not None:
+        raise ValueError(f"distribute(job_name={job_name!r}): {why}; every rank of a job runs the same pipeline "
+                         "with the same WORLD_SIZE (or give this run another job_name)")
+    return coordinator
+
+
 def is_lost(error: BaseException) -> bool:
     """Whether ``error`` (raised by ``ray.get``) means the worker or its node is gone (not that the actor could
     not be made: its ``__init__`` raised, e.g. the pipeline could not be unpickled there)."""
@@ -81,5 +125,5 @@ def stop_workers(ray: ModuleType, actors: list[Any]) -> None:
             pass
 
 
-__all__ = ["ADDRESS_FORMS", "check_address", "cluster_cpus", "connect", "is_lost", "ray_module", "start_worker",
-           "stop_workers"]
+__all__ = ["ADDRESS_FORMS", "JobCoordinator", "check_address", "cluster_cpus", "connect", "is_lost", "join_job",
+           "ray_module", "start_worker", "stop_workers"]

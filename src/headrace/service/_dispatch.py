@@ -35,8 +35,9 @@ from .._ops.node import DatasetNode
 from .._ops.stage import Stage
 from .._options import UNKNOWN_CARDINALITY
 from .._structure import nbytes
+from ..distribute import process_info
 from . import _cluster
-from ._splits import plan_splits
+from ._splits import plan_rank_splits, plan_splits, source_of, split_node
 
 WAIT_SLICE_S = 0.1  # one ray.wait slice; the close flag is checked between slices
 
@@ -72,14 +73,34 @@ class ServiceNode(DatasetNode):
     def __init__(self, upstream: DatasetNode, config: ServiceConfig) -> None:
         super().__init__([upstream])
         self.config = config
-        if config.processing_mode == "distributed_epoch":
-            plan_splits(upstream, "distributed_epoch", 1)  # a source that cannot be split fails here, not later
+        if config.processing_mode == "distributed_epoch":  # a source that cannot be split fails here, not later
+            if config.job_name is None:
+                plan_splits(upstream, "distributed_epoch", 1)
+            else:
+                plan_rank_splits(upstream, 1, 0, 1)
 
     def cardinality(self) -> int:
-        n = self.inputs[0].cardinality()
-        if self.config.processing_mode == "parallel_epochs":
-            return UNKNOWN_CARDINALITY if self.config.num_workers is None or n < 0 else n * self.config.num_workers
-        return n
+        """The upstream's count (``parallel_epochs``: times ``num_workers``; ``job_name``: this rank's share).
+        Where a split ends a ``batch`` early (``batch`` upstream), the count depends on the splits, so it is
+        known only with ``num_workers`` given."""
+        up, cfg = self.inputs[0], self.config
+        n = up.cardinality()
+        if n < 0:
+            return n
+        if cfg.processing_mode == "parallel_epochs":
+            return UNKNOWN_CARDINALITY if cfg.num_workers is None else n * cfg.num_workers
+        chain_keeps_count = n == source_of(up).cardinality()
+        if cfg.job_name is None and chain_keeps_count:
+            return n
+        world = 1 if cfg.job_name is None else process_info().world_size
+        if chain_keeps_count:
+            return n // world
+        if cfg.num_workers is None:
+            return UNKNOWN_CARDINALITY
+        plan = (plan_splits(up, cfg.processing_mode, cfg.num_workers) if cfg.job_name is None
+                else plan_rank_splits(up, world, 0, cfg.num_workers))
+        counts = [split_node(up, list(split)).cardinality() for split in plan.splits]
+        return UNKNOWN_CARDINALITY if min(counts) < 0 else sum(counts)
 
     def make_iterator(self, ctx: IteratorContext) -> Stage:
         return ServiceIterator(ctx, self, ctx.stage_name(self, self.label))
@@ -118,7 +139,17 @@ class ServiceIterator(Stage):
             raise ValueError(f"distribute(num_workers={n}): the Ray cluster at {cfg.service!r} has {cpus} CPUs and "
                              "each worker takes one; pass num_workers <= the cluster's CPUs, or add nodes")
         self._n = n
-        self._plan = plan_splits(node.inputs[0], cfg.processing_mode, n)
+        self._rank = self._world = None
+        if cfg.job_name is not None:
+            info = process_info()
+            self._rank, self._world = info.rank, info.world_size
+            up = node.inputs[0]
+            _cluster.join_job(ray, cfg.job_name, info.rank, info.world_size,
+                              f"{cfg.processing_mode} of {up.label} ({up.cardinality()} elements)", cfg.timeout_s)
+        if cfg.job_name is not None and cfg.processing_mode == "distributed_epoch":
+            self._plan = plan_rank_splits(node.inputs[0], self._world, self._rank, n)
+        else:
+            self._plan = plan_splits(node.inputs[0], cfg.processing_mode, n)
         k = len(self._plan.splits)
         self._delivered = [0] * k
         self._received = [0] * k
@@ -306,6 +337,7 @@ class ServiceIterator(Stage):
         elapsed = max(1e-9, time.monotonic() - self._started_s)
         k = len(self._plan.splits)
         return {"service": self._cfg.service, "processing_mode": self._cfg.processing_mode,
+                "job_name": self._cfg.job_name, "rank": self._rank, "world_size": self._world,
                 "workers": sum(not w.dead for w in self._workers), "lost": self._lost,
                 "splits": {"how": self._plan.what, "total": k, "complete": sum(map(self._complete, range(k)))},
                 "delivered": self._count, "throughput_per_s": round(self._count / elapsed, 1),

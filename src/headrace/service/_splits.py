@@ -48,6 +48,11 @@ def _source_chain(node: DatasetNode) -> tuple[list[DatasetNode], DatasetNode]:
         return chain, node
 
 
+def source_of(node: DatasetNode) -> DatasetNode:
+    """The node the splits of ``node`` are cut at (its source, below the transformations a split passes)."""
+    return _source_chain(node)[1]
+
+
 def _cannot_split(node: DatasetNode, why: str) -> ValueError:
     return ValueError(
         f"distribute(processing_mode='distributed_epoch'): cannot split the source {node.label!r} into disjoint "
@@ -88,6 +93,41 @@ def plan_splits(node: DatasetNode, processing_mode: str, num_workers: int, per_w
     return SplitPlan(tuple(("shard", k, i) for i in range(k)), f"{k} shares of the files of {source.label}")
 
 
+def plan_rank_splits(node: DatasetNode, world_size: int, rank: int, num_workers: int,
+                     per_worker: int = 8) -> SplitPlan:
+    """Rank ``rank``'s splits of a job of ``world_size`` ranks (``distribute(job_name=...)``): source elements
+    ``[rank * q, (rank + 1) * q)``, ``q = n // world_size``, cut into pieces at the same relative bounds on every
+    rank, so that every rank's pipeline makes the same number of elements (and of batches, when ``batch`` is
+    upstream) and no rank of a DDP job waits for another at the end of an epoch. The ``n % world_size`` (<
+    ``world_size``) source elements past ``world_size * q`` are left out of the epoch (``drop_remainder``'s
+    rule; Ray Data's ``streaming_split(equal=True)`` drops them too).
+
+    Raises:
+        ValueError: a source that is not an index range (``range`` / ``from_tensor_slices``) of known size, or a
+            transformation between it and ``distribute`` whose count is not known (``filter``): the ranks'
+            counts could differ.
+    """
+    _, source = _source_chain(node)
+    n = source.cardinality()
+    if not isinstance(source, RangeNode | TensorSlicesNode | TensorsNode) or n < 0:
+        raise ValueError(f"distribute(job_name=...): the ranks of a job split an index source of known size "
+                         f"(range, from_tensor_slices) into equal shares, not {source.label!r}; for files give each "
+                         "rank its own files (headrace.distribute.auto_shard(..., policy='file')) and its own "
+                         "distribute() without job_name")
+    q = n // world_size
+    k = max(1, min(q, num_workers * per_worker))
+    bounds = [q * j // k for j in range(k + 1)]
+    base = rank * q
+    splits = tuple(("index", base + bounds[j], base + bounds[j + 1]) for j in range(k) if bounds[j + 1] > bounds[j])
+    splits = splits or (("index", base, base),)
+    if split_node(node, list(splits[0])).cardinality() < 0:
+        raise ValueError("distribute(job_name=...): a transformation between the source and distribute() drops "
+                         "elements (filter, ignore_errors, ...), so the ranks' counts could differ and a DDP job "
+                         "hang; move it after distribute()")
+    return SplitPlan(splits, f"{q} of {n} elements of {source.label} (rank {rank} of {world_size}) in "
+                             f"{len(splits)} index ranges")
+
+
 def _offset_slice(get: Any, start: int, i: int) -> Any:
     return get(start + i)
 
@@ -121,4 +161,4 @@ def split_node(node: DatasetNode, split: Split) -> DatasetNode:
     return out
 
 
-__all__ = ["Split", "SplitPlan", "plan_splits", "split_node"]
+__all__ = ["Split", "SplitPlan", "plan_rank_splits", "plan_splits", "source_of", "split_node"]
