@@ -13,6 +13,8 @@ downstream (usually ``batch`` and ``prefetch``) in the trainer. ``ray`` is the o
   delivered; small JSON).
 - ``processing_mode="parallel_epochs"``: every worker runs the whole dataset (``num_workers`` copies of each
   element, in no fixed order).
+- ``job_name``: the ranks of a data-parallel job share one job: disjoint, equal shares of an index source (the
+  same element and batch counts on every rank), checked at a named coordinator actor.
 
 See docs/how-to/ray-service.md for starting Ray (locally, ``ray start``, KubeRay) and the measured throughput.
 """
