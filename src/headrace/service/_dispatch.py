@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._budget.account import Reservation
-from .._errors import StateError
+from .._errors import HeadraceError, StateError
 from .._ops.base import check_state
 from .._ops.context import IteratorContext
 from .._ops.node import DatasetNode
@@ -42,7 +42,7 @@ from ._splits import plan_rank_splits, plan_splits, source_of, split_node
 WAIT_SLICE_S = 0.1  # one ray.wait slice; the close flag is checked between slices
 
 
-class ServiceError(RuntimeError):
+class ServiceError(HeadraceError, RuntimeError):
     """The Ray service cannot go on: no worker made progress for ``timeout_s`` (none could be started, or
     every one was lost), or too many workers were lost."""
 
