@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ import headrace as hr
 from headrace.service import ADDRESS_FORMS, PROCESSING_MODES, distribute
 from tests.conftest import REPO
 
-pytest.importorskip("ray")
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="distribute() imports ray")
 
 
 @pytest.mark.parametrize("mode", ["distributed", "epoch", "", None, "DISTRIBUTED_EPOCH"])
@@ -30,6 +31,7 @@ def test_a_bad_service_address_names_the_forms(service):
     assert len(ADDRESS_FORMS) == 4
 
 
+@needs_ray
 @pytest.mark.parametrize("service", ["local", "auto", "127.0.0.1:6379", "ray://head.example:10001", "[::1]:6379"])
 def test_the_address_forms_are_accepted(service):
     assert callable(distribute("parallel_epochs", service))
@@ -46,6 +48,7 @@ def test_bad_numbers_raise_naming_the_argument(kwargs, match):
         distribute("distributed_epoch", "local", **kwargs)
 
 
+@needs_ray
 def test_a_source_that_cannot_be_split_fails_when_applied_not_when_iterated():
     ds = hr.Dataset.from_generator(lambda: iter(range(3)), output_signature=hr.TensorSpec((), "int64"))
     with pytest.raises(ValueError, match=r"from_generator.*parallel_epochs"):
