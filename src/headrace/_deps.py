@@ -34,6 +34,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "torchao": ("compress", "torchao"),
     "keras": ("keras", "Keras 3"),
     "jax": ("jax", "JAX"),
+    "ray": ("ray", "Ray"),
 }
 
 

@@ -82,14 +82,18 @@ def run_train(path: str, *, model: str, image_size: int | tuple[int, int], globa
               precision: str, memory_budget: int | str | None, checkpoint_dir: str | None, resume: bool,
               micro_batch_size: int | str, learning_rate: float, eval_path: str | None, num_classes: int | None,
               seed: int = 0, checkpoint_every: int = 100, progress: bool | None = None,
-              on_corrupt: str = "raise") -> dict[str, Any]:
+              on_corrupt: str = "raise", service: str | None = None) -> dict[str, Any]:
     """Train and return a summary (``steps``, ``history``, ``samples_per_s``, memory figures,
     ``skipped_records``: how many corrupt records ``on_corrupt="skip"`` dropped, also printed with the
     first one's shard and byte offset, and written to ``metrics.jsonl`` as ``{"event": "skipped_records",
-    "count", "records": [{"path", "offset", "reason"}, ...]}``, the first 100).
+    "count", "records": [{"path", "offset", "reason"}, ...]}``, the first 100). ``service``: a Ray address
+    (``headrace.service.distribute``): the training data is read, decoded and shuffled on that cluster's
+    workers (shares of the shard files, exactly once per epoch) and batched here; its corrupt-record skips are
+    the workers' (warned there, not counted here).
 
     Raises:
         FileNotFoundError: no TFRecord files at ``path`` / ``eval_path``.
+        ImportError: ``service`` without ray installed (``pip install 'headrace[ray]'``).
         ValueError: not TFRecord shards, an empty dataset, too few records for one global batch,
             ``num_classes`` below the labels, a budget too small for the data pipeline.
         DataLossError: an undecodable image or corrupt record (``on_corrupt="raise"``), naming the shard
@@ -100,6 +104,11 @@ def run_train(path: str, *, model: str, image_size: int | tuple[int, int], globa
     from .._memory import parse_bytes
     from ..distribute import process_info
 
+    remote = None
+    if service is not None:  # the address is checked (and ray imported) before the data is read
+        from ..service import distribute
+
+        remote = distribute("distributed_epoch", service)
     train_files = training_shards(path, "train")
     eval_files = training_shards(eval_path, "train") if eval_path else None
     budget = parse_bytes(memory_budget) if memory_budget is not None else None
@@ -139,6 +148,8 @@ def run_train(path: str, *, model: str, image_size: int | tuple[int, int], globa
     corrupt = CorruptRecords()
     train_ds = image_classification_dataset(train_files, image_size, training=True, seed=seed,
                                             on_corrupt=on_corrupt, corrupt=corrupt)
+    if remote is not None:
+        train_ds = train_ds.apply(remote)
     eval_ds = (image_classification_dataset(eval_files, image_size, training=False, on_corrupt=on_corrupt,
                                             corrupt=corrupt) if eval_files else None)
     result = fit(net, train_ds, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=optimizer,
@@ -215,7 +226,10 @@ def command(ctx: typer.Context,
             seed: int = typer.Option(0, metavar="N", help="Seed of the model initialisation and the shuffles."),
             on_corrupt: Literal["raise", "skip"] = typer.Option(
                 "raise", help="At an undecodable image or corrupt record: stop (after a checkpoint), or skip it "
-                              "(warned, counted at the end and in metrics.jsonl).")
+                              "(warned, counted at the end and in metrics.jsonl)."),
+            service: str = typer.Option(None, "--service", metavar="ADDRESS",
+                                        help="Read and decode the training data on the Ray cluster at ADDRESS "
+                                             "(local, auto, HOST:PORT or ray://HOST:PORT; needs headrace[ray]).")
             ) -> None:
     """Train a built-in model (resnet18, small-cnn) on TFRecord image shards inside a memory budget."""
     if resume and checkpoint_dir is None:
@@ -225,5 +239,5 @@ def command(ctx: typer.Context,
                                memory_budget=memory_budget, checkpoint_dir=checkpoint_dir, resume=resume,
                                micro_batch_size=micro_batch_size, learning_rate=lr, eval_path=eval_path,
                                num_classes=num_classes, seed=seed, checkpoint_every=checkpoint_every,
-                               on_corrupt=on_corrupt),
+                               on_corrupt=on_corrupt, service=service),
         extra_flags={"learning_rate": "--lr", "resume": "--resume"}, interrupted=_interrupted)

@@ -1,0 +1,388 @@
+"""The trainer's side of ``headrace.service``: :class:`ServiceNode` (the recipe node ``distribute`` puts in the
+pipeline) and its stage, the dispatcher of one trainer.
+
+The dispatcher starts ``num_workers`` worker actors (``headrace.service._worker``), hands each a split when it
+has none (dynamic sharding: fast workers take more splits), keeps ``prefetch`` calls outstanding per worker (a
+chunk each: back-pressure) and yields the elements of the chunks in the order they arrive. It counts, per split,
+the elements it has received and those it has delivered (``next()`` returned them):
+
+- a worker that dies (its actor, its process or its node: ``ray.exceptions.RayActorError`` and kin) gives its
+  split back; the next worker that asks opens it and skips the elements the dispatcher has received (they are in
+  its buffer and will be delivered), and a replacement actor is started in the background;
+- ``get_state()`` is ``{"kind": "service", "epoch", "splits": <how the source was cut>, "delivered": {split:
+  count}, "complete": [split, ...]}``: positions only, small JSON. ``set_state`` in a fresh pipeline re-opens
+  every split not complete at its delivered count: the rest of the epoch exactly once (elements already in
+  flight when the state was taken are made again; a split's pipeline must make the same elements each time
+  it runs: seed its shuffles).
+
+The receive buffer (chunks received and not yet delivered, and the chunks asked for) is charged to the trainer's
+memory budget (an account of this stage, ``headrace._budget``). Every wait is a timed ``ray.wait`` slice that
+re-checks the close flag; no progress for ``timeout_s`` raises :class:`ServiceError`.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .._budget.account import Reservation
+from .._errors import HeadraceError, StateError
+from .._ops.base import check_state
+from .._ops.context import IteratorContext
+from .._ops.node import DatasetNode
+from .._ops.stage import Stage
+from .._options import UNKNOWN_CARDINALITY
+from .._structure import nbytes
+from ..distribute import process_info
+from . import _cluster
+from ._splits import plan_rank_splits, plan_splits, source_of, split_node
+
+WAIT_SLICE_S = 0.1  # one ray.wait slice; the close flag is checked between slices
+
+
+class ServiceError(HeadraceError, RuntimeError):
+    """The Ray service cannot go on: no worker made progress for ``timeout_s`` (none could be started, or
+    every one was lost), or too many workers were lost."""
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """How a ``distribute`` runs (see :func:`headrace.service.distribute` for each field)."""
+
+    processing_mode: str
+    service: str
+    num_workers: int | None
+    job_name: str | None
+    memory_budget: int | str | None
+    prefetch: int = 2
+    chunk_bytes: int = 4 << 20
+    chunk_elements: int = 1024
+    chunk_s: float = 0.1
+    timeout_s: float = 300.0
+    max_replacements: int = 16
+
+
+class ServiceNode(DatasetNode):
+    """``distribute``'s node: the pipeline ``upstream`` runs on Ray workers, this node yields its elements."""
+
+    label = "distribute"
+    spec_passes = True
+
+    def __init__(self, upstream: DatasetNode, config: ServiceConfig) -> None:
+        super().__init__([upstream])
+        self.config = config
+        if config.processing_mode == "distributed_epoch":  # a source that cannot be split fails here, not later
+            if config.job_name is None:
+                plan_splits(upstream, "distributed_epoch", 1)
+            else:
+                plan_rank_splits(upstream, 1, 0, 1)
+
+    def cardinality(self) -> int:
+        """The upstream's count (``parallel_epochs``: times ``num_workers``; ``job_name``: this rank's share).
+        Where a split ends a ``batch`` early (``batch`` upstream), the count depends on the splits, so it is
+        known only with ``num_workers`` given."""
+        up, cfg = self.inputs[0], self.config
+        n = up.cardinality()
+        if n < 0:
+            return n
+        if cfg.processing_mode == "parallel_epochs":
+            return UNKNOWN_CARDINALITY if cfg.num_workers is None else n * cfg.num_workers
+        chain_keeps_count = n == source_of(up).cardinality()
+        if cfg.job_name is None and chain_keeps_count:
+            return n
+        world = 1 if cfg.job_name is None else process_info().world_size
+        if chain_keeps_count:
+            return n // world
+        if cfg.num_workers is None:
+            return UNKNOWN_CARDINALITY
+        plan = (plan_splits(up, cfg.processing_mode, cfg.num_workers) if cfg.job_name is None
+                else plan_rank_splits(up, world, 0, cfg.num_workers))
+        counts = [split_node(up, list(split)).cardinality() for split in plan.splits]
+        return UNKNOWN_CARDINALITY if min(counts) < 0 else sum(counts)
+
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
+        return ServiceIterator(ctx, self, ctx.stage_name(self, self.label))
+
+
+class _Worker:
+    """The dispatcher's view of one worker actor."""
+
+    __slots__ = ("actor", "calls", "dead", "node_id", "ready", "split")
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+        # Splits go only to a worker that has answered (a replacement that cannot be placed, e.g. on a cluster
+        # that lost the node with the free CPU, must not sit on a split the live workers could run).
+        self.ready = actor.node_id.remote()
+        self.node_id: str | None = None
+        self.split: int | None = None
+        self.calls: collections.deque[tuple[Any, int, Reservation | None]] = collections.deque()  # (ref, split, r)
+        self.dead = False
+
+
+class ServiceIterator(Stage):
+    """The dispatcher of one trainer (see the module docstring)."""
+
+    kind = "service"
+    reorders = True  # chunks arrive in the order workers finish them: a stage above keeps its input by value
+
+    def __init__(self, ctx: IteratorContext, node: ServiceNode, stage: str) -> None:
+        super().__init__(ctx)
+        cfg = node.config
+        self._cfg, self._stage, self._stop = cfg, stage, ctx.tree.stop
+        self._ray = ray = _cluster.connect(cfg.service)
+        cpus = _cluster.cluster_cpus(ray)
+        n = cfg.num_workers if cfg.num_workers is not None else max(1, cpus)
+        if n > max(cpus, 1):
+            raise ValueError(f"distribute(num_workers={n}): the Ray cluster at {cfg.service!r} has {cpus} CPUs and "
+                             "each worker takes one; pass num_workers <= the cluster's CPUs, or add nodes")
+        self._n = n
+        self._rank = self._world = None
+        if cfg.job_name is not None:
+            info = process_info()
+            self._rank, self._world = info.rank, info.world_size
+            up = node.inputs[0]
+            _cluster.join_job(ray, cfg.job_name, info.rank, info.world_size,
+                              f"{cfg.processing_mode} of {up.label} ({up.cardinality()} elements)", cfg.timeout_s)
+        if cfg.job_name is not None and cfg.processing_mode == "distributed_epoch":
+            self._plan = plan_rank_splits(node.inputs[0], self._world, self._rank, n)
+        else:
+            self._plan = plan_splits(node.inputs[0], cfg.processing_mode, n)
+        k = len(self._plan.splits)
+        self._delivered = [0] * k
+        self._received = [0] * k
+        self._finished = [False] * k
+        self._pending: collections.deque[int] = collections.deque(range(k))
+        self._buffer: collections.deque[list[Any]] = collections.deque()  # [split, elements, next, bytes]
+        self._account = ctx.account(stage, n * cfg.prefetch, hint="distribute's receive buffer")
+        limit = ctx.budget.limit_bytes
+        chunk_bytes = max(1 << 16, min(cfg.chunk_bytes, limit // max(1, 4 * n * cfg.prefetch)))
+        self._chunk = (chunk_bytes, cfg.chunk_elements, cfg.chunk_s)
+        self._node_ref = ray.put(node.inputs[0])
+        self._workers = [_Worker(_cluster.start_worker(ray, self._node_ref, cfg.memory_budget, self._chunk))
+                         for _ in range(n)]
+        self._lost = 0
+        self._reports: dict[int, dict[str, Any]] = {}
+        self._started_s = time.monotonic()
+        self._count = 0
+        self._epoch = 0
+
+    # ---- iteration --------------------------------------------------------------------------------------
+    def __next__(self) -> Any:
+        deadline = time.monotonic() + self._cfg.timeout_s
+        while True:
+            buf = self._buffer
+            while buf:
+                entry = buf[0]
+                split, elements, i, size = entry
+                if i < len(elements):
+                    x = elements[i]
+                    elements[i] = None
+                    entry[2] = i + 1
+                    self._delivered[split] += 1
+                    self._count += 1
+                    if i + 1 == len(elements):
+                        buf.popleft()
+                        self._account.release(size)
+                    return x
+                buf.popleft()
+                self._account.release(size)
+            if self._all_finished():
+                raise StopIteration
+            if self._stop.is_set():
+                raise StopIteration
+            self._ask()
+            if self._receive():
+                deadline = time.monotonic() + self._cfg.timeout_s
+            elif time.monotonic() > deadline:
+                raise ServiceError(f"{self._stage}: no worker made progress for {self._cfg.timeout_s:.0f} s "
+                                   f"({sum(not w.dead for w in self._workers)} of {self._n} workers alive, "
+                                   f"{len(self._pending)} splits waiting, Ray at {self._cfg.service!r}); check "
+                                   "that the cluster has free CPUs (`ray status`) and that its nodes run")
+
+    def _all_finished(self) -> bool:
+        return not self._pending and all(self._finished)
+
+    def _ask(self) -> None:
+        """Give idle workers a split and keep ``prefetch`` calls outstanding on each live one."""
+        for w in self._workers:
+            if w.dead or w.node_id is None:
+                continue
+            if w.split is None and self._pending:
+                w.split = self._pending.popleft()
+            while w.split is not None and len(w.calls) < self._cfg.prefetch:
+                r = self._reserve(urgent=not self._buffer and not any(x.calls for x in self._workers))
+                if r is None:
+                    return
+                split = w.split
+                ref = w.actor.next_chunk.remote(list(self._plan.splits[split]), self._received[split])
+                w.calls.append((ref, split, r))
+
+    def _reserve(self, urgent: bool) -> Reservation | None:
+        est = self._account.estimate()
+        if urgent:  # nothing buffered or in flight: wait for room (the stall breaker keeps it from hanging)
+            return self._account.reserve(est, self._stop)
+        return self._account.try_reserve(est)
+
+    def _receive(self) -> bool:
+        """Wait one slice for the oldest call of any worker; take what came. True if anything came."""
+        heads = {w.calls[0][0]: w for w in self._workers if w.calls and not w.dead}
+        starting = {w.ready: w for w in self._workers if w.node_id is None and not w.dead}
+        if not heads and not starting:
+            return False
+        ready, _ = self._ray.wait([*heads, *starting], num_returns=1, timeout=WAIT_SLICE_S)
+        for ref in ready:
+            if ref in heads:
+                self._take(heads[ref])
+            else:
+                self._started(starting[ref])
+        return bool(ready)
+
+    def _started(self, w: _Worker) -> None:
+        try:
+            w.node_id = self._ray.get(w.ready, timeout=self._cfg.timeout_s)[0]
+        except Exception as e:
+            if not _cluster.is_lost(e):
+                raise _cause(e) from None
+            self._lose(w)
+
+    def _take(self, w: _Worker) -> None:
+        ref, split, r = w.calls.popleft()
+        try:
+            elements, finished, report = self._ray.get(ref, timeout=self._cfg.timeout_s)
+        except Exception as e:
+            if r is not None:
+                r.cancel()
+            if not _cluster.is_lost(e):
+                raise _cause(e) from None
+            self._lose(w)
+            return
+        self._reports[id(w)] = report
+        stale = self._finished[split] or w.split != split
+        size = sum(nbytes(x) for x in elements) if elements and not stale else 0
+        if r is not None:
+            if size:
+                r.settle(size, refuse=False)
+            else:
+                r.cancel()
+        if stale:
+            return
+        if elements:
+            self._received[split] += len(elements)
+            self._buffer.append([split, elements, 0, size])
+        if finished:
+            self._finished[split] = True
+            w.split = None
+
+    def _lose(self, w: _Worker) -> None:
+        """``w`` is gone: its split goes back first in line, its calls are dropped, a replacement starts."""
+        w.dead = True
+        for _, _, r in w.calls:
+            if r is not None:
+                r.cancel()
+        w.calls.clear()
+        if w.split is not None and not self._finished[w.split]:
+            self._pending.appendleft(w.split)
+        w.split = None
+        _cluster.stop_workers(self._ray, [w.actor])
+        self._lost += 1
+        if self._lost > self._cfg.max_replacements:
+            raise ServiceError(f"{self._stage}: {self._lost} workers lost (max_replacements="
+                               f"{self._cfg.max_replacements}); the cluster is failing, see `ray status`")
+        self._workers.append(_Worker(_cluster.start_worker(self._ray, self._node_ref, self._cfg.memory_budget,
+                                                           self._chunk)))
+
+    # ---- state ------------------------------------------------------------------------------------------
+    def _complete(self, s: int) -> bool:
+        return self._finished[s] and self._delivered[s] == self._received[s]
+
+    def get_state(self) -> dict[str, Any]:
+        k = len(self._plan.splits)
+        return {"kind": self.kind, "mode": self._cfg.processing_mode, "epoch": self._epoch,
+                "splits": self._plan.what, "num_splits": k,
+                "complete": [s for s in range(k) if self._complete(s)],
+                "delivered": {str(s): d for s, d in enumerate(self._delivered) if d and not self._complete(s)}}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        k = len(self._plan.splits)
+        check_state(state, self.kind, mode=self._cfg.processing_mode, splits=self._plan.what)
+        if state.get("num_splits") != k:
+            raise StateError(f"{self._stage}: the state has {state.get('num_splits')} splits, this pipeline {k}")
+        for w in self._workers:  # calls in flight belong to the old position
+            for _, _, r in w.calls:
+                if r is not None:
+                    r.cancel()
+            w.calls.clear()
+            w.split = None
+            if not w.dead:  # (runs before any later call of this actor: an actor runs its calls in order)
+                w.actor.close.remote()
+        for entry in self._buffer:
+            self._account.release(entry[3])
+        self._buffer.clear()
+        complete = set(state["complete"])
+        delivered = {int(s): int(d) for s, d in state["delivered"].items()}
+        self._delivered = [delivered.get(s, 0) for s in range(k)]
+        self._received = list(self._delivered)
+        self._finished = [s in complete for s in range(k)]
+        self._pending = collections.deque(s for s in range(k) if s not in complete)
+        self._epoch = int(state["epoch"])
+
+    # ---- reporting and shutdown -------------------------------------------------------------------------
+    def report(self) -> dict[str, Any]:
+        """What the service did so far: ``workers`` (live), ``lost``, ``splits`` (how the source was cut,
+        ``complete`` count), ``throughput_per_s`` (elements delivered), ``worker_reports`` (each live worker's
+        last report: RSS, peak RSS, budget, elements made, busy seconds)."""
+        elapsed = max(1e-9, time.monotonic() - self._started_s)
+        k = len(self._plan.splits)
+        return {"service": self._cfg.service, "processing_mode": self._cfg.processing_mode,
+                "job_name": self._cfg.job_name, "rank": self._rank, "world_size": self._world,
+                "workers": sum(not w.dead for w in self._workers), "lost": self._lost,
+                "splits": {"how": self._plan.what, "total": k, "complete": sum(map(self._complete, range(k)))},
+                "delivered": self._count, "throughput_per_s": round(self._count / elapsed, 1),
+                "memory_budget_per_worker": self._cfg.memory_budget,
+                "worker_reports": [self._reports[id(w)] for w in self._workers if id(w) in self._reports]}
+
+    def optimization(self) -> str | None:
+        r = self.report()
+        peak = max((w["peak_rss_bytes"] for w in r["worker_reports"]), default=0)
+        return (f"remote: {self.inputs_label} on {r['workers']} Ray workers at {r['service']} "
+                f"({r['processing_mode']}, {r['splits']['complete']}/{r['splits']['total']} splits done, "
+                f"{r['lost']} lost), {r['throughput_per_s']:.0f} elements/s, worker budget "
+                f"{r['memory_budget_per_worker'] or 'process default'}, worker peak RSS {peak >> 20} MiB")
+
+    @property
+    def inputs_label(self) -> str:
+        return self._plan.what
+
+    def _close_self(self) -> None:
+        for w in self._workers:
+            for _, _, r in w.calls:
+                if r is not None:
+                    r.cancel()
+            w.calls.clear()
+        _cluster.stop_workers(self._ray, [w.actor for w in self._workers])
+        self._buffer.clear()
+        self._account.close()
+
+    def actors(self) -> list[Any]:
+        """The handles of every worker actor this dispatcher started (live or not)."""
+        return [w.actor for w in self._workers]
+
+
+def _cause(error: BaseException) -> BaseException:
+    """The user's exception inside a ``RayTaskError`` (its ``cause``); a worker that could not start (its
+    ``__init__`` raised: the pipeline could not be unpickled there) as ``ServiceError`` saying what to fix;
+    else ``error``."""
+    if getattr(error, "actor_init_failed", False):
+        failed = ServiceError(f"distribute: a Ray worker could not load the pipeline ({error}); the functions of "
+                              "the pipeline must be importable on the cluster's nodes (install their package "
+                              "there or use a Ray runtime_env), or be defined in __main__")
+        failed.__cause__ = error
+        return failed
+    cause = getattr(error, "cause", None)
+    return cause if isinstance(cause, BaseException) else error
+
+
+__all__ = ["ServiceConfig", "ServiceError", "ServiceIterator", "ServiceNode"]
