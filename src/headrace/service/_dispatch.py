@@ -10,10 +10,14 @@ the elements it has received and those it has delivered (``next()`` returned the
   split back; the next worker that asks opens it and skips the elements the dispatcher has received (they are in
   its buffer and will be delivered), and a replacement actor is started in the background;
 - ``get_state()`` is ``{"kind": "service", "epoch", "splits": <how the source was cut>, "delivered": {split:
-  count}, "complete": [split, ...]}``: positions only, small JSON. ``set_state`` in a fresh pipeline re-opens
-  every split not complete at its delivered count: the rest of the epoch exactly once (elements already in
-  flight when the state was taken are made again; a split's pipeline must make the same elements each time
-  it runs: seed its shuffles).
+  count}, "complete": [split, ...], "seeds": [...]}``: positions only, small JSON. ``set_state`` in a fresh
+  pipeline re-opens every split not complete at its delivered count: the rest of the epoch exactly once
+  (elements already in flight when the state was taken are made again).
+
+A split re-run from a count must make the same elements in the same order: a worker runs a split's pipeline with
+every parallel stage in order (``_splits.InOrderNode``, as below a ``shard``), and a ``seed=None`` shuffle
+upstream adopts the seed saved in the state (``_splits.with_seeds``). A user function that is itself random
+(unseeded ``np.random`` in a ``map``) makes other values on a re-run, as it would in any restore.
 
 The receive buffer (chunks received and not yet delivered, and the chunks asked for) is charged to the trainer's
 memory budget (an account of this stage, ``headrace._budget``). Every wait is a timed ``ray.wait`` slice that
@@ -37,7 +41,7 @@ from .._options import UNKNOWN_CARDINALITY
 from .._structure import nbytes
 from ..distribute import process_info
 from . import _cluster
-from ._splits import plan_rank_splits, plan_splits, source_of, split_node
+from ._splits import pipeline_seeds, plan_rank_splits, plan_splits, source_of, split_node, with_seeds
 
 WAIT_SLICE_S = 0.1  # one ray.wait slice; the close flag is checked between slices
 
@@ -160,7 +164,8 @@ class ServiceIterator(Stage):
         limit = ctx.budget.limit_bytes
         chunk_bytes = max(1 << 16, min(cfg.chunk_bytes, limit // max(1, 4 * n * cfg.prefetch)))
         self._chunk = (chunk_bytes, cfg.chunk_elements, cfg.chunk_s)
-        self._node_ref = ray.put(node.inputs[0])
+        self._upstream = node.inputs[0]
+        self._node_ref = ray.put(self._upstream)
         self._workers = [_Worker(_cluster.start_worker(ray, self._node_ref, cfg.memory_budget, self._chunk))
                          for _ in range(n)]
         self._lost = 0
@@ -303,7 +308,8 @@ class ServiceIterator(Stage):
         return {"kind": self.kind, "mode": self._cfg.processing_mode, "epoch": self._epoch,
                 "splits": self._plan.what, "num_splits": k,
                 "complete": [s for s in range(k) if self._complete(s)],
-                "delivered": {str(s): d for s, d in enumerate(self._delivered) if d and not self._complete(s)}}
+                "delivered": {str(s): d for s, d in enumerate(self._delivered) if d and not self._complete(s)},
+                "seeds": pipeline_seeds(self._upstream)}
 
     def set_state(self, state: dict[str, Any]) -> None:
         k = len(self._plan.splits)
@@ -321,6 +327,15 @@ class ServiceIterator(Stage):
         for entry in self._buffer:
             self._account.release(entry[3])
         self._buffer.clear()
+        seeds = state.get("seeds")
+        if seeds is not None and seeds != pipeline_seeds(self._upstream):
+            # A seed=None shuffle upstream drew another seed in this build: adopt the state's, or a split re-run
+            # from its delivered count would skip other elements.
+            self._upstream = with_seeds(self._upstream, [int(x) for x in seeds], self._stage)
+            self._node_ref = self._ray.put(self._upstream)
+            for w in self._workers:
+                if not w.dead:
+                    w.actor.set_node.remote(self._node_ref)
         complete = set(state["complete"])
         delivered = {int(s): int(d) for s, d in state["delivered"].items()}
         self._delivered = [delivered.get(s, 0) for s in range(k)]

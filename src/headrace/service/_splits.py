@@ -14,12 +14,16 @@ worker). The cut is made at the source, below every transformation that keeps a 
 
 from __future__ import annotations
 
+import copy
 import functools
 from dataclasses import dataclass
 from typing import Any
 
+from .._errors import StateError
+from .._ops.context import IteratorContext
 from .._ops.node import DatasetNode
 from .._ops.sources import RangeNode, TensorSlicesNode, TensorsNode
+from .._ops.stage import Stage
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 
 Split = list[Any]  # [kind, a, b]: see the module docstring
@@ -150,6 +154,24 @@ def _cut(source: DatasetNode, split: Split) -> DatasetNode:
     return clone
 
 
+class InOrderNode(DatasetNode):
+    """``input`` with every parallel stage delivering in order (``deterministic=False`` included), as below a
+    ``shard``: a split re-run from the count the trainer has (a lost worker, a restore) must make the same
+    elements in the same order, or skipping that count would skip other elements."""
+
+    label = "in order"
+    spec_passes = True
+
+    def __init__(self, input_node: DatasetNode) -> None:
+        super().__init__([input_node])
+
+    def cardinality(self) -> int:
+        return self.inputs[0].cardinality()
+
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
+        return self.inputs[0].make_iterator(ctx.in_order())
+
+
 def split_node(node: DatasetNode, split: Split) -> DatasetNode:
     """``node`` reading only ``split`` (``["whole", ...]``: ``node`` itself); the recipe is not changed."""
     if split[0] == "whole":
@@ -161,4 +183,45 @@ def split_node(node: DatasetNode, split: Split) -> DatasetNode:
     return out
 
 
-__all__ = ["Split", "SplitPlan", "plan_rank_splits", "plan_splits", "source_of", "split_node"]
+def _seeded(node: DatasetNode) -> list[DatasetNode]:
+    """The nodes of ``node``'s graph that hold a shuffling seed (an int ``seed``), inputs first."""
+    out = [n for i in node.inputs for n in _seeded(i)]
+    if isinstance(getattr(node, "seed", None), int):
+        out.append(node)
+    return out
+
+
+def pipeline_seeds(node: DatasetNode) -> list[int]:
+    """The seeds of ``node``'s graph (:func:`_seeded`'s order): a ``seed=None`` shuffle draws its own when the
+    pipeline is built, so a freshly built pipeline shuffles otherwise unless it adopts the saved ones."""
+    return [int(n.seed) for n in _seeded(node)]  # type: ignore[attr-defined]
+
+
+def with_seeds(node: DatasetNode, seeds: list[int], where: str) -> DatasetNode:
+    """``node``'s graph with the seeds ``seeds`` (:func:`pipeline_seeds` of the pipeline a state was taken in),
+    the recipe itself unchanged. Raises ``StateError`` naming ``where`` when the count differs or a seed the
+    user gave differs (another pipeline)."""
+    have = _seeded(node)
+    if len(have) != len(seeds):
+        raise StateError(f"{where}: the state holds {len(seeds)} shuffling seed(s), this pipeline upstream of "
+                         f"distribute has {len(have)}; restore into the pipeline the state was taken from")
+    wanted = {id(n): int(s) for n, s in zip(have, seeds, strict=True)}
+
+    def rebuild(n: DatasetNode) -> DatasetNode:
+        inputs = [rebuild(i) for i in n.inputs]
+        out = n if all(a is b for a, b in zip(inputs, n.inputs, strict=True)) else n.with_inputs(inputs)
+        seed = wanted.get(id(n))
+        if seed is None or seed == n.seed:  # type: ignore[attr-defined]
+            return out
+        if getattr(n, "seed_given", False):
+            raise StateError(f"{where}: {n.label} has seed={n.seed} but the state seed={seed}; restore into a "  # type: ignore[attr-defined]
+                             "pipeline built with the same seed (or seed=None to adopt the state's)")
+        out = copy.copy(out) if out is n else out
+        out.seed = seed  # type: ignore[attr-defined]
+        return out
+
+    return rebuild(node)
+
+
+__all__ = ["InOrderNode", "Split", "SplitPlan", "pipeline_seeds", "plan_rank_splits", "plan_splits", "source_of",
+           "split_node", "with_seeds"]

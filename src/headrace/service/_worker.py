@@ -25,7 +25,7 @@ from .._dataset import Dataset
 from .._ops.node import DatasetNode
 from .._options import Options
 from .._structure import nbytes
-from ._splits import Split, split_node
+from ._splits import InOrderNode, Split, split_node
 
 RSS_SAMPLE_S = 0.005  # the worker's RSS is sampled this often while it makes a chunk (its peak is reported)
 
@@ -74,9 +74,15 @@ class SplitWorker:
             return "local", os.getpid()
         return ray.get_runtime_context().get_node_id(), os.getpid()
 
+    def set_node(self, node: DatasetNode) -> None:
+        """Run the splits of ``node`` from now on (a restored state's seeds: ``_splits.with_seeds``); the split
+        open is closed."""
+        self._close_split()
+        self._ds, self._done = Dataset(node), None
+
     def _open(self, split: Split, skip: int) -> None:
         self._close_split()
-        ds = Dataset(split_node(self._ds._node, split))
+        ds = Dataset(InOrderNode(split_node(self._ds._node, split)))
         if self._budget is not None:
             ds = ds.with_options(Options(memory_budget=self._budget))
         it = iter(ds)
