@@ -19,7 +19,8 @@ def test_wilson_interval_matches_the_formula_and_its_edges() -> None:
     p, n = 0.8, 300
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     assert (low + high) / 2 == pytest.approx(centre, rel=1e-9)
-    assert wilson_interval(0, 10)[0] == pytest.approx(0.0, abs=1e-12) and wilson_interval(10, 10)[1] == pytest.approx(1.0)
+    assert wilson_interval(0, 10)[0] == pytest.approx(0.0, abs=1e-12)
+    assert wilson_interval(10, 10)[1] == pytest.approx(1.0)
     assert 0 < wilson_interval(10, 10)[0] < 1  # never the degenerate [1, 1] of the normal approximation
     for bad in ((1, 0), (-1, 5), (6, 5)):
         with pytest.raises(ValueError, match="n >= 1"):
@@ -90,7 +91,8 @@ def test_plot_texts_do_not_overlap_even_when_points_coincide(tmp_path: Path, mon
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [_row("fp32-torch", "fp32", 61.0, 11_000_000, 0.84), _row("fp32-onnxruntime", "fp32", 30.0, 11_200_000, 0.84),
+    rows = [_row("fp32-torch", "fp32", 61.0, 11_000_000, 0.84),
+            _row("fp32-onnxruntime", "fp32", 30.0, 11_200_000, 0.84),
             _row("int8", "int8", 12.9, 2_900_000, 0.83), _row("pruned", "fp32", 13.0, 2_900_000, 0.83),
             _row("pruned-int8", "int8", 6.0, 1_500_000, 0.82), _row("distilled", "fp32", 5.0, 1_500_000, 0.82)]
     figures = []
