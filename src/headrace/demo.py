@@ -1,9 +1,10 @@
 """``headrace demo``: the whole job on real photographs, inside a memory budget.
 
 1. In a separate process (data preparation is a job of its own): make ``images`` JPEGs (500 x 375,
-   crops of the twelve photographs bundled in scikit-image's wheel; with the default ``regions=2`` the class
-   is *which half (left or right) of which photograph*, 24 classes, chance level 4.2%, crops of the two
-   halves overlapping so the task does not saturate; ``regions=1``: which photograph, 12) as image folders
+   crops of the twelve photographs bundled in scikit-image's wheel; the class is *which photograph*, 12
+   classes, chance level 8.3% (``regions=1``, the default without ``compress``); with ``compress`` the
+   default is ``regions=2``: *which half (left or right) of which photograph*, 24 classes, chance 4.2%, crops
+   of the two halves overlapping, a task that does not saturate, so compression losses show) as image folders
    ``output/photos/{train,eval}/<class>/`` (90% /
    10%) and convert each with :func:`headrace.convert.convert` (Apache Beam, DirectRunner) into
    ``num_shards`` / ``num_shards // 8`` TFRecord shards of ``tf.train.Example`` (``image/encoded``,
@@ -65,12 +66,18 @@ class DemoConfig:
     learning_rate: float = 0.05
     progress: bool | None = None
     compress: bool = False  # then int8 / pruned / distilled variants in output/compress (headrace.compress)
-    regions: int = 2  # regions per photograph: 12 * regions classes (headrace.image.photos.REGION_GRIDS)
+    regions: int | None = None  # regions per photograph (headrace.image.photos.REGION_GRIDS); None: 2 with
+    # compress (24 classes, a task that does not saturate), else 1 (12 classes)
+
+    @property
+    def task_regions(self) -> int:
+        """``regions``, or its default: 2 with ``compress``, else 1."""
+        return self.regions if self.regions is not None else (2 if self.compress else 1)
 
     @property
     def num_classes(self) -> int:
-        """``12 * regions``: the classes of the generated task."""
-        return 12 * self.regions
+        """``12 * task_regions``: the classes of the generated task."""
+        return 12 * self.task_regions
 
     def validate(self) -> None:
         for name in ("images", "epochs", "global_batch_size", "num_shards"):
@@ -86,7 +93,7 @@ class DemoConfig:
         parse_bytes(self.memory_budget)
         from .image.photos import photo_classes
 
-        photo_classes(self.regions)  # raises ValueError naming the allowed values
+        photo_classes(self.task_regions)  # raises ValueError naming the allowed values
 
 
 def _say(text: str) -> None:
@@ -103,19 +110,20 @@ def write_photos(cfg: DemoConfig, photo_dir: Path) -> int:
     """Write the generated JPEGs as ``photo_dir/{train,eval}/<class>/<index:06d>.jpg``; returns their bytes.
 
     Every class folder exists in both splits (empty ones too), so the image-folder source's labels
-    (sorted class folder names) are the ``photo_classes(cfg.regions)`` indices the generator assigned. Earlier
+    (sorted class folder names) are the ``photo_classes(cfg.task_regions)`` indices the generator assigned. Earlier
     photos in ``photo_dir/{train,eval}`` are removed first.
     """
     from .image.photos import iter_photo_jpegs, photo_classes
 
-    names = photo_classes(cfg.regions)
+    names = photo_classes(cfg.task_regions)
     for split in SPLITS:
         shutil.rmtree(photo_dir / split, ignore_errors=True)
         for name in names:
             (photo_dir / split / name).mkdir(parents=True)
     eval_ids = _split(cfg)
     jpeg_bytes = 0
-    for i, (jpeg, label) in enumerate(iter_photo_jpegs(cfg.images, SOURCE_SIZE, seed=cfg.seed, regions=cfg.regions)):
+    photos = iter_photo_jpegs(cfg.images, SOURCE_SIZE, seed=cfg.seed, regions=cfg.task_regions)
+    for i, (jpeg, label) in enumerate(photos):
         split = "eval" if i in eval_ids else "train"
         (photo_dir / split / names[label] / f"{i:06d}.jpg").write_bytes(jpeg)
         jpeg_bytes += len(jpeg)
@@ -172,7 +180,7 @@ def write_dataset(cfg: DemoConfig, output: Path) -> dict[str, Any]:
     """
     data_dir, photo_dir = output / "data", output / "photos"
     want = {"images": cfg.images, "seed": cfg.seed, "size": list(SOURCE_SIZE), "num_shards": cfg.num_shards,
-            "eval_fraction": cfg.eval_fraction, "layout": "convert", "regions": cfg.regions}
+            "eval_fraction": cfg.eval_fraction, "layout": "convert", "regions": cfg.task_regions}
     info = _reusable(data_dir, want)
     if info is not None:
         _say(f"reusing {info['train_records']} + {info['eval_records']} records in {data_dir}/{{train,eval}}")
@@ -185,7 +193,7 @@ def write_dataset(cfg: DemoConfig, output: Path) -> dict[str, Any]:
     jpeg_bytes = write_photos(cfg, photo_dir)
     t1 = time.perf_counter()
     shards = {"train": cfg.num_shards, "eval": max(1, cfg.num_shards // 8)}
-    manifests = {split: _convert_split(photo_dir, data_dir, split, n, cfg.regions) for split, n in shards.items()}
+    manifests = {split: _convert_split(photo_dir, data_dir, split, n, cfg.task_regions) for split, n in shards.items()}
     info = {"config": want, "train_records": manifests["train"]["records"],
             "eval_records": manifests["eval"]["records"], "jpeg_bytes": jpeg_bytes,
             "decoded_bytes": cfg.images * SOURCE_SIZE[0] * SOURCE_SIZE[1] * 3,

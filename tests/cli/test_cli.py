@@ -285,14 +285,14 @@ def test_demo_tiny_configuration(tmp_path: Path) -> None:
     from headrace.io.example import FixedLenFeature, parse_single_example
     from headrace.io.tfrecord import TFRecordDataset
 
-    classes = photo_classes(2)  # the default task: which half of which photograph, 24 classes
+    classes = photo_classes(1)  # the default task without --compress: which photograph, 12 classes
     result = _invoke("demo", "--images", "48", "--epochs", "1", "--image-size", "32", "--model", "small-cnn",
                      "--global-batch-size", "16", "--memory-budget", "192MiB", "--output", str(tmp_path))
     assert result.exit_code == 0, result.output
     info = _last_json(result.output)
     assert set(info) >= {"accuracy", "images_per_s", "peak_rss_bytes", "memory_budget_bytes"}
     assert info["memory_budget_bytes"] == 192 * 2**20 and len(info["accuracy_per_epoch"]) == 1
-    assert info["classes"] == 24 and "(24 classes, chance 4.2%)" in result.output
+    assert info["classes"] == 12 and "(12 classes, chance 8.3%)" in result.output
     # the training set as the model reads it (44 uint8 images of 32x32x3), not the full-resolution photos
     assert info["decoded_training_set_bytes"] == 44 * 32 * 32 * 3
     assert "the decoded training set at 32x32 would take 132.0 KiB (uint8)" in result.output
@@ -307,13 +307,13 @@ def test_demo_tiny_configuration(tmp_path: Path) -> None:
     seen: dict[str, list[int]] = {}
     for split in ("train", "eval"):
         manifest = json.loads((tmp_path / "data" / split / "dataset.json").read_text())
-        assert manifest["source"]["class_names"] == list(classes) and len(classes) == 24
+        assert manifest["source"]["class_names"] == list(classes) and len(classes) == 12
         for path in sorted((tmp_path / "data" / split).glob("*.tfrecord")):
             for record in TFRecordDataset(str(path)):
                 ex = parse_single_example(record, spec)
                 index, label = int(Path(ex["image/filename"].decode()).stem), int(ex["image/class/label"])
-                # the generator made photo i of class i % 24: the label ids are photo_classes(2) indices
-                assert label == index % 24 and ex["image/class/text"].decode() == classes[label]
+                # the generator made photo i of class i % 12: the label ids are photo_classes(1) indices
+                assert label == index % 12 and ex["image/class/text"].decode() == classes[label]
                 seen.setdefault(split, []).append(index)
     assert len(seen["eval"]) == 4 and sorted(seen["train"] + seen["eval"]) == list(range(48))
 

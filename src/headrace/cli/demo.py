@@ -28,10 +28,11 @@ def command(ctx: typer.Context,
             compress: bool = typer.Option(False, "--compress",
                                           help="Then compress the trained model (int8, pruned, distilled) "
                                                "into OUTPUT/compress/report.json."),
-            regions: int = typer.Option(2, metavar="R",
+            regions: int = typer.Option(None, metavar="R",
                                         help="Regions per photograph, 1, 2, 4, 6 or 9: the task has 12 x R "
-                                             "classes (2: which half of which photograph, 24 classes; 1: "
-                                             "which photograph, 12).")) -> None:
+                                             "classes (1: which photograph, the default; 2: which half of "
+                                             "which photograph, 24 classes, the default with --compress).")
+            ) -> None:
     """Real photos -> sharded TFRecords -> train a small ResNet inside a memory budget; plot and JSON line."""
     from ..demo import DemoConfig, run_demo
 

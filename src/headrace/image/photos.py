@@ -9,7 +9,7 @@ photograph it came from (``PHOTO_CLASSES[label]``), so a classifier can actually
 
 ``regions=r`` (2, 4, 6 or 9) makes a harder task with ``12 * r`` classes (:func:`photo_classes`): each
 photograph is cut into ``r`` regions (:data:`REGION_GRIDS`: 2 = left and right halves, 4 = quadrants, ...)
-and the class is *which region of which photograph*. A crop is 20-35% of the photograph's shorter side,
+and the class is *which region of which photograph*. A crop is 40-65% of the photograph's shorter side,
 centred anywhere in its region (so crops of neighbouring regions overlap and some are genuinely ambiguous),
 never flipped (a flip would swap left and right), with the same brightness change. Classifiers stay well
 below 100% on it, so what compression costs shows.
@@ -44,7 +44,7 @@ _FILES = {
 }
 
 
-REGION_CROP = (0.2, 0.35)
+REGION_CROP = (0.4, 0.65)
 """Crop height as a fraction of the photograph's shorter side, for ``regions > 1``."""
 
 
