@@ -52,6 +52,10 @@ def command(
                                          help="Student size: a fraction of the teacher's parameters (<= 1) or a "
                                               "count."),
     distill_epochs: int = typer.Option(10, min=0, metavar="N", help="Epochs (at most) of distillation."),
+    distill_lr: float = typer.Option(None, min=0.0, metavar="LR",
+                                     help="Peak learning rate of distillation (cosine schedule)."),
+    finetune_lr: float = typer.Option(None, min=0.0, metavar="LR",
+                                      help="Peak learning rate of the pruned model's fine-tuning."),
     patience: int = typer.Option(2, min=1, metavar="N",
                                  help="Early stopping: epochs without a better held-out accuracy."),
     hold_out: float = typer.Option(0.125, min=0.0, max=0.9, metavar="FRACTION",
@@ -85,6 +89,7 @@ def command(
             prune_method=prune_method, finetune_epochs=finetune_epochs, hold_out=hold_out,
             distill_student=None if distill_student == "none" else distill_student, distill_epochs=distill_epochs,
             student_params=student_params, patience=patience,
+            **{k: v for k, v in (("distill_lr", distill_lr), ("finetune_lr", finetune_lr)) if v is not None},
             temperature=temperature, alpha=alpha, num_calibration_batches=num_calibration_batches,
             batch_size=batch_size, global_batch_size=global_batch_size, memory_budget=memory_budget,
             threads=threads, repeats=repeats, seed=seed)

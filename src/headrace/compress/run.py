@@ -90,6 +90,9 @@ class CompressOptions:
         if not self.student_params > 0:
             raise ValueError(f"--student-params {self.student_params} must be > 0: a fraction of the teacher's "
                              "parameters (e.g. 0.25) or a count (e.g. 500000)")
+        for flag, v in (("--distill-lr", self.distill_lr), ("--finetune-lr", self.finetune_lr)):
+            if not v > 0:
+                raise ValueError(f"{flag} {v} must be > 0 (the peak learning rate of the cosine schedule)")
         for flag, v in (("--finetune-epochs", self.finetune_epochs), ("--distill-epochs", self.distill_epochs)):
             if v < 0:
                 raise ValueError(f"{flag} {v} must be >= 0")

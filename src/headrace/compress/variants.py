@@ -150,7 +150,8 @@ class Variants:
         torch.manual_seed(o.seed)
         teacher_params = sum(p.numel() for p in self.model.parameters())
         target = o.student_target(teacher_params)
-        num_classes = int(self.teacher(torch.from_numpy(self.example[:1])).shape[1])
+        with torch.inference_mode():
+            num_classes = int(self.teacher(torch.from_numpy(self.example[:1])).shape[1])
         if o.distill_student in ("small-cnn", "resnet18"):
             student, width = student_for_params(o.distill_student, num_classes, target)
         else:
