@@ -45,8 +45,8 @@ def command(
                                                           "(weights)."),
     finetune_epochs: int = typer.Option(3, min=0, metavar="N",
                                         help="Epochs (at most) of the final fine-tuning after pruning (0: none)."),
-    distill_student: str = typer.Option("small-cnn", metavar="NAME",
-                                        help="Student: small-cnn or resnet18 (width-scaled to --student-params), "
+    distill_student: str = typer.Option("resnet18", metavar="NAME",
+                                        help="Student: resnet18 or small-cnn (width-scaled to --student-params), "
                                              "package.module:function, or none."),
     student_params: float = typer.Option(0.25, metavar="N",
                                          help="Student size: a fraction of the teacher's parameters (<= 1) or a "
@@ -56,7 +56,7 @@ def command(
                                      help="Peak learning rate of distillation (cosine schedule)."),
     finetune_lr: float = typer.Option(None, min=0.0, metavar="LR",
                                       help="Peak learning rate of the pruned model's fine-tuning."),
-    patience: int = typer.Option(2, min=1, metavar="N",
+    patience: int = typer.Option(3, min=1, metavar="N",
                                  help="Early stopping: epochs without a better held-out accuracy."),
     hold_out: float = typer.Option(0.125, min=0.0, max=0.9, metavar="FRACTION",
                                    help="Share of the training shards held out for early stopping (0: none)."),

@@ -51,13 +51,13 @@ class CompressOptions:
     prune_quantize: bool = False
     finetune_epochs: int = 3
     finetune_lr: float = 0.01
-    distill_student: str | None = "small-cnn"
+    distill_student: str | None = "resnet18"
     student_params: float = 0.25
     distill_epochs: int = 10
     distill_lr: float = 0.05
     temperature: float = 4.0
     alpha: float = 0.9
-    patience: int = 2
+    patience: int = 3
     teacher_cache_bytes: int = 64 * 2**20
     num_calibration_batches: int = 8
     batch_size: int = 32
