@@ -45,8 +45,8 @@ def command(
                                                           "(weights)."),
     finetune_epochs: int = typer.Option(3, min=0, metavar="N",
                                         help="Epochs (at most) of the final fine-tuning after pruning (0: none)."),
-    distill_student: str = typer.Option("resnet18", metavar="NAME",
-                                        help="Student: resnet18 or small-cnn (width-scaled to --student-params), "
+    distill_student: str = typer.Option("small-cnn", metavar="NAME",
+                                        help="Student: small-cnn or resnet18 (width-scaled to --student-params), "
                                              "package.module:function, or none."),
     student_params: float = typer.Option(0.25, metavar="N",
                                          help="Student size: a fraction of the teacher's parameters (<= 1) or a "

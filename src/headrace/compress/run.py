@@ -51,10 +51,10 @@ class CompressOptions:
     prune_quantize: bool = False
     finetune_epochs: int = 3
     finetune_lr: float = 0.01
-    distill_student: str | None = "resnet18"
+    distill_student: str | None = "small-cnn"
     student_params: float = 0.25
     distill_epochs: int = 10
-    distill_lr: float = 0.05
+    distill_lr: float = 0.02
     temperature: float = 4.0
     alpha: float = 0.9
     patience: int = 3
