@@ -170,3 +170,22 @@ def test_held_out_shards_come_from_the_training_files() -> None:
     assert split_files(files[:2], 0.9) == (files[:1], files[1:2])  # at least one shard left to train on
     with pytest.raises(ValueError, match=r"fraction=1\.0"):
         split_files(files, 1.0)
+
+
+def test_an_unknown_dataset_size_keeps_the_learning_rate_instead_of_annealing_early(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A schedule of a guessed length annealed to 0 within the first epoch (a `headrace compress` student stuck
+    at 30%); without a size there is no schedule (constant learning rate), with one the cosine spans all epochs."""
+    import headrace.compress._training as training
+
+    unknown = image_dataset(64, 1).filter(lambda x, y: True)  # cardinality unknown
+    assert training.steps_per_epoch(unknown, 16, None) is None and training.steps_per_epoch(unknown, 16, 64) == 4
+    made: list[int] = []
+    real = training.cosine_schedule
+    monkeypatch.setattr(training, "cosine_schedule",
+                        lambda opt, total, warmup_steps=0: made.append(total) or real(opt, total, warmup_steps))
+    for size in (None, 64):
+        torch.manual_seed(0)
+        training.train(_Linear(), unknown, loss_fn=torch.nn.CrossEntropyLoss(), epochs=2, lr=0.1, dataset_size=size,
+                       global_batch_size=16, micro_batch_size=16, progress=False)
+    assert made == [8]  # only the run with a known size: 4 steps x 2 epochs

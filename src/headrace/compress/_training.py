@@ -60,14 +60,15 @@ class EarlyStopping:
             self.model.load_state_dict(self.best_state)
 
 
-def steps_per_epoch(dataset: Any, global_batch_size: int, dataset_size: int | None) -> int:
+def steps_per_epoch(dataset: Any, global_batch_size: int, dataset_size: int | None) -> int | None:
     """Optimizer steps of one epoch (for the schedule): from ``dataset_size`` or the dataset's cardinality;
-    ``1`` when neither is known (the schedule then anneals within the first epoch's worth of steps)."""
+    None when neither is known (then :func:`train` keeps the learning rate constant: a schedule of a guessed
+    length would anneal to 0 too early)."""
     size = dataset_size
     if size is None and hasattr(dataset, "cardinality"):
         n = dataset.cardinality()
         size = int(n) if isinstance(n, int) and n >= 0 else None
-    return max(1, (size or global_batch_size) // global_batch_size)
+    return None if size is None else max(1, size // global_batch_size)
 
 
 def cosine_schedule(optimizer: Any, total_steps: int, warmup_steps: int = 0) -> Any:
@@ -87,7 +88,8 @@ def cosine_schedule(optimizer: Any, total_steps: int, warmup_steps: int = 0) -> 
 def train(model: Any, dataset: Any, *, loss_fn: Any, epochs: int, lr: float, validation: Any = None,
           patience: int = 2, dataset_size: int | None = None, **fit_kwargs: Any) -> dict[str, Any]:
     """Train ``model`` in place with SGD (Nesterov momentum 0.9, weight decay 5e-4), a cosine schedule over
-    ``epochs`` (5% warm-up) and early stopping on ``validation`` (module docstring).
+    ``epochs`` (5% warm-up; a constant ``lr`` when the dataset's size is unknown: pass ``dataset_size``) and
+    early stopping on ``validation`` (module docstring).
 
     Args:
         model: a ``torch.nn.Module``.
@@ -115,8 +117,11 @@ def train(model: Any, dataset: Any, *, loss_fn: Any, epochs: int, lr: float, val
         raise ValueError(f"lr={lr!r} must be > 0 (e.g. 0.05 for SGD)")
     stopper = EarlyStopping(model, patience)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
-    total = steps_per_epoch(dataset, fit_kwargs["global_batch_size"], dataset_size) * epochs
-    scheduler = cosine_schedule(optimizer, total, warmup_steps=total // 20)
+    per_epoch = steps_per_epoch(dataset, fit_kwargs["global_batch_size"], dataset_size)
+    scheduler = None
+    if per_epoch is not None:
+        total = per_epoch * epochs
+        scheduler = cosine_schedule(optimizer, total, warmup_steps=total // 20)
     callbacks = [*fit_kwargs.pop("callbacks", ()), stopper]
     result = None
     try:

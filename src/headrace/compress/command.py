@@ -124,17 +124,20 @@ def run_compress(checkpoint: str, eval_data: str, *, model: str = "resnet18", nu
     eval_ds = _dataset(eval_data, image_size, training=False)
     first_inputs(eval_ds, f"EVAL_DATA {eval_data}")  # an empty eval set fails here, before any work
     calib_ds = _dataset(calibration_data, image_size, training=False) if calibration_data else eval_ds
-    train_ds = validation = None
+    train_ds = validation = train_size = None
     if train_data:
+        from ..io.tfrecord import TFRecordDataset
         from ..train.data import find_tfrecords, image_classification_dataset
         from .demo import split_files
 
         train_files, held_out = split_files(find_tfrecords(train_data), hold_out)
+        train_size = sum(1 for f in train_files for _ in TFRecordDataset(f))  # the schedule's length
         train_ds = image_classification_dataset(train_files, image_size, training=True, seed=opts.seed)
         validation = image_classification_dataset(held_out, image_size, training=False) if held_out else None
     report = compress_model(net, eval_dataset=eval_ds, calibration_dataset=calib_ds, train_dataset=train_ds,
                             build_student=lambda name: build_named_model(name, classes), output=output,
-                            options=opts, progress=progress, validation_dataset=validation)
+                            options=opts, progress=progress, validation_dataset=validation,
+                            train_size=train_size)
     return {"output": output, "variants": report["variants"]}
 
 
