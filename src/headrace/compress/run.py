@@ -53,11 +53,11 @@ class CompressOptions:
     finetune_lr: float = 0.01
     distill_student: str | None = "small-cnn"
     student_params: float = 0.25
-    distill_epochs: int = 10
+    distill_epochs: int = 20
     distill_lr: float = 0.02
     temperature: float = 4.0
     alpha: float = 0.9
-    patience: int = 3
+    patience: int = 5
     teacher_cache_bytes: int = 64 * 2**20
     num_calibration_batches: int = 8
     batch_size: int = 32
