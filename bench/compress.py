@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import sys
 import tempfile
 import time
@@ -91,17 +90,9 @@ def _teacher(args: argparse.Namespace, out: Path) -> tuple[Any, Path, int]:
 
 def _ort_fp32(model: Any, example: Any) -> Any:
     """The fp32 model exported to ONNX and run by ONNX Runtime (no quantization)."""
-    from headrace.compress._export import export_onnx
-    from headrace.compress.measure import count_macs, count_parameters
-    from headrace.compress.model import CompressedModel
+    from headrace.compress._export import onnx_fp32
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "fp32.onnx")
-        export_onnx(model, example, path)
-        data = Path(path).read_bytes()
-    info = {"parameters": count_parameters(model), "macs": count_macs(model, example[:1]),
-            "input_shape": list(example.shape[1:]), "input_dtype": str(example.dtype)}
-    return CompressedModel.from_onnx(data, "fp32-onnxruntime", example, info)
+    return onnx_fp32(model, example)
 
 
 def main(argv: list[str]) -> int:
@@ -142,8 +133,8 @@ def main(argv: list[str]) -> int:
                  f"b1 {row['latency_ms_batch1']:.1f} ms, b32 {row['latency_ms_batch32']:.1f} ms")
             return row
 
-        fp32 = add("fp32", teacher)
-        add("fp32-onnxruntime", _ort_fp32(teacher, example))
+        fp32 = add("fp32", teacher, precision="fp32")
+        add("fp32-onnxruntime", _ort_fp32(teacher, example), precision="fp32")
         t0 = time.perf_counter()
         q = quantize(teacher, eval_ds, num_calibration_batches=8)
         timings["int8_onnxruntime_s"] = time.perf_counter() - t0
@@ -184,11 +175,12 @@ def main(argv: list[str]) -> int:
         timings["student_alone_s"] = time.perf_counter() - t0
         solo = add("student-alone", alone.eval(), steps=result.steps)
 
-    add_ratios(rows)
+    baseline = add_ratios(rows)  # against the fastest fp32 row (PyTorch eager or ONNX Runtime)
     for r in rows:  # best of N: the figure least disturbed by other processes on a shared machine
         for b in (1, 32):
             r[f"speedup_batch{b}_min"] = round(fp32[f"latency_ms_batch{b}_min"] / r[f"latency_ms_batch{b}_min"], 3)
-    print_table(rows, threads, _say)
+    print_table(rows, {"machine": machine(), "threads": threads, "speedup_baseline": baseline,
+                       "eval_examples": fp32["examples"]}, _say)
     _say("best of N (ms @1 / @32, speedup @32): " + "; ".join(
         f"{r['name']} {r['latency_ms_batch1_min']:.1f} / {r['latency_ms_batch32_min']:.1f}, "
         f"{r['speedup_batch32_min']:.2f}x" for r in rows))

@@ -1,8 +1,11 @@
 """``headrace demo``: the whole job on real photographs, inside a memory budget.
 
 1. In a separate process (data preparation is a job of its own): make ``images`` JPEGs (500 x 375,
-   random crops of the twelve photographs bundled in scikit-image's wheel; the class is *which*
-   photograph, chance level 1/12 = 8.3%) as image folders ``output/photos/{train,eval}/<class>/`` (90% /
+   crops of the twelve photographs bundled in scikit-image's wheel; the class is *which photograph*, 12
+   classes, chance level 8.3% (``regions=1``, the default without ``compress``); with ``compress`` the
+   default is ``regions=2``: *which half (left or right) of which photograph*, 24 classes, chance 4.2%, crops
+   of the two halves overlapping, a task that does not saturate, so compression losses show) as image folders
+   ``output/photos/{train,eval}/<class>/`` (90% /
    10%) and convert each with :func:`headrace.convert.convert` (Apache Beam, DirectRunner) into
    ``num_shards`` / ``num_shards // 8`` TFRecord shards of ``tf.train.Example`` (``image/encoded``,
    ``image/class/label``, ...) with a ``dataset.json`` manifest: ``output/data/{train,eval}/``.
@@ -41,7 +44,6 @@ from ._errors import ConvertError, MissingDependencyError
 from ._memory import format_bytes, parse_bytes
 
 SOURCE_SIZE = (500, 375)  # (width, height) of the generated JPEGs
-NUM_CLASSES = 12
 SPLITS = ("train", "eval")
 DEMO_MARKER = "demo.json"
 IN_PROCESS_BEAM = ("direct_running_mode=in_memory", "direct_num_workers=1")
@@ -64,6 +66,18 @@ class DemoConfig:
     learning_rate: float = 0.05
     progress: bool | None = None
     compress: bool = False  # then int8 / pruned / distilled variants in output/compress (headrace.compress)
+    regions: int | None = None  # regions per photograph (headrace.image.photos.REGION_GRIDS); None: 2 with
+    # compress (24 classes, a task that does not saturate), else 1 (12 classes)
+
+    @property
+    def task_regions(self) -> int:
+        """``regions``, or its default: 2 with ``compress``, else 1."""
+        return self.regions if self.regions is not None else (2 if self.compress else 1)
+
+    @property
+    def num_classes(self) -> int:
+        """``12 * task_regions``: the classes of the generated task."""
+        return 12 * self.task_regions
 
     def validate(self) -> None:
         for name in ("images", "epochs", "global_batch_size", "num_shards"):
@@ -77,6 +91,9 @@ class DemoConfig:
                              f"({self.global_batch_size}) of training images plus 10% for evaluation; "
                              f"use --images {max(2 * self.global_batch_size, 24)} or more")
         parse_bytes(self.memory_budget)
+        from .image.photos import photo_classes
+
+        photo_classes(self.task_regions)  # raises ValueError naming the allowed values
 
 
 def _say(text: str) -> None:
@@ -92,40 +109,44 @@ def _split(cfg: DemoConfig) -> set[int]:
 def write_photos(cfg: DemoConfig, photo_dir: Path) -> int:
     """Write the generated JPEGs as ``photo_dir/{train,eval}/<class>/<index:06d>.jpg``; returns their bytes.
 
-    All twelve class folders exist in both splits (empty ones too), so the image-folder source's labels
-    (sorted class folder names) are the ``PHOTO_CLASSES`` indices the generator assigned. Earlier photos
-    in ``photo_dir/{train,eval}`` are removed first.
+    Every class folder exists in both splits (empty ones too), so the image-folder source's labels
+    (sorted class folder names) are the ``photo_classes(cfg.task_regions)`` indices the generator assigned. Earlier
+    photos in ``photo_dir/{train,eval}`` are removed first.
     """
-    from .image.photos import PHOTO_CLASSES, iter_photo_jpegs
+    from .image.photos import iter_photo_jpegs, photo_classes
 
+    names = photo_classes(cfg.task_regions)
     for split in SPLITS:
         shutil.rmtree(photo_dir / split, ignore_errors=True)
-        for name in PHOTO_CLASSES:
+        for name in names:
             (photo_dir / split / name).mkdir(parents=True)
     eval_ids = _split(cfg)
     jpeg_bytes = 0
-    for i, (jpeg, label) in enumerate(iter_photo_jpegs(cfg.images, SOURCE_SIZE, seed=cfg.seed)):
+    photos = iter_photo_jpegs(cfg.images, SOURCE_SIZE, seed=cfg.seed, regions=cfg.task_regions)
+    for i, (jpeg, label) in enumerate(photos):
         split = "eval" if i in eval_ids else "train"
-        (photo_dir / split / PHOTO_CLASSES[label] / f"{i:06d}.jpg").write_bytes(jpeg)
+        (photo_dir / split / names[label] / f"{i:06d}.jpg").write_bytes(jpeg)
         jpeg_bytes += len(jpeg)
     return jpeg_bytes
 
 
-def _convert_split(photo_dir: Path, data_dir: Path, split: str, num_shards: int) -> dict[str, Any]:
+def _convert_split(photo_dir: Path, data_dir: Path, split: str, num_shards: int,
+                   regions: int) -> dict[str, Any]:
     """``headrace.convert.convert`` of one split's image folder into ``data_dir/split/split-*.tfrecord``.
 
     Beam's DirectRunner runs in this process (one worker): for a few thousand images that is faster than
     starting worker processes, and the shards are byte-identical either way. Raises ``RuntimeError`` if
-    the converter's labels are not the generator's (``PHOTO_CLASSES`` order).
+    the converter's labels are not the generator's (``photo_classes(regions)`` order).
     """
     from .convert import convert
-    from .image.photos import PHOTO_CLASSES
+    from .image.photos import photo_classes
 
     manifest = convert(photo_dir / split, data_dir / split, num_shards=num_shards, prefix=split,
                        overwrite=True, beam_options=IN_PROCESS_BEAM)
-    if manifest["source"]["class_names"] != list(PHOTO_CLASSES):
+    want = list(photo_classes(regions))
+    if manifest["source"]["class_names"] != want:
         raise RuntimeError(f"the converter labelled {photo_dir / split} by {manifest['source']['class_names']}, "
-                           f"not the generator's classes {list(PHOTO_CLASSES)}; remove {photo_dir} and retry")
+                           f"not the generator's classes {want}; remove {photo_dir} and retry")
     return manifest
 
 
@@ -159,7 +180,7 @@ def write_dataset(cfg: DemoConfig, output: Path) -> dict[str, Any]:
     """
     data_dir, photo_dir = output / "data", output / "photos"
     want = {"images": cfg.images, "seed": cfg.seed, "size": list(SOURCE_SIZE), "num_shards": cfg.num_shards,
-            "eval_fraction": cfg.eval_fraction, "layout": "convert"}
+            "eval_fraction": cfg.eval_fraction, "layout": "convert", "regions": cfg.task_regions}
     info = _reusable(data_dir, want)
     if info is not None:
         _say(f"reusing {info['train_records']} + {info['eval_records']} records in {data_dir}/{{train,eval}}")
@@ -172,7 +193,7 @@ def write_dataset(cfg: DemoConfig, output: Path) -> dict[str, Any]:
     jpeg_bytes = write_photos(cfg, photo_dir)
     t1 = time.perf_counter()
     shards = {"train": cfg.num_shards, "eval": max(1, cfg.num_shards // 8)}
-    manifests = {split: _convert_split(photo_dir, data_dir, split, n) for split, n in shards.items()}
+    manifests = {split: _convert_split(photo_dir, data_dir, split, n, cfg.task_regions) for split, n in shards.items()}
     info = {"config": want, "train_records": manifests["train"]["records"],
             "eval_records": manifests["eval"]["records"], "jpeg_bytes": jpeg_bytes,
             "decoded_bytes": cfg.images * SOURCE_SIZE[0] * SOURCE_SIZE[1] * 3,
@@ -281,7 +302,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     info = _prepare_in_subprocess(cfg, out)
     _import_pipeline_modules()
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, NUM_CLASSES)
+    model = build_model(cfg.model, cfg.num_classes)
     release_free_memory()
     base = rss_bytes()
     with PeakRSS() as peak:
@@ -316,8 +337,10 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
               "accuracy_per_epoch": [round(r["eval_accuracy"], 4) for r in result.history],
               "micro_batch_size": result.micro_batch_size, "accumulation_steps": result.accumulation_steps,
               "decoded_training_set_bytes": train_bytes, "images": cfg.images, "epochs": cfg.epochs,
-              "image_size": height if height == width else f"{width}x{height}", "plot": str(plot_path)}
-    _say(f"accuracy {100 * accuracy:.1f}% after {cfg.epochs} epoch(s) (chance 8.3%); "
+              "image_size": height if height == width else f"{width}x{height}", "plot": str(plot_path),
+              "classes": cfg.num_classes}
+    _say(f"accuracy {100 * accuracy:.1f}% after {cfg.epochs} epoch(s) ({cfg.num_classes} classes, chance "
+         f"{100 / cfg.num_classes:.1f}%); "
          f"{result.samples_per_s:.1f} images/s; peak RSS {format_bytes(peak.peak_bytes)} = base "
          f"{format_bytes(base)} + {format_bytes(peak.peak_bytes - base)} of the {format_bytes(budget)} budget; "
          f"plot {plot_path}")
@@ -325,8 +348,9 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         from .compress.demo import compress_demo
 
         record["compress"] = compress_demo(model, out, image_size=cfg.image_size, memory_budget=budget,
-                                           global_batch_size=cfg.global_batch_size, num_classes=NUM_CLASSES,
-                                           seed=cfg.seed, progress=cfg.progress)
+                                           global_batch_size=cfg.global_batch_size, num_classes=cfg.num_classes,
+                                           seed=cfg.seed, progress=cfg.progress,
+                                           train_records=info["train_records"])
     sys.stdout.write(json.dumps(record) + "\n")
     sys.stdout.flush()
     return record

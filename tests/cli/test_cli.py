@@ -281,16 +281,18 @@ def test_ctrl_c_or_sigterm_writes_a_checkpoint_and_resume_continues(shards: Path
 
 def test_demo_tiny_configuration(tmp_path: Path) -> None:
     pytest.importorskip("apache_beam", reason="the demo converts its photos with headrace convert (Beam)")
-    from headrace.image.photos import PHOTO_CLASSES
+    from headrace.image.photos import photo_classes
     from headrace.io.example import FixedLenFeature, parse_single_example
     from headrace.io.tfrecord import TFRecordDataset
 
+    classes = photo_classes(1)  # the default task without --compress: which photograph, 12 classes
     result = _invoke("demo", "--images", "48", "--epochs", "1", "--image-size", "32", "--model", "small-cnn",
                      "--global-batch-size", "16", "--memory-budget", "192MiB", "--output", str(tmp_path))
     assert result.exit_code == 0, result.output
     info = _last_json(result.output)
     assert set(info) >= {"accuracy", "images_per_s", "peak_rss_bytes", "memory_budget_bytes"}
     assert info["memory_budget_bytes"] == 192 * 2**20 and len(info["accuracy_per_epoch"]) == 1
+    assert info["classes"] == 12 and "(12 classes, chance 8.3%)" in result.output
     # the training set as the model reads it (44 uint8 images of 32x32x3), not the full-resolution photos
     assert info["decoded_training_set_bytes"] == 44 * 32 * 32 * 3
     assert "the decoded training set at 32x32 would take 132.0 KiB (uint8)" in result.output
@@ -305,13 +307,13 @@ def test_demo_tiny_configuration(tmp_path: Path) -> None:
     seen: dict[str, list[int]] = {}
     for split in ("train", "eval"):
         manifest = json.loads((tmp_path / "data" / split / "dataset.json").read_text())
-        assert manifest["source"]["class_names"] == list(PHOTO_CLASSES)
+        assert manifest["source"]["class_names"] == list(classes) and len(classes) == 12
         for path in sorted((tmp_path / "data" / split).glob("*.tfrecord")):
             for record in TFRecordDataset(str(path)):
                 ex = parse_single_example(record, spec)
                 index, label = int(Path(ex["image/filename"].decode()).stem), int(ex["image/class/label"])
-                # the generator made photo i of class i % 12: the label ids are PHOTO_CLASSES indices
-                assert label == index % 12 and ex["image/class/text"].decode() == PHOTO_CLASSES[label]
+                # the generator made photo i of class i % 12: the label ids are photo_classes(1) indices
+                assert label == index % 12 and ex["image/class/text"].decode() == classes[label]
                 seen.setdefault(split, []).append(index)
     assert len(seen["eval"]) == 4 and sorted(seen["train"] + seen["eval"]) == list(range(48))
 
@@ -418,6 +420,7 @@ def _error_paths(shards: Path, tmp_path: Path) -> dict[str, Path]:
 
 # (arguments, what the one line must say): user errors, exit status 1
 USER_ERRORS = [
+    (["demo", "--regions", "3"], "--regions 3: the regions per photograph must be one of 1, 2, 4, 6, 9"),
     (["inspect", "/no/such/dir"], "/no/such/dir: no such file or directory"),
     (["bench", "/no/such/dir"], "/no/such/dir: no such file or directory"),
     (["train", "/no/such/dir"], "/no/such/dir: no such file or directory"),

@@ -64,25 +64,32 @@ def _no_output(out: Path) -> None:
 def test_compress_writes_the_report_table_plot_and_models(data: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = _invoke(str(data["ckpt"]), str(data["eval"]), "--model", "small-cnn", "--image-size", str(IMAGE),
-                     "--train-data", str(data["train"]), "--prune", "0.5", "--finetune-epochs", "1",
+                     "--train-data", str(data["train"]), "--prune-macs", "0.5", "--finetune-epochs", "1",
                      "--distill-student", "small-cnn", "--distill-epochs", "1", "--global-batch-size", "8",
                      "--batch-size", "8", "--num-calibration-batches", "2", "--repeats", "3", "--threads", "1",
                      "--output", str(out))
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
-    assert [v["name"] for v in report["variants"]] == ["fp32", "int8", "pruned", "distilled"]
+    assert [v["name"] for v in report["variants"]] == ["fp32-torch", "fp32-onnxruntime", "int8", "pruned", "distilled"]
     for v in report["variants"]:
         assert set(v) >= KEYS and v["threads"] == 1 and 0.0 <= v["accuracy"] <= 1.0 and v["size_bytes"] > 0
         assert isinstance(v["size_bytes"], int) and isinstance(v["macs"], int) and v["latency_ms_batch32"] > 0
-    fp32, int8, pruned, _ = report["variants"]
-    assert int8["size_bytes"] < fp32["size_bytes"] and pruned["macs"] < fp32["macs"]
+    fp32, fp32_ort, int8, pruned, _ = report["variants"]
+    assert int8["size_bytes"] < fp32["size_bytes"] and pruned["macs"] <= 0.5 * fp32["macs"]
+    assert report["speedup_baseline"] in ("fp32-torch", "fp32-onnxruntime") and report["machine"]["int8_isa"]
+    fastest = min(fp32["latency_ms_batch32"], fp32_ort["latency_ms_batch32"])
+    assert int8["speedup_batch32"] == pytest.approx(fastest / int8["latency_ms_batch32"], rel=1e-2)
+    for v in report["variants"]:
+        low, high = v["accuracy_ci95"]
+        assert low <= v["accuracy"] <= high and v["examples"] == 16
     assert int8["parameters"] == fp32["parameters"] and report["eval_examples"] == 16
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in out.iterdir()) == ["distilled.pt2", "int8.onnx", "pruned.pt2", "report.json",
                                                      "report.png"]
     lines = result.output.strip().splitlines()
-    assert any(line.startswith("variant") and "speedup @32" in line for line in lines)  # the table
-    assert json.loads(lines[-1])["variants"][0]["name"] == "fp32"
+    assert any(line.startswith("variant") and "speed-up @32" in line for line in lines)  # the table
+    assert any(line.startswith("CPU: ") and "int8 kernels: " in line for line in lines)
+    assert json.loads(lines[-1])["variants"][0]["name"] == "fp32-torch"
 
 
 def _error(result, *needles: str) -> None:  # type: ignore[no-untyped-def]
@@ -107,7 +114,9 @@ def test_prune_amount_outside_0_1_is_a_usage_error(data: dict[str, Path], tmp_pa
 
 @pytest.mark.parametrize(("flag", "value"), [("--quantize", "int4"), ("--backend", "tflite"),
                                              ("--prune-method", "random"), ("--finetune-epochs", "-1"),
-                                             ("--batch-size", "0"), ("--repeats", "0")])
+                                             ("--batch-size", "0"), ("--repeats", "0"), ("--prune-macs", "1.5"),
+                                             ("--prune-steps", "0"), ("--prune-importance", "taylor"),
+                                             ("--patience", "0")])
 def test_other_bad_flag_values_are_usage_errors(data: dict[str, Path], tmp_path: Path, flag: str,
                                                 value: str) -> None:
     result = runner.invoke(app, ["compress", str(data["ckpt"]), str(data["eval"]), flag, value])
@@ -175,3 +184,21 @@ def test_a_checkpoint_of_another_model(data: dict[str, Path], tmp_path: Path) ->
 def test_training_variants_need_train_data(data: dict[str, Path], tmp_path: Path) -> None:
     _error(_invoke(str(data["ckpt"]), str(data["eval"]), "--model", "small-cnn", "--output", str(tmp_path / "o")),
            "--train-data")
+
+
+def test_one_shot_and_macs_target_pruning_are_exclusive(data: dict[str, Path], tmp_path: Path) -> None:
+    _error(_invoke(str(data["ckpt"]), str(data["eval"]), "--model", "small-cnn", "--prune", "0.3", "--prune-macs",
+                   "0.5", "--distill-student", "none", "--finetune-epochs", "0", "--output", str(tmp_path / "o")),
+           "--prune 0.3", "--prune-macs 0.5", "choose one")
+    _no_output(tmp_path / "o")
+
+
+@pytest.mark.parametrize(("flag", "value", "needle"), [("--student-params", "0", "--student-params 0.0 must be > 0"),
+                                                       ("--hold-out", "0.95", "'--hold-out'")])
+def test_bad_student_size_or_hold_out(data: dict[str, Path], tmp_path: Path, flag: str, value: str,
+                                      needle: str) -> None:
+    result = runner.invoke(app, ["compress", str(data["ckpt"]), str(data["eval"]), "--model", "small-cnn",
+                                 "--train-data", str(data["train"]), flag, value, "--output", str(tmp_path / "o")])
+    assert result.exit_code in (1, 2), result.output
+    assert needle in (result.stderr or result.output), result.output
+    _no_output(tmp_path / "o")

@@ -337,3 +337,36 @@ def test_image_code_is_found_from_headrace_image() -> None:
                    "headrace.convert.sources.images", "headrace.train.data"):
         assert f"``{module}``" in himg.__doc__ or f"(``{module}``)" in himg.__doc__, module
         importlib.import_module(module if module != "headrace.io.image_folder" else "headrace.io._image_folder")
+
+
+def test_photo_regions_make_more_classes_from_the_regions_of_each_photograph() -> None:
+    """``regions=2``: 24 classes, photograph x half; a crop of a left half resembles the photograph's left half
+    more than its right half; ``regions=1`` is the original 12-class generator, byte for byte."""
+    pytest.importorskip("skimage")
+    from headrace.image.photos import PHOTO_CLASSES, iter_photo_jpegs, photo_classes
+
+    names = photo_classes(2)
+    assert len(names) == 24 and list(names) == sorted(names) and names[:2] == ("astronaut-r0c0", "astronaut-r0c1")
+    assert photo_classes(1) == PHOTO_CLASSES and len(photo_classes(4)) == 48
+    made = list(iter_photo_jpegs(48, (64, 48), regions=2, seed=3))
+    assert [label for _, label in made] == [i % 24 for i in range(48)]
+    assert [d for d, _ in iter_photo_jpegs(5, (64, 48), seed=3)] == \
+        [d for d, _ in iter_photo_jpegs(5, (64, 48), seed=3, regions=1)]
+    # a synthetic "photograph" whose red channel is 200 * x / width and green a constant 200: red / green of a
+    # crop is its centre's x / width whatever the brightness change, so it tells which half it came from
+    from headrace.image.photos import _region_crop
+
+    h, w = 300, 400
+    photo = np.zeros((h, w, 3), np.uint8)
+    photo[..., 0] = (200 * np.arange(w) / w).astype(np.uint8)
+    photo[..., 1] = 200
+    rng = np.random.default_rng(0)
+    for row, col, rows, cols in ((0, 0, 1, 2), (0, 1, 1, 2), (1, 0, 2, 2), (1, 1, 2, 2)):
+        xs = []
+        for _ in range(20):
+            crop = _region_crop(photo, (32, 24), (row, col), (rows, cols), rng).astype(np.float64)
+            xs.append(crop[..., 0].mean() / crop[..., 1].mean())
+        # every centre in its half (to rounding), and on average well inside it
+        assert (max(xs) < 0.51 and np.mean(xs) < 0.35) if col == 0 else (min(xs) > 0.49 and np.mean(xs) > 0.65), xs
+    with pytest.raises(ValueError, match="regions=3: the regions per photograph must be one of 1, 2, 4, 6, 9"):
+        next(iter_photo_jpegs(1, regions=3))

@@ -13,7 +13,7 @@ from ._flags import IMAGE_SIZE_HELP, Model, check_batch_budget, memory_size, tra
 
 
 def command(ctx: typer.Context,
-            images: int = typer.Option(5000, min=1, metavar="N", help="Photos to generate (12 classes)."),
+            images: int = typer.Option(5000, min=1, metavar="N", help="Photos to generate."),
             epochs: int = typer.Option(3, min=1, metavar="N", help="Training epochs."),
             image_size: str = typer.Option("96", parser=training_image_size, metavar="SIZE",
                                            help=f"Training resolution: {IMAGE_SIZE_HELP}, at least 16 pixels "
@@ -27,13 +27,18 @@ def command(ctx: typer.Context,
                                                   help="Elements per optimizer step."),
             compress: bool = typer.Option(False, "--compress",
                                           help="Then compress the trained model (int8, pruned, distilled) "
-                                               "into OUTPUT/compress/report.json.")) -> None:
+                                               "into OUTPUT/compress/report.json."),
+            regions: int = typer.Option(None, metavar="R",
+                                        help="Regions per photograph, 1, 2, 4, 6 or 9: the task has 12 x R "
+                                             "classes (1: which photograph, the default; 2: which half of "
+                                             "which photograph, 24 classes, the default with --compress).")
+            ) -> None:
     """Real photos -> sharded TFRecords -> train a small ResNet inside a memory budget; plot and JSON line."""
     from ..demo import DemoConfig, run_demo
 
     cfg = DemoConfig(images=images, epochs=epochs, image_size=image_size,  # type: ignore[arg-type]
                      memory_budget=memory_budget, output=output, model=model,
-                     global_batch_size=global_batch_size, compress=compress)
+                     global_batch_size=global_batch_size, compress=compress, regions=regions)
 
     def work() -> dict[str, Any]:
         check_batch_budget(parse_bytes(memory_budget), 0.25, global_batch_size, image_size,  # type: ignore[arg-type]

@@ -2,9 +2,11 @@
 
 - :func:`quantize`: int8 post-training quantization (static, calibrated on a headrace ``Dataset``; or
   dynamic), run by ONNX Runtime (default) or torchao's PT2E flow + TorchInductor.
-- :func:`prune`: structured channel pruning with torch-pruning (DepGraph), optionally fine-tuned with
-  :func:`headrace.train.fit`; or unstructured global magnitude pruning (``torch.nn.utils.prune``).
-- :func:`distill`: knowledge distillation (Hinton et al. 2015) as a loss on top of :func:`headrace.train.fit`.
+- :func:`prune_to_macs`: iterative structured pruning (torch-pruning DepGraph, group-norm importance) to a
+  MACs target, fine-tuned between rounds; :func:`prune`: one-shot structured channel pruning, optionally
+  fine-tuned with :func:`headrace.train.fit`, or unstructured global magnitude pruning.
+- :func:`distill`: knowledge distillation (Hinton et al. 2015) as a loss on top of :func:`headrace.train.fit`,
+  with a cosine schedule and early stopping on a held-out split; :func:`student_for_params` sizes the student.
 - :func:`evaluate`: accuracy, size on disk, parameters, MACs and latency percentiles.
 - :class:`CompressedModel` (``predict``, ``save``, ``size_bytes``) and :func:`load`.
 
@@ -19,7 +21,7 @@ from typing import Any
 
 _WHERE = {"CompressedModel": "model", "load": "model", "ExportError": "_export", "DistillationLoss": "distillation",
           "distill": "distillation", "kd_loss": "distillation", "evaluate": "evaluation", "prune": "pruning",
-          "quantize": "quantization"}
+          "prune_to_macs": "pruning", "quantize": "quantization", "student_for_params": "distillation"}
 
 
 def __getattr__(name: str) -> Any:
@@ -29,4 +31,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["CompressedModel", "DistillationLoss", "ExportError", "distill", "evaluate", "kd_loss", "load", "prune",
-           "quantize"]
+           "prune_to_macs", "quantize", "student_for_params"]

@@ -90,6 +90,24 @@ def export_onnx(model: Any, example: np.ndarray, path: str) -> None:
         raise ExportError(f"ONNX export wrote nothing to {path}")
 
 
+def onnx_fp32(model: Any, example: np.ndarray) -> Any:
+    """``model`` exported to ONNX (:func:`export_onnx`, the same graph the int8 route quantizes) and run
+    by ONNX Runtime in fp32: a :class:`~headrace.compress.CompressedModel` (backend ``"onnxruntime"``,
+    method ``"fp32"``). Raises :class:`ExportError` if the model cannot be exported."""
+    import tempfile
+
+    from .measure import count_macs, count_parameters
+    from .model import CompressedModel, input_facts
+
+    with tempfile.TemporaryDirectory(prefix="headrace-onnx-fp32-") as tmp:
+        path = os.path.join(tmp, "model.onnx")
+        export_onnx(model, example, path)
+        with open(path, "rb") as f:
+            data = f.read()
+    info = {"parameters": count_parameters(model), "macs": count_macs(model, example[:1]), **input_facts(example)}
+    return CompressedModel.from_onnx(data, "fp32", example, info)
+
+
 def export_for_pt2e(model: Any, example: np.ndarray) -> Any:
     """``torch.export.export(model, ...).module()`` for torchao's PT2E flow (dynamic batch dimension).
 
@@ -127,4 +145,4 @@ def _quiet() -> Iterator[None]:
             lg.setLevel(level)
 
 
-__all__ = ["ExportError", "export_for_pt2e", "export_onnx", "module_stack"]
+__all__ = ["ExportError", "export_for_pt2e", "export_onnx", "module_stack", "onnx_fp32"]

@@ -1,8 +1,9 @@
 """The work behind ``headrace compress`` (the command's flags are in :mod:`headrace.cli.compress`).
 
-``headrace compress CHECKPOINT EVAL_DATA [--quantize static] [--prune 0.5] [--distill-student small-cnn]
---train-data PATH --output DIR``: loads the trained model, builds the int8 / pruned / distilled variants,
-prints one table (size, accuracy, latency, speedup against fp32) and writes ``report.json`` and
+``headrace compress CHECKPOINT EVAL_DATA [--quantize static] [--prune-macs 0.5] [--distill-student small-cnn]
+--train-data PATH --output DIR``: loads the trained model, builds the fp32 (PyTorch and ONNX Runtime), int8,
+pruned and distilled variants, prints one table (size, accuracy with its 95% interval, latency, speed-up
+against the fastest fp32) and writes ``report.json`` and
 ``report.png`` (see :mod:`headrace.compress.run`). Data are TFRecord shards of image Examples
 (``image/encoded``, ``image/class/label``), as ``headrace train`` reads them.
 
@@ -102,8 +103,13 @@ def _dataset(path: str, image_size: int | tuple[int, int], *, training: bool, se
 def run_compress(checkpoint: str, eval_data: str, *, model: str = "resnet18", num_classes: int | None = None,
                  image_size: int | tuple[int, int] = 96, train_data: str | None = None,
                  calibration_data: str | None = None, output: str = "compress_output", progress: bool | None = None,
-                 **options: Any) -> dict[str, Any]:
-    """The command's work (``options``: :class:`headrace.compress.run.CompressOptions` fields)."""
+                 hold_out: float = 0.125, **options: Any) -> dict[str, Any]:
+    """The command's work (``options``: :class:`headrace.compress.run.CompressOptions` fields; ``hold_out``:
+    the share of the training shards held out for early stopping, :func:`headrace.compress.demo.split_files`).
+    """
+    if not 0.0 <= hold_out < 1.0:
+        raise ValueError(f"--hold-out {hold_out}: the share of training shards held out for early stopping "
+                         "must be in [0, 1) (0: no early stopping)")
     torch = require("torch", "headrace compress")
 
     from ._data import first_inputs
@@ -118,10 +124,20 @@ def run_compress(checkpoint: str, eval_data: str, *, model: str = "resnet18", nu
     eval_ds = _dataset(eval_data, image_size, training=False)
     first_inputs(eval_ds, f"EVAL_DATA {eval_data}")  # an empty eval set fails here, before any work
     calib_ds = _dataset(calibration_data, image_size, training=False) if calibration_data else eval_ds
-    train_ds = _dataset(train_data, image_size, training=True, seed=opts.seed) if train_data else None
+    train_ds = validation = train_size = None
+    if train_data:
+        from ..io.tfrecord import TFRecordDataset
+        from ..train.data import find_tfrecords, image_classification_dataset
+        from .demo import split_files
+
+        train_files, held_out = split_files(find_tfrecords(train_data), hold_out)
+        train_size = sum(1 for f in train_files for _ in TFRecordDataset(f))  # the schedule's length
+        train_ds = image_classification_dataset(train_files, image_size, training=True, seed=opts.seed)
+        validation = image_classification_dataset(held_out, image_size, training=False) if held_out else None
     report = compress_model(net, eval_dataset=eval_ds, calibration_dataset=calib_ds, train_dataset=train_ds,
                             build_student=lambda name: build_named_model(name, classes), output=output,
-                            options=opts, progress=progress)
+                            options=opts, progress=progress, validation_dataset=validation,
+                            train_size=train_size)
     return {"output": output, "variants": report["variants"]}
 
 

@@ -18,7 +18,10 @@ losses; the checkpoints hold only the student).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
+
+import numpy as np
 
 from ..train._deps import import_torch
 from ._data import first_inputs
@@ -59,25 +62,56 @@ class DistillationLoss:
 
     The teacher is put in eval mode and moved to the inputs' device on first use; its parameters are
     frozen (``requires_grad_(False)``).
+
+    ``cache_bytes`` > 0 keeps the teacher's logits of each input element seen (keyed by a BLAKE2b hash of
+    the element's bytes) up to that many bytes of logits, so later epochs over the same (not randomly
+    augmented) elements skip the teacher's forward pass. Cached logits were computed in another batch, so
+    they may differ from a fresh forward pass in the last bits: leave it 0 where a resumed run must
+    reproduce the uninterrupted one bit for bit. ``cache_hits`` / ``cache_misses`` count elements.
     """
 
     takes_inputs = True
 
-    def __init__(self, teacher: Any, *, temperature: float = 4.0, alpha: float = 0.9) -> None:
+    def __init__(self, teacher: Any, *, temperature: float = 4.0, alpha: float = 0.9, cache_bytes: int = 0) -> None:
         _check_kd(temperature, alpha)
         if not isinstance(teacher, torch.nn.Module):
             raise TypeError(f"teacher must be a torch.nn.Module, got {type(teacher).__name__}")
+        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
+            raise ValueError(f"cache_bytes={cache_bytes!r} must be an int >= 0 (0: no teacher-logit cache)")
         self.teacher = teacher.eval().requires_grad_(False)
         self.temperature = float(temperature)
         self.alpha = float(alpha)
+        self.cache_bytes = cache_bytes
+        self._cache: dict[bytes, Any] = {}
+        self._cached_bytes = 0
+        self.cache_hits = self.cache_misses = 0
 
-    def teacher_logits(self, inputs: Any) -> Any:
+    def _forward(self, inputs: Any) -> Any:
         device = inputs.device if hasattr(inputs, "device") else None
         if device is not None and next(self.teacher.parameters()).device != device:
             self.teacher.to(device)
         with torch.inference_mode():
             out = self.teacher(inputs)
         return out.clone()  # a normal tensor: inference tensors cannot be saved for backward
+
+    def teacher_logits(self, inputs: Any) -> Any:
+        """The teacher's logits ``(N, C)`` for ``inputs`` (from the cache where it has them)."""
+        if not self.cache_bytes:
+            return self._forward(inputs)
+        rows = np.ascontiguousarray(inputs.detach().cpu().numpy())
+        keys = [hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in rows]
+        missing = [i for i, k in enumerate(keys) if k not in self._cache]
+        self.cache_misses += len(missing)
+        self.cache_hits += len(keys) - len(missing)
+        fresh = self._forward(inputs[missing]) if missing else None
+        for j, i in enumerate(missing):
+            if self._cached_bytes >= self.cache_bytes:
+                break
+            self._cache[keys[i]] = fresh[j].detach().cpu()
+            self._cached_bytes += fresh[j].numel() * fresh[j].element_size() + len(keys[i])
+        fresh_of = dict(zip(missing, range(len(missing))))
+        out = [fresh[fresh_of[i]] if i in fresh_of else self._cache[k] for i, k in enumerate(keys)]
+        return torch.stack([t.to(inputs.device) for t in out])
 
     def __call__(self, outputs: Any, targets: Any, inputs: Any) -> Any:
         return kd_loss(outputs, self.teacher_logits(inputs), targets, temperature=self.temperature,
@@ -90,6 +124,7 @@ def parameter_bytes(model: Any) -> int:
 
 
 def distill(teacher: Any, student: Any, dataset: Any, *, temperature: float = 4.0, alpha: float = 0.9,
+            validation: Any = None, patience: int = 2, cosine: bool = False, cache_bytes: int = 0,
             **fit_kwargs: Any) -> CompressedModel:
     """Train ``student`` to imitate ``teacher`` on ``dataset`` with :func:`headrace.train.fit`.
 
@@ -98,6 +133,11 @@ def distill(teacher: Any, student: Any, dataset: Any, *, temperature: float = 4.
         student: the ``torch.nn.Module`` to train (trained in place).
         dataset: headrace ``Dataset`` of unbatched ``(inputs, int label)`` elements (the training data).
         temperature, alpha: ``T`` and the soft-term weight of the loss (module docstring).
+        validation: a headrace ``Dataset`` held out from the *training* data: early stopping on its
+            accuracy (best weights kept; :mod:`headrace.compress._training`). Implies ``cosine``.
+        patience: epochs without a better held-out accuracy before stopping.
+        cosine: SGD with a cosine learning-rate schedule over ``epochs`` (5% warm-up) peaking at ``lr``.
+        cache_bytes: teacher-logit cache (:class:`DistillationLoss`), 0: none.
         **fit_kwargs: any :func:`headrace.train.fit` keyword except ``loss_fn``; ``global_batch_size`` is
             required; ``optimizer`` defaults to SGD (Nesterov momentum 0.9, weight decay 5e-4) with
             ``lr`` (default 0.05). With ``memory_budget`` and no ``base_rss_bytes``, the teacher's weights
@@ -118,20 +158,54 @@ def distill(teacher: Any, student: Any, dataset: Any, *, temperature: float = 4.
         raise ValueError("distill() builds its own loss (DistillationLoss); do not pass loss_fn")
     if not isinstance(student, torch.nn.Module):
         raise TypeError(f"student must be a torch.nn.Module, got {type(student).__name__}")
-    loss = DistillationLoss(teacher, temperature=temperature, alpha=alpha)
+    loss = DistillationLoss(teacher, temperature=temperature, alpha=alpha, cache_bytes=cache_bytes)
     lr = fit_kwargs.pop("lr", 0.05)
-    if "optimizer" not in fit_kwargs:
-        fit_kwargs["optimizer"] = default_optimizer(student, lr)
     if fit_kwargs.get("memory_budget") is not None and fit_kwargs.get("base_rss_bytes") is None:
         release_free_memory()
         fit_kwargs["base_rss_bytes"] = max(0, rss_bytes() - parameter_bytes(teacher))
     seen = _FirstInput()
     fit_kwargs["callbacks"] = [*fit_kwargs.get("callbacks", ()), seen]
-    result = fit(student, dataset, loss_fn=loss, **fit_kwargs)
+    info: dict[str, Any] = {"teacher_parameters": int(sum(p.numel() for p in teacher.parameters())),
+                            "temperature": float(temperature), "alpha": float(alpha)}
+    if cosine or validation is not None:
+        from ._training import train
+
+        run = train(student, dataset, loss_fn=loss, epochs=fit_kwargs.pop("epochs", 1), lr=lr,
+                    validation=validation, patience=patience, **fit_kwargs)
+        result = run.pop("fit_result")
+        info |= run
+    else:
+        if "optimizer" not in fit_kwargs:
+            fit_kwargs["optimizer"] = default_optimizer(student, lr)
+        result = fit(student, dataset, loss_fn=loss, **fit_kwargs)
     example = seen.value if seen.value is not None else first_inputs(dataset)
-    info = {"teacher_parameters": int(sum(p.numel() for p in teacher.parameters())), "temperature": float(temperature),
-            "alpha": float(alpha)}
     return CompressedModel.from_module(student.eval(), "distilled", example, info, fit_result=result)
+
+
+def student_for_params(arch: str, num_classes: int, max_params: int) -> tuple[Any, int]:
+    """The widest ``arch`` (``"small-cnn"`` or ``"resnet18"``, :func:`headrace.train.build_model`) whose
+    parameter count is at most ``max_params``: ``(module, width)``, found by bisection over the width.
+
+    Raises:
+        ValueError: an unknown ``arch``, or ``max_params`` below the narrowest model's count (names both).
+    """
+    from ..train.models import build_model
+
+    if arch not in ("small-cnn", "resnet18"):
+        raise ValueError(f"student architecture {arch!r}: choose small-cnn or resnet18 (width-scaled to the "
+                         "--student-params target)")
+
+    def params(width: int) -> int:
+        return sum(p.numel() for p in build_model(arch, num_classes, width=width).parameters())
+
+    lo, hi = 2, 512
+    if params(lo) > max_params:
+        raise ValueError(f"--student-params: the narrowest {arch} (width {lo}) has {params(lo):,} parameters, "
+                         f"more than the target {max_params:,}; raise the target")
+    while lo < hi:  # largest width with params(width) <= max_params
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if params(mid) <= max_params else (lo, mid - 1)
+    return build_model(arch, num_classes, width=lo), lo
 
 
 class _FirstInput:
@@ -147,4 +221,4 @@ class _FirstInput:
                 self.value = inputs[:1].detach().cpu().numpy()
 
 
-__all__ = ["DistillationLoss", "distill", "kd_loss", "parameter_bytes"]
+__all__ = ["DistillationLoss", "distill", "kd_loss", "parameter_bytes", "student_for_params"]

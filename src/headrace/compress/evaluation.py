@@ -10,6 +10,7 @@ from ..train._deps import import_torch
 from ._data import iter_batches
 from .measure import batch_of, latency_ms
 from .model import CompressedModel
+from .report import wilson_interval
 
 torch = import_torch()
 
@@ -40,7 +41,8 @@ def evaluate(model: Any, eval_dataset: Any, *, batch_size: int = 32, threads: in
         max_batches: stop the accuracy pass after this many batches (None: the whole dataset).
 
     Returns:
-        ``accuracy`` (0-1), ``examples``, ``size_bytes`` (on disk, see :class:`CompressedModel`),
+        ``accuracy`` (0-1), ``examples``, ``correct``, ``accuracy_ci95`` (``[low, high]``, the 95% Wilson
+        score interval), ``size_bytes`` (on disk, see :class:`CompressedModel`),
         ``parameters``, ``macs`` (per element), ``threads``, and per batch size ``b``
         ``latency_ms_batch{b}`` (p50, ms per batch), ``latency_ms_batch{b}_p90`` and ``_min`` (best of N), plus
         ``method`` and
@@ -95,8 +97,10 @@ def _evaluate(model: Any, eval_dataset: Any, batch_size: int, threads: int, size
                 break
         if compressed is None or first is None:
             raise ValueError("eval_dataset is empty: it yielded no elements; point it at the evaluation data")
+        low, high = wilson_interval(correct, count)
         result: dict[str, Any] = {"method": compressed.method, "backend": compressed.backend,
-                                  "accuracy": correct / count, "examples": count,
+                                  "accuracy": correct / count, "examples": count, "correct": correct,
+                                  "accuracy_ci95": [round(low, 4), round(high, 4)],
                                   "size_bytes": int(compressed.size_bytes),
                                   "parameters": int(compressed.info.get("parameters", 0)),
                                   "macs": int(compressed.info.get("macs", 0)), "threads": threads}

@@ -55,10 +55,37 @@ def latency_ms(predict: Callable[[np.ndarray], Any], batch: np.ndarray, *, warmu
             "min": float(min(times))}
 
 
+def interleaved_latency(predicts: dict[str, Callable[[np.ndarray], Any]], batch: np.ndarray, *, rounds: int = 5,
+                        repeats: int = 4, warmup: int = 2) -> dict[str, dict[str, float]]:
+    """Latency of several models on the same ``batch``, measured in alternating rounds so that a change of
+    machine load (another process, frequency scaling) hits every model alike: ``warmup`` untimed calls each,
+    then ``rounds`` rounds in which every model (in an order rotated by one each round) makes ``repeats``
+    timed calls. Returns ``{name: {"p50", "p90", "min"}}`` in milliseconds over all its timed calls.
+
+    Raises ``ValueError`` for ``rounds`` or ``repeats`` < 1.
+    """
+    if rounds < 1 or repeats < 1:
+        raise ValueError(f"rounds={rounds}, repeats={repeats}: both must be >= 1")
+    names = list(predicts)
+    for name in names:
+        for _ in range(warmup):
+            predicts[name](batch)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        shift = r % len(names) if names else 0
+        for name in names[shift:] + names[:shift]:
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                predicts[name](batch)
+                times[name].append((time.perf_counter() - t0) * 1e3)
+    return {name: {"p50": float(np.percentile(t, 50)), "p90": float(np.percentile(t, 90)), "min": float(min(t))}
+            for name, t in times.items()}
+
+
 def batch_of(examples: np.ndarray, size: int) -> np.ndarray:
     """A batch of ``size`` elements cycling through ``examples`` (real data for latency runs)."""
     idx = np.arange(size) % examples.shape[0]
     return np.ascontiguousarray(examples[idx])
 
 
-__all__ = ["batch_of", "count_macs", "count_parameters", "latency_ms"]
+__all__ = ["batch_of", "count_macs", "count_parameters", "interleaved_latency", "latency_ms"]

@@ -132,6 +132,85 @@ def prune(model: Any, *, amount: float, structured: bool = True, example_inputs:
                                        example, info, fit_result=fit_result)
 
 
+IMPORTANCES = ("l2", "l1")
+
+
+def _importance(name: str) -> Any:
+    tp = require("torch_pruning", "structured pruning")
+    if name not in IMPORTANCES:
+        raise ValueError(f"importance={name!r}: choose l2 (the L2 norm of each group of coupled channels, "
+                         "torch-pruning's GroupMagnitudeImportance(p=2)) or l1")
+    return tp.importance.GroupMagnitudeImportance(p=2 if name == "l2" else 1)
+
+
+def _check_target(macs_target: Any, steps: Any) -> float:
+    if isinstance(macs_target, bool) or not isinstance(macs_target, int | float) or not 0.0 < macs_target < 1.0:
+        raise ValueError(f"macs_target={macs_target!r} must be a fraction in (0, 1) of the model's MACs to keep, "
+                         "e.g. 0.5 for at most half (--prune-macs 0.5)")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 20:
+        raise ValueError(f"steps={steps!r} must be an int in 1..20 (pruning rounds, each followed by fine-tuning)")
+    return float(macs_target)
+
+
+def prune_to_macs(model: Any, *, macs_target: float, example_inputs: Any, steps: int = 2, importance: str = "l2",
+                  finetune: Any = None, inplace: bool = False) -> CompressedModel:
+    """Iterative structured pruning to a MACs target: ``steps`` rounds, round ``k`` removing the least
+    important channel groups (torch-pruning DepGraph, ``importance``; 2% of each group's channels at a time)
+    until the MACs are at most ``macs_target ** (k / steps)`` of the original's, then calling
+    ``finetune(model, k, steps)`` (e.g. a few epochs of training; the last call is the final fine-tune).
+
+    Args:
+        model: a ``torch.nn.Module``; copied first unless ``inplace=True``.
+        macs_target: fraction in (0, 1) of the original MACs (per element) to keep at most.
+        example_inputs: one input batch (numpy or tensor, e.g. ``uint8 (1, 96, 96, 3)``) to trace the model.
+        steps: pruning rounds (1..20); more rounds with fine-tuning between them lose less accuracy.
+        importance: ``"l2"`` (default) or ``"l1"``: the norm of each group of coupled channels' weights.
+        finetune: ``None`` or a callable ``finetune(model, round, rounds)`` -> JSON-able facts (or None).
+
+    Returns:
+        a :class:`CompressedModel` (torch backend, method ``"pruned-structured"``); ``info``: ``macs_target``,
+        ``macs_ratio`` (reached), ``channel_ratio``, ``steps``, ``importance``, ``finetune`` (the callable's
+        facts per round).
+
+    Raises:
+        ValueError: ``macs_target`` outside (0, 1), ``steps`` outside 1..20, an unknown ``importance``, or a
+            model that cannot be pruned that far (names the MACs reached).
+        ImportError: torch-pruning missing (``pip install 'headrace[compress]'``).
+    """
+    from .measure import count_macs
+
+    tp = require("torch_pruning", "structured pruning")
+    target = _check_target(macs_target, steps)
+    imp = _importance(importance)
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    example = np.ascontiguousarray(as_array(example_inputs, "example_inputs"))
+    net = model if inplace else copy.deepcopy(model)
+    net.eval()
+    x = torch.from_numpy(example[:1])
+    base = count_macs(net, example)
+    fine_steps = 48  # 2% of each group's channels per pruner step
+    pruner = tp.pruner.MetaPruner(net, x, importance=imp, pruning_ratio=0.96, iterative_steps=fine_steps,
+                                  ignored_layers=_output_layers(net, x))
+    macs, done, rounds = base, 0, []
+    for k in range(1, steps + 1):
+        goal = base * target ** (k / steps)
+        while macs > goal and done < fine_steps:
+            net.eval()
+            pruner.step()
+            done += 1
+            macs = count_macs(net, example)
+        if macs > base * target ** (k / steps) * 1.0001:
+            raise ValueError(f"pruning stopped at {macs / base:.1%} of the MACs, above the target {target:.0%}: "
+                             "the prunable layers are too few; raise --prune-macs")
+        facts = finetune(net, k, steps) if finetune is not None else None
+        rounds.append({"round": k, "macs_ratio": round(macs / base, 4), **(facts or {})})
+    info = {"macs_target": target, "macs_ratio": round(macs / base, 4),
+            "channel_ratio": round(0.96 * done / fine_steps, 4), "steps": steps, "importance": importance,
+            "rounds": rounds}
+    return CompressedModel.from_module(net.eval(), "pruned-structured", example, info)
+
+
 def default_optimizer(model: Any, lr: float) -> Any:
     """SGD with Nesterov momentum 0.9 and weight decay 5e-4 (what ``headrace train`` uses)."""
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
@@ -149,4 +228,4 @@ def _finetune(model: Any, options: dict[str, Any]) -> Any:
     return fit(model, dataset, **kwargs)
 
 
-__all__ = ["default_optimizer", "prune"]
+__all__ = ["IMPORTANCES", "default_optimizer", "prune", "prune_to_macs"]

@@ -9,7 +9,6 @@ final name (and removes its staging folder).
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 import sys
@@ -19,31 +18,47 @@ from pathlib import Path
 from typing import Any
 
 from ..train._deps import import_torch
-from ._data import first_inputs
 from .report import add_ratios, print_table, write_report
 
 torch = import_torch()
 
 QUANTIZE_CHOICES = ("static", "dynamic")
 PRUNE_METHODS = ("structured", "unstructured")
-OUTPUT_FILES = ("report.json", "report.png", "int8.onnx", "int8.pt2", "pruned.pt2", "distilled.pt2")
+STUDENT_ARCHS = ("small-cnn", "resnet18")
+OUTPUT_FILES = ("report.json", "report.png", "int8.onnx", "int8.pt2", "pruned.pt2", "pruned-int8.onnx", "distilled.pt2")
 
 
 @dataclass(frozen=True)
 class CompressOptions:
-    """What to build and how to measure it (the ``headrace compress`` options)."""
+    """What to build and how to measure it (the ``headrace compress`` options).
+
+    ``prune_macs``: iterative structured pruning to at most this fraction of the MACs (``prune_steps``
+    rounds, each fine-tuned; :func:`headrace.compress.pruning.prune_to_macs`); ``prune``: the older one-shot
+    pruning of that fraction of channels (or weights, ``prune_method="unstructured"``); at most one of
+    the two. ``distill_student``: ``small-cnn`` / ``resnet18`` width-scaled to ``student_params`` (a
+    fraction of the teacher's parameters if <= 1, else a count), or any name ``build_student`` knows.
+    Fine-tuning and distillation use the knowledge-distillation loss against the fp32 model, a cosine
+    schedule and early stopping (``patience`` epochs) on a held-out split of the training data.
+    """
 
     quantize: str | None = "static"
     backend: str = "onnxruntime"
-    prune: float | None = 0.5
+    prune: float | None = None
     prune_method: str = "structured"
-    finetune_epochs: int = 1
+    prune_macs: float | None = 0.5
+    prune_steps: int = 2
+    prune_importance: str = "l2"
+    prune_quantize: bool = False
+    finetune_epochs: int = 3
     finetune_lr: float = 0.01
     distill_student: str | None = "small-cnn"
-    distill_epochs: int = 2
-    distill_lr: float = 0.05
+    student_params: float = 0.25
+    distill_epochs: int = 20
+    distill_lr: float = 0.02
     temperature: float = 4.0
     alpha: float = 0.9
+    patience: int = 5
+    teacher_cache_bytes: int = 64 * 2**20
     num_calibration_batches: int = 8
     batch_size: int = 32
     global_batch_size: int = 64
@@ -54,30 +69,52 @@ class CompressOptions:
 
     def validate(self, has_train_data: bool) -> None:
         """Raise ``ValueError`` naming the flag for any bad option, before any work is done."""
+        from .pruning import IMPORTANCES
+
         if self.quantize is not None and self.quantize not in QUANTIZE_CHOICES:
             raise ValueError(f"--quantize {self.quantize!r}: choose static or dynamic (or leave it out)")
         if self.backend not in ("onnxruntime", "torchao"):
             raise ValueError(f"--backend {self.backend!r}: choose onnxruntime or torchao")
-        if self.prune is not None and (isinstance(self.prune, bool) or not 0.0 < float(self.prune) < 1.0):
-            raise ValueError(f"--prune {self.prune}: the fraction of channels to remove must be in (0, 1), "
-                             "e.g. --prune 0.5")
+        for flag, v in (("--prune", self.prune), ("--prune-macs", self.prune_macs)):
+            if v is not None and (isinstance(v, bool) or not 0.0 < float(v) < 1.0):
+                raise ValueError(f"{flag} {v}: must be a fraction in (0, 1), e.g. {flag} 0.5")
+        if self.prune is not None and self.prune_macs is not None:
+            raise ValueError(f"--prune {self.prune} and --prune-macs {self.prune_macs}: choose one (one-shot "
+                             "pruning of a channel fraction, or iterative pruning to a MACs target)")
         if self.prune_method not in PRUNE_METHODS:
             raise ValueError(f"--prune-method {self.prune_method!r}: choose structured or unstructured")
+        if self.prune_importance not in IMPORTANCES:
+            raise ValueError(f"--prune-importance {self.prune_importance!r}: choose {' or '.join(IMPORTANCES)}")
+        if not 1 <= self.prune_steps <= 20:
+            raise ValueError(f"--prune-steps {self.prune_steps} must be in 1..20")
+        if not self.student_params > 0:
+            raise ValueError(f"--student-params {self.student_params} must be > 0: a fraction of the teacher's "
+                             "parameters (e.g. 0.25) or a count (e.g. 500000)")
+        for flag, v in (("--distill-lr", self.distill_lr), ("--finetune-lr", self.finetune_lr)):
+            if not v > 0:
+                raise ValueError(f"{flag} {v} must be > 0 (the peak learning rate of the cosine schedule)")
         for flag, v in (("--finetune-epochs", self.finetune_epochs), ("--distill-epochs", self.distill_epochs)):
             if v < 0:
                 raise ValueError(f"{flag} {v} must be >= 0")
         for flag, v in (("--num-calibration-batches", self.num_calibration_batches),
                         ("--batch-size", self.batch_size), ("--global-batch-size", self.global_batch_size),
-                        ("--repeats", self.repeats)):
+                        ("--repeats", self.repeats), ("--patience", self.patience)):
             if v < 1:
                 raise ValueError(f"{flag} {v} must be >= 1")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"--threads {self.threads} must be >= 1")
-        needs_train = (self.prune is not None and self.finetune_epochs > 0) or (
+        prunes = self.prune is not None or self.prune_macs is not None
+        needs_train = (prunes and self.finetune_epochs > 0) or (
             self.distill_student is not None and self.distill_epochs > 0)
         if needs_train and not has_train_data:
             raise ValueError("fine-tuning the pruned model and distillation train on the training data: pass "
-                             "--train-data PATH (or --finetune-epochs 0 and no --distill-student)")
+                             "--train-data PATH (or --finetune-epochs 0 and --distill-student none)")
+
+    def student_target(self, teacher_parameters: int) -> int:
+        """The student's parameter budget: ``student_params`` x the teacher's (<= 1) or the count itself."""
+        if self.student_params <= 1:
+            return int(self.student_params * teacher_parameters)
+        return int(self.student_params)
 
 
 def _say(text: str) -> None:
@@ -99,83 +136,45 @@ def _calibration_progress(show: bool) -> Callable[[int, int], None]:
 
 def compress_model(model: Any, *, eval_dataset: Any, calibration_dataset: Any, train_dataset: Any,
                    build_student: Callable[[str], Any], output: str | os.PathLike[str],
-                   options: CompressOptions, progress: bool | None = None,
-                   say: Callable[[str], None] = _say) -> dict[str, Any]:
+                   options: CompressOptions, progress: bool | None = None, validation_dataset: Any = None,
+                   train_size: int | None = None, say: Callable[[str], None] = _say) -> dict[str, Any]:
     """Build and measure the variants ``options`` asks for; write the report into ``output``.
 
     Args:
         model: the trained fp32 ``torch.nn.Module`` (not modified; pruning works on a copy).
-        eval_dataset: headrace ``Dataset`` of ``(inputs, int label)``: accuracy and latency inputs.
+        eval_dataset: headrace ``Dataset`` of ``(inputs, int label)``: accuracy and latency inputs (never
+            trained or early-stopped on).
         calibration_dataset: headrace ``Dataset`` for int8 calibration (e.g. the eval shards).
         train_dataset: headrace ``Dataset`` of ``(inputs, label)`` for fine-tuning and distillation (or None
             when neither runs).
-        build_student: ``name -> nn.Module`` for ``options.distill_student``.
+        build_student: ``name -> nn.Module`` for a ``distill_student`` other than small-cnn / resnet18.
         output: directory for ``report.json``, ``report.png`` and the saved variants.
         progress: progress bars on stderr (default: when stderr is a terminal).
+        validation_dataset: held out from the training data, for early stopping (None: no early stopping).
+        train_size: elements in ``train_dataset`` (the learning-rate schedule's length), if known.
 
     Returns:
         the report (module :mod:`headrace.compress.report`).
     """
-    from .distillation import distill
-    from .evaluation import evaluate
-    from .pruning import prune
-    from .quantization import quantize
+    from .variants import Variants
 
     options.validate(train_dataset is not None)
     show = sys.stderr.isatty() if progress is None else bool(progress)
-    threads = options.threads or torch.get_num_threads()
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     staging = out / f".staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    fit_common = {"global_batch_size": options.global_batch_size, "memory_budget": options.memory_budget,
-                  "progress": show, "micro_batch_size": "auto"}
-    measure = {"threads": threads, "repeats": options.repeats, "batch_size": options.batch_size}
     try:
-        variants: list[dict[str, Any]] = []
-
-        def add(name: str, result: dict[str, Any], saved: str | None = None) -> None:
-            row = {"name": name, **result}
-            if saved:
-                row["file"] = saved
-            variants.append(row)
-            say(f"{name}: accuracy {100 * row['accuracy']:.2f}%, {row['size_bytes']:,} bytes, "
-                f"{row['latency_ms_batch32']:.1f} ms per batch of 32")
-
-        say(f"measuring fp32 ({threads} thread(s))")
-        add("fp32", evaluate(model, eval_dataset, **measure))
-        if options.quantize is not None:
-            say(f"quantizing: int8 {options.quantize} ({options.backend})")
-            q = quantize(model, calibration_dataset, method=options.quantize, backend=options.backend,
-                         num_calibration_batches=options.num_calibration_batches, batch_size=options.batch_size,
-                         progress=_calibration_progress(show))
-            name = "int8.onnx" if q.backend == "onnxruntime" else "int8.pt2"
-            q.save(staging / name)
-            add("int8", evaluate(q, eval_dataset, **measure) | {"route": q.info.get("route")}, name)
-        if options.prune is not None:
-            say(f"pruning: {options.prune_method}, amount {options.prune}"
-                + (f", then fine-tuning {options.finetune_epochs} epoch(s)" if options.finetune_epochs else ""))
-            finetune = ({"dataset": train_dataset, "epochs": options.finetune_epochs, "lr": options.finetune_lr,
-                         **fit_common} if options.finetune_epochs > 0 else None)
-            p = prune(model, amount=options.prune, structured=options.prune_method == "structured",
-                      example_inputs=first_inputs(eval_dataset), finetune=finetune)
-            p.save(staging / "pruned.pt2")
-            add("pruned", evaluate(p, eval_dataset, **measure) | {"prune_method": options.prune_method,
-                                                                    "amount": options.prune}, "pruned.pt2")
-        if options.distill_student is not None and options.distill_epochs > 0:
-            torch.manual_seed(options.seed)
-            student = build_student(options.distill_student)
-            say(f"distilling into {options.distill_student} ({sum(p.numel() for p in student.parameters()):,} "
-                f"parameters), {options.distill_epochs} epoch(s), T={options.temperature}, alpha={options.alpha}")
-            d = distill(copy.deepcopy(model), student, train_dataset, temperature=options.temperature,
-                        alpha=options.alpha, epochs=options.distill_epochs, lr=options.distill_lr, **fit_common)
-            d.save(staging / "distilled.pt2")
-            add("distilled", evaluate(d, eval_dataset, **measure) | {"student": options.distill_student},
-                "distilled.pt2")
-        add_ratios(variants)
-        print_table(variants, threads, say)
-        report = write_report(staging, variants, threads=threads, options=asdict(options))
+        built = Variants(model, options, staging=staging, eval_dataset=eval_dataset,
+                         calibration_dataset=calibration_dataset, train_dataset=train_dataset,
+                         validation_dataset=validation_dataset, train_size=train_size, build_student=build_student,
+                         progress=show, calibration_progress=_calibration_progress(show), say=say)
+        variants = built.build_all()
+        baseline = add_ratios(variants)
+        report = write_report(staging, variants, threads=built.threads, options=asdict(options),
+                              extra={"speedup_baseline": baseline})
+        print_table(variants, report, say)
         _publish(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

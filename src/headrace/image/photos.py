@@ -7,6 +7,13 @@ horizontal flip and a small brightness change of one photograph, resized to ``si
 (4:2:0 chroma subsampling, like most camera and ImageNet JPEGs). The class of an image is *which*
 photograph it came from (``PHOTO_CLASSES[label]``), so a classifier can actually learn the task.
 
+``regions=r`` (2, 4, 6 or 9) makes a harder task with ``12 * r`` classes (:func:`photo_classes`): each
+photograph is cut into ``r`` regions (:data:`REGION_GRIDS`: 2 = left and right halves, 4 = quadrants, ...)
+and the class is *which region of which photograph*. A crop is 40-65% of the photograph's shorter side,
+centred anywhere in its region (so crops of neighbouring regions overlap and some are genuinely ambiguous),
+never flipped (a flip would swap left and right), with the same brightness change. Classifiers stay well
+below 100% on it, so what compression costs shows.
+
 Needs ``scikit-image`` (only for its data files; ``pip install 'headrace[cli]'``), ``opencv-python`` and
 ``simplejpeg`` (``pip install 'headrace[image]'``).
 """
@@ -35,6 +42,35 @@ _FILES = {
     "ihc": "ihc.png", "moon": "moon.png", "motorcycle_left": "motorcycle_left.png",
     "retina": "retina.jpg", "rocket": "rocket.jpg", "grass": "grass.png",
 }
+
+
+REGION_CROP = (0.4, 0.65)
+"""Crop height as a fraction of the photograph's shorter side, for ``regions > 1``."""
+
+
+REGION_GRIDS: dict[int, tuple[int, int]] = {1: (1, 1), 2: (1, 2), 4: (2, 2), 6: (2, 3), 9: (3, 3)}
+"""Regions per photograph -> (rows, columns) of the grid that cuts it."""
+
+
+def photo_classes(regions: int = 1) -> tuple[str, ...]:
+    """Class names in label order for ``regions`` per photograph (sorted, as folder readers sort them).
+
+    ``regions=1``: :data:`PHOTO_CLASSES`; else ``"<photo>-r<row>c<column>"`` for every photograph and every
+    cell of its grid (``12 * regions`` names). Raises ``ValueError`` for a ``regions`` not in
+    :data:`REGION_GRIDS`.
+    """
+    rows, cols = _grid(regions)
+    if regions == 1:
+        return PHOTO_CLASSES
+    return tuple(f"{name}-r{r}c{c}" for name in PHOTO_CLASSES for r in range(rows) for c in range(cols))
+
+
+def _grid(regions: int) -> tuple[int, int]:
+    if isinstance(regions, bool) or regions not in REGION_GRIDS:
+        raise ValueError(f"regions={regions!r}: the regions per photograph must be one of "
+                         f"{', '.join(map(str, REGION_GRIDS))} (1: the class is the photograph, 12 classes; "
+                         "2: its left or right half, 24 classes; 4: its quadrant, 48)")
+    return REGION_GRIDS[regions]
 
 
 def skimage_data_dir() -> Path:
@@ -96,42 +132,73 @@ def _augment(photo: np.ndarray, size: tuple[int, int], rng: np.random.Generator)
     return np.clip(img.astype(np.float32) * gain, 0, 255).astype(np.uint8)
 
 
+def _region_crop(photo: np.ndarray, size: tuple[int, int], cell: tuple[int, int], grid: tuple[int, int],
+                 rng: np.random.Generator) -> np.ndarray:
+    """A crop (``REGION_CROP`` of the shorter side) centred at a random point of region ``cell``."""
+    cv2 = require("cv2", "the photo generator")
+
+    out_w, out_h = size
+    h, w = photo.shape[:2]
+    aspect = out_w / out_h
+    ch = max(8, int(min(h, w / aspect) * rng.uniform(*REGION_CROP)))
+    cw = max(8, min(w, int(ch * aspect)))
+    row, col = cell
+    cy = (row + rng.random()) * h / grid[0]
+    cx = (col + rng.random()) * w / grid[1]
+    y = int(np.clip(cy - ch / 2, 0, h - ch))
+    x = int(np.clip(cx - cw / 2, 0, w - cw))
+    crop = np.ascontiguousarray(photo[y:y + ch, x:x + cw])
+    interp = cv2.INTER_AREA if cw >= out_w else cv2.INTER_LINEAR
+    img = cv2.resize(crop, (out_w, out_h), interpolation=interp)
+    gain = rng.uniform(0.85, 1.15)
+    return np.clip(img.astype(np.float32) * gain, 0, 255).astype(np.uint8)
+
+
 def iter_photo_jpegs(n: int, size: tuple[int, int] = (500, 375), quality: int = 90,
-                     seed: int = 0) -> Iterator[tuple[bytes, int]]:
-    """Yield ``n`` pairs ``(jpeg_bytes, class_index)``; class ``i % 12`` for the ``i``-th image.
+                     seed: int = 0, regions: int = 1) -> Iterator[tuple[bytes, int]]:
+    """Yield ``n`` pairs ``(jpeg_bytes, class_index)``; class ``i % len(photo_classes(regions))`` for the
+    ``i``-th image.
 
     Args:
         n: how many images.
         size: ``(width, height)`` of every image in pixels (500 x 375 is ImageNet's most common size).
         quality: JPEG quality 1..100.
         seed: the same seed gives byte-identical images.
+        regions: 1 (the class is the photograph, 12 classes) or 2, 4, 6, 9 (photograph x region,
+            ``12 * regions`` classes; module docstring).
 
     Raises:
-        ValueError: bad ``n`` / ``size`` / ``quality``. ImportError: scikit-image is not installed.
+        ValueError: bad ``n`` / ``size`` / ``quality`` / ``regions``. ImportError: scikit-image is not installed.
     """
     simplejpeg = require("simplejpeg", "the photo generator")
 
     _check_args(n, size, quality)
+    grid = _grid(regions)
     photos = load_photos()
     rng = np.random.default_rng(seed)
     for i in range(n):
-        label = i % len(PHOTO_CLASSES)
-        img = _augment(photos[label], size, rng)
+        label = i % (len(PHOTO_CLASSES) * regions)
+        photo, cell = divmod(label, regions)
+        if regions == 1:
+            img = _augment(photos[label], size, rng)
+        else:
+            img = _region_crop(photos[photo], size, divmod(cell, grid[1]), grid, rng)
         yield simplejpeg.encode_jpeg(img, quality=quality, colorspace="RGB", colorsubsampling="420"), label
 
 
 def make_photo_jpegs(out_dir: str | os.PathLike[str], n: int, size: tuple[int, int] = (500, 375),
-                     quality: int = 90, seed: int = 0) -> list[tuple[str, int]]:
+                     quality: int = 90, seed: int = 0, regions: int = 1) -> list[tuple[str, int]]:
     """Write ``n`` JPEGs as ``out_dir/<class name>/<index:06d>.jpg`` and return ``[(path, class_index)]``.
 
     The layout is what :func:`headrace.io.image_folder` reads (sorted class folders give the labels,
-    which equal ``PHOTO_CLASSES`` indices only when all twelve classes are present, i.e. ``n >= 12``).
+    which equal ``photo_classes(regions)`` indices only when every class is present, i.e. ``n >= 12 * regions``).
     See :func:`iter_photo_jpegs` for the arguments and errors.
     """
     out = Path(out_dir)
+    names = photo_classes(regions)
     written: list[tuple[str, int]] = []
-    for i, (data, label) in enumerate(iter_photo_jpegs(n, size, quality, seed)):
-        folder = out / PHOTO_CLASSES[label]
+    for i, (data, label) in enumerate(iter_photo_jpegs(n, size, quality, seed, regions)):
+        folder = out / names[label]
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{i:06d}.jpg"
         path.write_bytes(data)
