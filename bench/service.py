@@ -85,7 +85,7 @@ def main() -> None:
 
     print(machine_line())
     print(f"load average before: {os.getloadavg()}")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     try:
         t = time.perf_counter()

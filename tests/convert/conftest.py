@@ -9,7 +9,7 @@ import tempfile
 import pytest
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True, scope="package")  # (session scope kept TMPDIR long after: Ray's sockets broke)
 def _beam_temp_dirs_under_pytest(tmp_path_factory):
     where = str(tmp_path_factory.mktemp("beam-tmp"))
     old_dir, old_env = tempfile.tempdir, os.environ.get("TMPDIR")

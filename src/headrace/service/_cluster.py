@@ -40,7 +40,8 @@ def connect(service: str) -> ModuleType:
     ray = ray_module()
     if not ray.is_initialized():
         if service == "local":
-            ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
+            # (address="local": a new Ray in this process's session, never a cluster some other program started)
+            ray.init(address="local", include_dashboard=False, configure_logging=False, log_to_driver=False)
         else:
             ray.init(address=service, configure_logging=False, log_to_driver=False)
     return ray
