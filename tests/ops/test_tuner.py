@@ -272,3 +272,20 @@ def test_explain_says_why_an_autotune_stage_starts_with_its_workers():
     one, text = _workers_lines(D.range(64).map(_wait, num_parallel_calls=hr.AUTOTUNE))
     assert len(one) == 1 and "busy (the CPU count; Options(cpu_budget=...) changes it)" in one[0], text
     assert "started with" not in one[0] and "split" not in one[0]
+
+
+def _interleave_trials(read: object, limit_s: float) -> list[dict]:
+    ds = D.range(4).interleave(read, cycle_length=2, num_parallel_calls=hr.AUTOTUNE).batch(16)
+    with iter(ds) as it:
+        rep = _run_until_converged(it, limit_s=limit_s)
+    return [h for h in rep["history"] if h["stage"].startswith("interleave(")]
+
+
+def test_cheap_interleave_reads_are_tried_in_the_consumers_thread_and_slow_ones_are_not():
+    """Reading an element that costs less than a hand-off (a small record from a local file): every slot
+    read in the consumer's thread is tried first (``parallel_slots`` 2 -> 0 in one move); reads that wait on
+    storage never get that move (one slot fewer at a time, as any other knob)."""
+    cheap = _interleave_trials(lambda i: D.range(10**9), limit_s=15.0)
+    assert [h for h in cheap if h["change"].endswith("2->0")], cheap
+    slow = _interleave_trials(lambda i: D.range(10**9).map(_wait), limit_s=4.0)
+    assert not [h for h in slow if h["change"].endswith("2->0")], slow
