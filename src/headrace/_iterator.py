@@ -95,12 +95,13 @@ class Iterator:
     call but ``memory_stats()`` and ``close()`` until ``close()`` (see the module docstring).
     """
 
-    def __init__(self, dataset: Dataset, iteration: int = 0) -> None:
+    def __init__(self, dataset: Dataset, iteration: int | tuple[int, ...] = 0) -> None:
         node = as_node(dataset, f"Iterator(dataset): expected a headrace.Dataset, got {type(dataset).__name__}")
         tune_for_pipelines()
         options = node.options()
         self._budget = budget_for(options.memory_limit())
-        self._ctx = IteratorContext(options, self._budget, (int(iteration),))
+        path = tuple(int(i) for i in iteration) if isinstance(iteration, tuple) else (int(iteration),)
+        self._ctx = IteratorContext(options, self._budget, path)  # (a tuple: a worker of headrace.service)
         self._ctx.tree.warnings = PipelineWarnings(node, options, self._budget.limit_bytes)
         self._closed_by: str | None = None
         self._threads_alive: list[str] = []

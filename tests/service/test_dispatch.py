@@ -190,6 +190,32 @@ def test_a_split_rerun_makes_the_same_elements_so_the_rest_is_exact(cluster, ups
     _closed_without_leaks(it)
 
 
+def test_each_epoch_draws_another_order_and_a_restore_continues_its_epochs(cluster):
+    # A reshuffle_each_iteration shuffle upstream: each iter() of the dataset is another order, as locally (the
+    # workers ran every epoch as iteration 0 before); a state taken in the third epoch, restored in a fresh
+    # pipeline, re-runs its splits in that epoch's order (a split cut mid-way would otherwise lose and
+    # duplicate elements).
+    def make():
+        return hr.Dataset.range(200).shuffle(200).apply(
+            distribute("distributed_epoch", cluster.address, num_workers=1, timeout_s=60, chunk_bytes=64))
+
+    ds = make()
+    epochs = [[int(x) for x in ds] for _ in range(2)]
+    assert all(sorted(e) == list(range(200)) for e in epochs)
+    assert epochs[0] != epochs[1]
+    it = iter(ds)  # the third epoch
+    head = [int(next(it)) for _ in range(60)]
+    state = json.loads(json.dumps(it.get_state()))
+    it.close()
+    assert '"iteration": [2]' in json.dumps(state)
+    it = iter(make())
+    it.set_state(state)
+    rest = [int(x) for x in it]
+    assert sorted(head + rest) == list(range(200)), (len(head + rest), len(set(head + rest)))
+    assert head + rest not in epochs
+    _closed_without_leaks(it)
+
+
 def test_parallel_epochs_yields_a_copy_per_worker(cluster):
     ds = hr.Dataset.range(60).apply(distribute("parallel_epochs", cluster.address, num_workers=2, timeout_s=60))
     assert ds.cardinality() == 120

@@ -10,14 +10,17 @@ the elements it has received and those it has delivered (``next()`` returned the
   split back; the next worker that asks opens it and skips the elements the dispatcher has received (they are in
   its buffer and will be delivered), and a replacement actor is started in the background;
 - ``get_state()`` is ``{"kind": "service", "epoch", "splits": <how the source was cut>, "delivered": {split:
-  count}, "complete": [split, ...], "seeds": [...]}``: positions only, small JSON. ``set_state`` in a fresh
-  pipeline re-opens every split not complete at its delivered count: the rest of the epoch exactly once
-  (elements already in flight when the state was taken are made again).
+  count}, "complete": [split, ...], "seeds": [...], "iteration": [...]}``: positions only, small JSON.
+  ``set_state`` in a fresh pipeline re-opens every split not complete at its delivered count: the rest of the
+  epoch exactly once (elements already in flight when the state was taken are made again).
 
 A split re-run from a count must make the same elements in the same order: a worker runs a split's pipeline with
 every parallel stage in order (``_splits.InOrderNode``, as below a ``shard``), and a ``seed=None`` shuffle
-upstream adopts the seed saved in the state (``_splits.with_seeds``). A user function that is itself random
-(unseeded ``np.random`` in a ``map``) makes other values on a re-run, as it would in any restore.
+upstream adopts the seed saved in the state (``_splits.with_seeds``), and the split's pipeline runs in the
+trainer's iteration path (which ``iter()`` of the dataset, which ``repeat`` epoch; the state's after a restore), so a
+``reshuffle_each_iteration`` shuffle upstream draws another order each epoch, as it does locally. A user function
+that is itself random (unseeded ``np.random`` in a ``map``) makes other values on a re-run, as it would in any
+restore.
 
 The receive buffer (chunks received and not yet delivered, and the chunks asked for) is charged to the trainer's
 memory budget (an account of this stage, ``headrace._budget``). Every wait is a timed ``ray.wait`` slice that
@@ -173,6 +176,7 @@ class ServiceIterator(Stage):
         self._started_s = time.monotonic()
         self._count = 0
         self._epoch = 0
+        self._iteration = list(ctx.iteration)  # the workers run the splits in this iteration path
 
     # ---- iteration --------------------------------------------------------------------------------------
     def __next__(self) -> Any:
@@ -222,7 +226,8 @@ class ServiceIterator(Stage):
                 if r is None:
                     return
                 split = w.split
-                ref = w.actor.next_chunk.remote(list(self._plan.splits[split]), self._received[split])
+                ref = w.actor.next_chunk.remote(list(self._plan.splits[split]), self._received[split],
+                                                self._iteration)
                 w.calls.append((ref, split, r))
 
     def _reserve(self, urgent: bool) -> Reservation | None:
@@ -309,7 +314,7 @@ class ServiceIterator(Stage):
                 "splits": self._plan.what, "num_splits": k,
                 "complete": [s for s in range(k) if self._complete(s)],
                 "delivered": {str(s): d for s, d in enumerate(self._delivered) if d and not self._complete(s)},
-                "seeds": pipeline_seeds(self._upstream)}
+                "seeds": pipeline_seeds(self._upstream), "iteration": self._iteration}
 
     def set_state(self, state: dict[str, Any]) -> None:
         k = len(self._plan.splits)
@@ -343,6 +348,8 @@ class ServiceIterator(Stage):
         self._finished = [s in complete for s in range(k)]
         self._pending = collections.deque(s for s in range(k) if s not in complete)
         self._epoch = int(state["epoch"])
+        # (a state taken in another epoch: its splits re-run in that epoch's order)
+        self._iteration = [int(i) for i in state.get("iteration", self._iteration)]
 
     # ---- reporting and shutdown -------------------------------------------------------------------------
     def report(self) -> dict[str, Any]:

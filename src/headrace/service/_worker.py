@@ -17,11 +17,13 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import psutil
 
 from .._dataset import Dataset
+from .._iterator import Iterator
 from .._ops.node import DatasetNode
 from .._options import Options
 from .._structure import nbytes
@@ -54,8 +56,8 @@ class SplitWorker:
         self._ds = Dataset(node)
         self._budget = memory_budget
         self._chunk = (int(chunk_bytes), int(chunk_elements), float(chunk_s))
-        self._split: Split | None = None
-        self._done: Split | None = None  # the split finished last (a call still queued for it gets nothing)
+        self._split: list[Any] | None = None  # [split, iteration path] of the one open
+        self._done: list[Any] | None = None  # the one finished last (a call still queued for it gets nothing)
         self._error: BaseException | None = None  # raised by the chunk after the elements made before it
         self._it: Any = None
         self._rss0 = _rss()
@@ -80,13 +82,14 @@ class SplitWorker:
         self._close_split()
         self._ds, self._done = Dataset(node), None
 
-    def _open(self, split: Split, skip: int) -> None:
+    def _open(self, split: list[Any], skip: int, iteration: tuple[int, ...]) -> None:
         self._close_split()
         ds = Dataset(InOrderNode(split_node(self._ds._node, split)))
         if self._budget is not None:
             ds = ds.with_options(Options(memory_budget=self._budget))
-        it = iter(ds)
-        self._it, self._split, self._done = it, list(split), None
+        # the trainer's iteration path: a reshuffle_each_iteration shuffle upstream draws each epoch's order
+        it = Iterator(ds, iteration=iteration)
+        self._it, self._split, self._done = it, [split, list(iteration)], None
         skipped = 0
         while skipped < skip:  # what the trainer has of this split already (a worker lost, a restore)
             try:
@@ -97,21 +100,24 @@ class SplitWorker:
                 continue
             skipped += 1
 
-    def next_chunk(self, split: Split, skip: int) -> tuple[list[Any], bool, dict[str, Any]]:
-        """The next elements of ``split``, opened (and ``skip`` elements skipped) unless it is the one open;
-        ``finished``: the split has no more elements."""
+    def next_chunk(self, split: Split, skip: int, iteration: Sequence[int] = (0,)
+                   ) -> tuple[list[Any], bool, dict[str, Any]]:
+        """The next elements of ``split`` in the trainer's iteration ``iteration`` (its iteration path: which
+        ``iter()`` of the dataset, which ``repeat`` epochs), opened (and ``skip`` elements skipped) unless it is
+        the one open; ``finished``: the split has no more elements."""
         start = time.monotonic()
         if self._error is not None:
             error, self._error = self._error, None
             raise error
-        if self._done == list(split):
+        key = [list(split), [int(i) for i in iteration]]
+        if self._done == key:
             return [], True, self.report()
-        if self._split != list(split):
+        if self._split != key:
             try:
-                self._open(split, skip)
+                self._open(key[0], skip, tuple(key[1]))
             except StopIteration:
                 self._close_split()
-                self._done = list(split)
+                self._done = key
                 return [], True, self.report()
         max_bytes, max_elements, max_s = self._chunk
         out: list[Any] = []
@@ -143,7 +149,7 @@ class SplitWorker:
         self._limit = int(stats["limit_bytes"])
         if finished:
             self._close_split()
-            self._done = list(split)
+            self._done = key
         self._made += len(out)
         self._busy_s += time.monotonic() - start
         return out, finished, self.report()
