@@ -6,7 +6,8 @@ extra's module imports from site-packages), that worker processes start from it 
 that ``to_torch`` works under ``DataLoader(num_workers=2)`` with the fork and spawn start methods and
 reshuffles every epoch (also under forkserver), that the adapters run from the wheel (``to_torch``'s state
 restored in a fresh dataset, ``headrace.lightning``, ``to_jax``, ``headrace.keras``'s ``adapt`` in a ``fit`` on the
-torch backend, in a process of its own), and that the ``headrace`` console script runs. Exits non-zero naming
+torch backend, in a process of its own), that ``headrace.service`` runs on local Ray workers and restores
+exactly, and that the ``headrace`` console script runs. Exits non-zero naming
 the first failure.
 """
 
@@ -141,6 +142,38 @@ def adapters() -> None:
     check("headrace.keras: fit(adapt(ds)) on the torch backend", proc.returncode == 0, proc.stderr[-2000:])
 
 
+SERVICE = """
+import json, headrace as hr
+from headrace.service import distribute, service_report
+
+def make():
+    return hr.Dataset.range(500).map(lambda x: x * x).shuffle(50).apply(
+        distribute("distributed_epoch", "local", num_workers=2, timeout_s=120))
+
+it = iter(make())
+head = [int(next(it)) for _ in range(100)]
+state = json.loads(json.dumps(it.get_state()))
+it.close()
+it = iter(make())
+it.set_state(state)
+rest = [int(x) for x in it]
+workers = service_report(it)[0]["worker_reports"]
+it.close()
+assert sorted(head + rest) == [x * x for x in range(500)], (len(head), len(rest))
+assert workers and sum(w["elements"] for w in workers) >= len(rest), workers  # made by the Ray workers
+print("service ok")
+"""
+
+
+def service() -> None:
+    """``headrace.service.distribute`` on a local Ray started by the wheel's own ``ray`` extra (a process of its
+    own): the Ray workers load headrace from the installed wheel, and a state restored in a fresh pipeline
+    yields exactly the rest of the epoch."""
+    proc = subprocess.run([sys.executable, "-c", SERVICE], capture_output=True, text=True, timeout=300)
+    check("headrace.service: a restored distributed epoch on local Ray workers is exact",
+          proc.returncode == 0 and "service ok" in proc.stdout, proc.stderr[-2000:])
+
+
 def console_script() -> None:
     exe = Path(sys.executable).with_name("headrace")
     proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=120)
@@ -159,6 +192,7 @@ def main() -> None:
         for context in ("fork", "spawn", "forkserver"):
             dataloader_epochs(context)
         adapters()
+        service()
         console_script()
     print(f"smoke_wheel: all passed in {time.perf_counter() - t0:.1f} s ({'quick' if QUICK else 'full'})")
 
