@@ -14,7 +14,8 @@ without ``num_parallel_calls``; ``min(num_parallel_calls, CPU count)`` with a fi
 thread (a one-worker prefetcher per slot, ``headrace._ops.parallel``), refilled in bursts from half full so
 the reader is woken once per burst rather than once per element. The slots share **one** memory account
 (the stage's share of the budget): each reads ahead at most ``max(SLOT_BUFFER, block_length)`` elements
-and at most its fair part of the account (``cap / (open slots x element size)``, at least one), and the
+and at most its fair part of the account (``cap / (cycle_length x element size)``, at least one; over the
+open slots instead once the input has ended), and the
 readers keep one element of headroom that only the slot the consumer is waiting on may use. So a tight
 budget shortens the read-ahead instead of starving a slot: with room for two elements per open slot the
 stage runs at most a little slower than with an unlimited budget (``bench/promises.py`` measures it).
