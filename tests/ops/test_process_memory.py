@@ -227,7 +227,7 @@ def test_the_tuner_adds_no_worker_while_the_stage_waits_for_memory(budget_s, lim
     tuner = Tuner(SimpleNamespace(cpu_budget=8, tree=SimpleNamespace(tunings={"map(f)": t})), lambda: None)
     tuner._recent["map(f)"] = {"calls": 100.0, "busy_s": 0.9, "worker_time_s": 1.0, "budget_s": budget_s,
                                "elapsed_s": 1.0}
-    moves = [(k.name, new) for _t, k, new in tuner._candidates()]
+    moves = [(k.name, new) for _t, k, new, _donor in tuner._candidates()]
     assert (("workers", 3) in moves) is raised, moves
 
 

@@ -289,3 +289,27 @@ def test_cheap_interleave_reads_are_tried_in_the_consumers_thread_and_slow_ones_
     assert [h for h in cheap if h["change"].endswith("2->0")], cheap
     slow = _interleave_trials(lambda i: D.range(10**9).map(_wait), limit_s=4.0)
     assert not [h for h in slow if h["change"].endswith("2->0")], slow
+
+
+def _light(x):
+    a = np.asarray(x, np.float32) * np.float32(1 / 255)  # a tenth of _sort's work (CPU, GIL released)
+    return a
+
+
+def test_where_no_core_is_left_a_worker_moves_from_the_less_busy_stage_to_the_slower_one():
+    """Two tuned maps start with half the cores each (cpu_budget=2: one worker each). The slow one cannot get
+    a second worker from the budget; it takes the less busy map's (which goes inline) in one trial, within
+    the budget at every step (issue 24: a normalize map after a decoding one halved the image pipeline)."""
+    ds = (D.range(10**9).map(_sort, num_parallel_calls=hr.AUTOTUNE).map(_light, num_parallel_calls=hr.AUTOTUNE)
+          .batch(4).with_options(hr.Options(cpu_budget=2)))
+    with iter(ds) as it:
+        sampler = _Sampler(it)
+        rep = _run_until_converged(it, limit_s=12.0)
+        sampler.stop()
+        knobs = {s: {k: v.value for k, v in t.knobs.items()} for s, t in it._ctx.tree.tunings.items()}
+    moved = [h for h in rep["history"] if h["stage"] == "map(_sort)" and "(map(_light))" in h["change"]]
+    assert moved and moved[0]["change"].startswith("workers 1->2") and "workers 1->0 (map(_light))" in moved[0][
+        "change"], rep["history"]
+    assert knobs["map(_sort)"]["workers"] == 2 and knobs["map(_light)"]["workers"] == 0, (knobs, rep["history"])
+    assert sampler.max_workers["map(_sort)"] <= 2 and sampler.max_workers.get("map(_light)", 0) <= 1
+    assert rep["cpu_granted"] <= 2.0 + 1e-9

@@ -25,7 +25,8 @@ keeps the change only if the rate rose by ``ACCEPT`` (a gain below ``CONFIRM`` i
 puts it back. A kept change makes the other stages' rejected changes candidates again (at most
 ``MAX_REOPEN`` times per search): they were measured against the old bottleneck. Candidates, in order:
 more workers for the stage whose workers are busiest (the bottleneck; doubling for stages that mostly
-wait on I/O), fewer workers (not for the only compute stage while its workers are busy) or inline for
+wait on I/O; where ``cpu_budget`` has no core left, a worker moved from a less busy tuned compute stage),
+fewer workers (not for the only compute stage while its workers are busy) or inline for
 stages whose calls are cheap (an interleave: every slot read in the consumer's thread when reading an element
 is cheap), larger then smaller buffers, no prefetch thread where the consumer waits on
 an empty buffer anyway (its hand-off costs more than it overlaps). Each setting is tried once per search;
@@ -167,30 +168,38 @@ MOVES: dict[KnobKind, Callable[[Knob, StageTuning, _Load], list[Move]]] = {
 # ---- the tuner ----------------------------------------------------------------------------------------
 class _Trial:
     """One candidate change: ``knob`` of ``stage`` to ``new``; more workers bring a proportionally larger
-    window (the window bounds the elements in flight, so more workers alone would wait for room)."""
+    window (the window bounds the elements in flight, so more workers alone would wait for room). ``donor``
+    (a stage and its workers knob): the worker comes from that stage (one fewer there), where ``cpu_budget``
+    has no core left for one more."""
 
-    def __init__(self, stage: StageTuning, knob: Knob, new: int) -> None:
+    def __init__(self, stage: StageTuning, knob: Knob, new: int,
+                 donor: tuple[StageTuning, Knob] | None = None) -> None:
         self.stage = stage
         self.knob = knob
         self.old = knob.value
         self.new = new
-        self.changes: list[tuple[KnobKind, int, int, str]] = [(knob.kind, knob.value, new, knob.why)]
+        self.changes: list[tuple[StageTuning, KnobKind, int, int, str]] = [(stage, knob.kind, knob.value, new,
+                                                                            knob.why)]
         window = stage.knobs.get(KnobKind.WINDOW)
         if knob.kind is KnobKind.WORKERS and window is not None and new > max(1, knob.value):
             scaled = min(window.hi, -(-window.value * new // max(1, knob.value)))
             if scaled > window.value:
-                self.changes.append((KnobKind.WINDOW, window.value, scaled, window.why))
+                self.changes.append((stage, KnobKind.WINDOW, window.value, scaled, window.why))
+        if donor is not None:
+            d, dk = donor
+            self.changes.append((d, dk.kind, dk.value, dk.value - 1, dk.why))
 
     def apply(self, why: str) -> None:
-        for kind, _old, new, _why in self.changes:
-            self.stage.set(kind, new, why)
+        for stage, kind, _old, new, _why in self.changes:
+            stage.set(kind, new, why)
 
     def undo(self) -> None:
-        for kind, old, _new, why in reversed(self.changes):
-            self.stage.set(kind, old, why)
+        for stage, kind, old, _new, why in reversed(self.changes):
+            stage.set(kind, old, why)
 
     def describe(self) -> str:
-        return ", ".join(f"{kind} {old}->{new}" for kind, old, new, _ in self.changes)
+        return ", ".join(f"{kind} {old}->{new}" + (f" ({stage.stage})" if stage is not self.stage else "")
+                         for stage, kind, old, new, _ in self.changes)
 
 
 class Tuner:
@@ -339,24 +348,48 @@ class Tuner:
                                    or (ex is not None and ex.memory_limited(MAX_WINDOW_S))),
                      compute_stages=compute_stages)
 
-    def _candidates(self) -> list[tuple[StageTuning, Knob, int]]:
-        out: list[tuple[float, StageTuning, Knob, int]] = []
+    def _candidates(self) -> list[tuple[StageTuning, Knob, int, tuple[StageTuning, Knob] | None]]:
+        out: list[tuple[float, StageTuning, Knob, int, tuple[StageTuning, Knob] | None]] = []
         compute_stages = self._compute_stages()
-        for t in list(self.ctx.tree.tunings.values()):
-            if t.busy() or not t.members():
-                continue
-            load = self._load(t, compute_stages)
+        tunings = [t for t in list(self.ctx.tree.tunings.values()) if not t.busy() and t.members()]
+        loads = {t.stage: self._load(t, compute_stages) for t in tunings}
+        for t in tunings:
+            load = loads[t.stage]
             for k in t.knobs.values():
                 v = k.value
                 for score, move in MOVES[k.kind](k, t, load):
                     new = max(k.lo, min(k.hi, move))
                     if new == v or (t.stage, k.kind, new) in self._tried:
                         continue
+                    donor = None
                     if new > v and self._cost(t, k, new) > self.cpu_budget + 1e-9:
-                        continue
-                    out.append((score, t, k, new))
+                        donor = self._donor(t, k, new, tunings, loads)
+                        if donor is None:
+                            continue
+                    out.append((score, t, k, new, donor))
         out.sort(key=lambda c: -c[0])
-        return [(t, k, new) for _s, t, k, new in out]
+        return [(t, k, new, donor) for _s, t, k, new, donor in out]
+
+    def _donor(self, t: StageTuning, k: Knob, new: int, tunings: list[StageTuning],
+               loads: dict[str, _Load]) -> tuple[StageTuning, Knob] | None:
+        """Where ``cpu_budget`` has no core left for one more worker of ``t`` (its workers busier than another
+        tuned compute stage's): the least busy other stage whose one worker frees enough, or None. The tuner
+        then moves a worker to the slower stage instead of adding one (a cheap map after a decoding one, both
+        started with half the cores, left the decoding one a single worker)."""
+        if k.kind is not KnobKind.WORKERS or new != k.value + 1:
+            return None
+        need = self._cost(t, k, new) - self.cpu_budget
+        best: tuple[float, StageTuning, Knob] | None = None
+        for d in tunings:
+            dk = d.compute_workers()
+            if d is t or dk is None or dk.value <= dk.lo:
+                continue
+            util = loads[d.stage].util
+            if util >= loads[t.stage].util or self._weights.get(d.stage, 1.0) < need - 1e-9:
+                continue
+            if best is None or util < best[0]:
+                best = (util, d, dk)
+        return None if best is None else (best[1], best[2])
 
     def _compute_stages(self) -> int:
         return sum(1 for t in list(self.ctx.tree.tunings.values()) if t.compute_workers() is not None and t.members())
@@ -420,8 +453,8 @@ class Tuner:
                     self.converged_after_s = None
                 base = rate
                 continue
-            t, k, new = candidates[0]
-            trial = _Trial(t, k, new)
+            t, k, new, donor = candidates[0]
+            trial = _Trial(t, k, new, donor)
             self.state = f"trying {t.stage} {trial.describe()}"
             trial.apply("trial")
             self.trials += 1
