@@ -97,47 +97,47 @@ class DemoConfig:
         photo_classes(self.task_regions)  # raises ValueError naming the allowed values
 
 
-# `headrace demo --compress` without --images / --epochs: a run of about 5 minutes on 2 cores. 2,000 photos,
-# 15% (300) held out for evaluation, 3 epochs; the compression budget: pruning to the MACs target in one round
-# then 2 epochs of fine-tuning (distillation loss), and 8 epochs of distillation (instead of 2 rounds + 3
-# epochs and 20 epochs). Measured: see docs/how-to/compression.md.
-QUICK_COMPRESS = {"images": 2000, "eval_fraction": 0.15, "epochs": 3}
+# `headrace demo --compress` without --images: a run of about 6 minutes on 2 cores. 2,000 photos, 15% (300)
+# held out for evaluation, 3 epochs at a global batch of 32 (twice the optimizer steps of 64 for the same
+# compute: 1,700 images x 3 epochs at 64 reached only 60%); the compression budget: pruning to the MACs target
+# in one round then 2 epochs of fine-tuning (distillation loss), and 8 epochs of distillation (instead of 2
+# rounds + 3 epochs and 20 epochs). Measured: see docs/how-to/compression.md.
+QUICK_COMPRESS = {"images": 2000, "eval_fraction": 0.15, "epochs": 3, "global_batch_size": 32}
 QUICK_COMPRESS_OPTIONS = {"prune_steps": 1, "finetune_epochs": 2, "distill_epochs": 8}
 
 
-def demo_config(*, images: int | None = None, epochs: int | None = None, compress: bool = False,
-                **settings: Any) -> tuple[DemoConfig, str | None]:
+def demo_config(*, images: int | None = None, epochs: int | None = None, global_batch_size: int | None = None,
+                compress: bool = False, **settings: Any) -> tuple[DemoConfig, str | None]:
     """The demo's config from the command line's values (``None``: not given), and the line that tells
     the user which defaults were chosen for them (``None`` when none were).
 
     Without ``compress`` the defaults are :class:`DemoConfig`'s (5,000 images, 3 epochs). With ``compress``
     and no ``images``, the quick profile :data:`QUICK_COMPRESS` (2,000 images, 300 of them held out for
-    evaluation) with the compression budget :data:`QUICK_COMPRESS_OPTIONS`; a value given explicitly always
-    wins, and ``images`` given keeps the full compression budget. Raises nothing itself
-    (:meth:`DemoConfig.validate` checks the values)."""
+    evaluation, global batch 32) with the compression budget :data:`QUICK_COMPRESS_OPTIONS`; a value given
+    explicitly always wins, and ``images`` given keeps the full compression budget and the plain defaults.
+    Raises nothing itself (:meth:`DemoConfig.validate` checks the values)."""
     base = DemoConfig()
     quick = compress and images is None
     chosen: dict[str, Any] = {}
     if images is None:
         chosen["images"] = QUICK_COMPRESS["images"] if quick else base.images
-    if epochs is None:
-        chosen["epochs"] = QUICK_COMPRESS["epochs"] if quick else base.epochs
+    for name, value in (("epochs", epochs), ("global_batch_size", global_batch_size)):
+        if value is None:
+            chosen[name] = QUICK_COMPRESS[name] if quick else getattr(base, name)
     extra = {"eval_fraction": QUICK_COMPRESS["eval_fraction"], "quick_compress": True} if quick else {}
     cfg = DemoConfig(images=chosen.get("images", images), epochs=chosen.get("epochs", epochs),  # type: ignore[arg-type]
+                     global_batch_size=chosen.get("global_batch_size", global_batch_size),  # type: ignore[arg-type]
                      compress=compress, **extra, **settings)
-    if not compress or not chosen:
+    if not quick:
         return cfg, None
-    parts = [f"--{k} {v}" for k, v in chosen.items()]
-    if quick:
-        o = QUICK_COMPRESS_OPTIONS
-        parts[0] += f" ({int(cfg.images * cfg.eval_fraction)} held out for evaluation)"
-        parts.append(f"pruning in {o['prune_steps']} round(s) + {o['finetune_epochs']} fine-tuning epoch(s), "
-                     f"{o['distill_epochs']} distillation epoch(s)")
-    line = "defaults for --compress (not given on the command line): " + ", ".join(parts)
-    if quick:
-        line += ("; pass --images N for the full compression budget (2 pruning rounds + 3 epochs, 20 "
+    parts = [f"--{k.replace('_', '-')} {v}" for k, v in chosen.items()]
+    o = QUICK_COMPRESS_OPTIONS
+    parts[0] += f" ({int(cfg.images * cfg.eval_fraction)} held out for evaluation)"
+    parts.append(f"pruning in {o['prune_steps']} round(s) + {o['finetune_epochs']} fine-tuning epoch(s), "
+                 f"{o['distill_epochs']} distillation epoch(s)")
+    return cfg, ("defaults for --compress (not given on the command line): " + ", ".join(parts) +
+                 "; pass --images N for the full compression budget (2 pruning rounds + 3 epochs, 20 "
                  "distillation epochs)")
-    return cfg, line
 
 
 def _say(text: str) -> None:

@@ -204,15 +204,17 @@ def test_bad_student_size_or_hold_out(data: dict[str, Path], tmp_path: Path, fla
     _no_output(tmp_path / "o")
 
 
-@pytest.mark.parametrize(("args", "images", "epochs", "quick", "printed"), [
-    ([], 2000, 3, True, "--images 2000 (300 held out for evaluation), --epochs 3, pruning in 1 round(s)"),
-    (["--epochs", "5"], 2000, 5, True, "--images 2000 (300 held out for evaluation), pruning in 1 round(s)"),
-    (["--images", "3000", "--epochs", "3"], 3000, 3, False, None),
-    (["--images", "3000"], 3000, 3, False, "defaults for --compress (not given on the command line): --epochs 3"),
+@pytest.mark.parametrize(("args", "images", "epochs", "batch", "quick", "printed"), [
+    ([], 2000, 3, 32, True, "--images 2000 (300 held out for evaluation), --epochs 3, --global-batch-size 32, "
+                            "pruning in 1 round(s)"),
+    (["--epochs", "5", "--global-batch-size", "48"], 2000, 5, 48, True,
+     "--images 2000 (300 held out for evaluation), pruning in 1 round(s)"),
+    (["--images", "3000", "--epochs", "3"], 3000, 3, 64, False, None),
+    (["--images", "3000"], 3000, 3, 64, False, None),
 ])
 def test_demo_compress_defaults_and_explicit_flags_win(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                       args: list[str], images: int, epochs: int, quick: bool,
-                                                       printed: str | None) -> None:
+                                                       args: list[str], images: int, epochs: int, batch: int,
+                                                       quick: bool, printed: str | None) -> None:
     """``headrace demo --compress`` without --images runs the quick profile (2,000 images, 300 held out, a
     smaller compression budget) and says so; every flag given wins over it, and --images keeps the full
     budget (the acceptance command's)."""
@@ -223,7 +225,8 @@ def test_demo_compress_defaults_and_explicit_flags_win(monkeypatch: pytest.Monke
     result = runner.invoke(app, ["demo", "--compress", *args, "--output", str(tmp_path)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     cfg = seen["cfg"]
-    assert (cfg.images, cfg.epochs, cfg.compress, cfg.quick_compress) == (images, epochs, True, quick)
+    assert (cfg.images, cfg.epochs, cfg.global_batch_size, cfg.compress, cfg.quick_compress) == (
+        images, epochs, batch, True, quick)
     assert int(cfg.images * cfg.eval_fraction) >= 300
     if printed is None:
         assert "defaults for --compress" not in result.output

@@ -25,8 +25,9 @@ def command(ctx: typer.Context,
             output: str = typer.Option("demo_output", metavar="DIR",
                                        help="Directory for the shards, metrics and plot."),
             model: Model = typer.Option("resnet18", help="The model to train."),
-            global_batch_size: int = typer.Option(64, min=1, metavar="N",
-                                                  help="Elements per optimizer step."),
+            global_batch_size: int = typer.Option(None, min=1, metavar="N",
+                                                  help="Elements per optimizer step [default: 64; 32 with "
+                                                       "--compress without --images]."),
             compress: bool = typer.Option(False, "--compress",
                                           help="Then compress the trained model (int8, pruned, distilled) "
                                                "into OUTPUT/compress/report.json."),
@@ -43,7 +44,7 @@ def command(ctx: typer.Context,
                               global_batch_size=global_batch_size, regions=regions)
 
     def work() -> dict[str, Any]:
-        check_batch_budget(parse_bytes(memory_budget), 0.25, global_batch_size, image_size,  # type: ignore[arg-type]
+        check_batch_budget(parse_bytes(memory_budget), 0.25, cfg.global_batch_size, image_size,  # type: ignore[arg-type]
                            "the data pipeline's quarter of it")
         if chosen:
             print(chosen, flush=True)

@@ -99,6 +99,9 @@ class _TorchRunner:
         pass
 
 
+ORT_SESSION_SETTINGS = "ORT_ENABLE_ALL graph optimizations, 1 inter-op thread, thread-pool spinning off"
+
+
 def session_options(ort: Any, threads: int) -> Any:
     """The ONNX Runtime session options every ONNX row (fp32 and int8 alike) runs with: all graph
     optimizations (``ORT_ENABLE_ALL``: constant folding, Conv+BatchNorm/Add/Relu fusion, the NCHWc layout
