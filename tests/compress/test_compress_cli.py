@@ -258,5 +258,5 @@ def test_quick_compress_budget_reaches_the_compression_options(data: dict[str, P
         compress_demo(torch.nn.Linear(2, 2), tmp_path, image_size=16, memory_budget=None, global_batch_size=8,
                       num_classes=2, overrides=QUICK_COMPRESS_OPTIONS)
     o = seen["options"]
-    assert (o.prune_steps, o.finetune_epochs, o.distill_epochs) == (1, 1, 16)
+    assert (o.prune_steps, o.finetune_epochs, o.distill_epochs) == (1, 1, 24)
     assert o.global_batch_size == 8
