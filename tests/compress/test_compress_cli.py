@@ -202,3 +202,61 @@ def test_bad_student_size_or_hold_out(data: dict[str, Path], tmp_path: Path, fla
     assert result.exit_code in (1, 2), result.output
     assert needle in (result.stderr or result.output), result.output
     _no_output(tmp_path / "o")
+
+
+@pytest.mark.parametrize(("args", "images", "epochs", "batch", "quick", "printed"), [
+    ([], 2000, 3, 32, True, "--images 2000 (300 held out for evaluation), --epochs 3, --global-batch-size 32, "
+                            "pruning in 1 round(s)"),
+    (["--epochs", "5", "--global-batch-size", "48"], 2000, 5, 48, True,
+     "--images 2000 (300 held out for evaluation), pruning in 1 round(s)"),
+    (["--images", "3000", "--epochs", "3"], 3000, 3, 64, False, None),
+    (["--images", "3000"], 3000, 3, 64, False, None),
+])
+def test_demo_compress_defaults_and_explicit_flags_win(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                       args: list[str], images: int, epochs: int, batch: int,
+                                                       quick: bool, printed: str | None) -> None:
+    """``headrace demo --compress`` without --images runs the quick profile (2,000 images, 300 held out, a
+    smaller compression budget) and says so; every flag given wins over it, and --images keeps the full
+    budget (the acceptance command's)."""
+    import headrace.demo as demo
+
+    seen = {}
+    monkeypatch.setattr(demo, "run_demo", lambda cfg: seen.setdefault("cfg", cfg) and {})
+    result = runner.invoke(app, ["demo", "--compress", *args, "--output", str(tmp_path)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    cfg = seen["cfg"]
+    assert (cfg.images, cfg.epochs, cfg.global_batch_size, cfg.compress, cfg.quick_compress) == (
+        images, epochs, batch, True, quick)
+    assert int(cfg.images * cfg.eval_fraction) >= 300
+    if printed is None:
+        assert "defaults for --compress" not in result.output
+    else:
+        assert printed in result.output
+    plain = runner.invoke(app, ["demo", "--output", str(tmp_path)], catch_exceptions=False)
+    assert plain.exit_code == 0 and (seen["cfg"].images, seen["cfg"].epochs) == (images, epochs)  # first kept
+    assert "defaults for --compress" not in plain.output
+
+
+def test_quick_compress_budget_reaches_the_compression_options(data: dict[str, Path], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    import headrace.compress.run as run
+    from headrace.compress.demo import compress_demo
+    from headrace.demo import QUICK_COMPRESS_OPTIONS
+
+    seen = {}
+
+    def fake(model: object, *, options: object, **kwargs: object) -> None:
+        seen["options"] = options
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(run, "compress_model", fake)
+    for split in ("train", "eval"):
+        shutil.copytree(data[split], tmp_path / "data" / split)
+    with pytest.raises(RuntimeError, match="stop"):
+        compress_demo(torch.nn.Linear(2, 2), tmp_path, image_size=16, memory_budget=None, global_batch_size=8,
+                      num_classes=2, overrides=QUICK_COMPRESS_OPTIONS)
+    o = seen["options"]
+    assert (o.prune_steps, o.finetune_epochs, o.distill_epochs) == (1, 1, 24)
+    assert o.global_batch_size == 8

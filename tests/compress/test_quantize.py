@@ -171,3 +171,53 @@ def test_torchao_static_int8_agrees_and_reloads(cnn: torch.nn.Module, tmp_path: 
 def test_bad_arguments(cnn: torch.nn.Module, kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         quantize(cnn, h.image_dataset(8, seed=0), **kwargs)
+
+
+def _optimized_op_types(model_bytes: bytes, tmp_path: Path) -> dict[str, int]:
+    """Op types of the graph ONNX Runtime runs (after its optimizations, with the session options the report
+    uses), counted."""
+    import onnx
+    import onnxruntime as ort
+
+    from headrace.compress.model import session_options
+
+    opts = session_options(ort, 1)
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+    counts: dict[str, int] = {}
+    for node in onnx.load(str(tmp_path / "optimized.onnx")).graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+def test_int8_resnet_runs_its_convolutions_residual_adds_and_classifier_in_int8(tmp_path: Path) -> None:
+    """Every convolution, residual addition and the classifier of a ResNet run as ONNX Runtime's int8 kernels
+    (QLinearConv / QLinearAdd / QGemm): no float Conv, Add-of-feature-maps or Gemm is left between a
+    DequantizeLinear and a QuantizeLinear (which would cost a conversion each way)."""
+    from headrace.train import build_model
+
+    torch.manual_seed(0)
+    net = build_model("resnet18", h.CLASSES, width=8, stem_stride=2).eval()
+    q = quantize(net, h.image_dataset(64, seed=1), num_calibration_batches=2, batch_size=32)
+    ops = _optimized_op_types(q._runner.model_bytes, tmp_path)
+    convs = sum(isinstance(m, torch.nn.Conv2d) for m in net.modules())
+    assert ops.get("QLinearConv", 0) == convs, ops
+    assert ops.get("QLinearAdd", 0) == 8, ops  # one residual addition per BasicBlock
+    assert ops.get("QGemm", 0) == 1 and "Conv" not in ops and "Gemm" not in ops, ops
+    assert ops.get("QuantizeLinear", 0) <= 2 and ops.get("DequantizeLinear", 0) <= 2, ops  # input, pooling only
+    x, _ = h.images(32, seed=2)
+    with torch.inference_mode():
+        fp32 = net(torch.from_numpy(x)).numpy()
+    assert np.corrcoef(q.predict(x).ravel(), fp32.ravel())[0, 1] > 0.9
+
+
+def test_onnx_sessions_run_optimized_with_the_given_threads_and_no_spinning() -> None:
+    import onnxruntime as ort
+
+    from headrace.compress.model import session_options
+
+    opts = session_options(ort, 3)
+    assert opts.intra_op_num_threads == 3 and opts.inter_op_num_threads == 1
+    assert opts.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert opts.get_session_config_entry("session.inter_op.allow_spinning") == "0"

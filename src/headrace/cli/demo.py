@@ -13,8 +13,10 @@ from ._flags import IMAGE_SIZE_HELP, Model, check_batch_budget, memory_size, tra
 
 
 def command(ctx: typer.Context,
-            images: int = typer.Option(5000, min=1, metavar="N", help="Photos to generate."),
-            epochs: int = typer.Option(3, min=1, metavar="N", help="Training epochs."),
+            images: int = typer.Option(None, min=1, metavar="N",
+                                       help="Photos to generate [default: 5000; 2000 with --compress, 300 of "
+                                            "them held out, and a quick compression budget]."),
+            epochs: int = typer.Option(None, min=1, metavar="N", help="Training epochs [default: 3]."),
             image_size: str = typer.Option("96", parser=training_image_size, metavar="SIZE",
                                            help=f"Training resolution: {IMAGE_SIZE_HELP}, at least 16 pixels "
                                                 "a side."),
@@ -23,8 +25,9 @@ def command(ctx: typer.Context,
             output: str = typer.Option("demo_output", metavar="DIR",
                                        help="Directory for the shards, metrics and plot."),
             model: Model = typer.Option("resnet18", help="The model to train."),
-            global_batch_size: int = typer.Option(64, min=1, metavar="N",
-                                                  help="Elements per optimizer step."),
+            global_batch_size: int = typer.Option(None, min=1, metavar="N",
+                                                  help="Elements per optimizer step [default: 64; 32 with "
+                                                       "--compress without --images]."),
             compress: bool = typer.Option(False, "--compress",
                                           help="Then compress the trained model (int8, pruned, distilled) "
                                                "into OUTPUT/compress/report.json."),
@@ -34,15 +37,17 @@ def command(ctx: typer.Context,
                                              "which photograph, 24 classes, the default with --compress).")
             ) -> None:
     """Real photos -> sharded TFRecords -> train a small ResNet inside a memory budget; plot and JSON line."""
-    from ..demo import DemoConfig, run_demo
+    from ..demo import demo_config, run_demo
 
-    cfg = DemoConfig(images=images, epochs=epochs, image_size=image_size,  # type: ignore[arg-type]
-                     memory_budget=memory_budget, output=output, model=model,
-                     global_batch_size=global_batch_size, compress=compress, regions=regions)
+    cfg, chosen = demo_config(images=images, epochs=epochs, compress=compress, image_size=image_size,
+                              memory_budget=memory_budget, output=output, model=model,
+                              global_batch_size=global_batch_size, regions=regions)
 
     def work() -> dict[str, Any]:
-        check_batch_budget(parse_bytes(memory_budget), 0.25, global_batch_size, image_size,  # type: ignore[arg-type]
+        check_batch_budget(parse_bytes(memory_budget), 0.25, cfg.global_batch_size, image_size,  # type: ignore[arg-type]
                            "the data pipeline's quarter of it")
+        if chosen:
+            print(chosen, flush=True)
         return run_demo(cfg)  # prints its own JSON line last
 
     run(ctx, work, emit_json=False)

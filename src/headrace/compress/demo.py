@@ -32,9 +32,11 @@ def split_files(files: list[str], fraction: float = HELD_OUT) -> tuple[list[str]
 
 def compress_demo(model: Any, output: Path, *, image_size: int | tuple[int, int], memory_budget: Any,
                   global_batch_size: int, num_classes: int, seed: int = 0, progress: bool | None = None,
-                  train_records: int | None = None) -> dict[str, Any]:
+                  train_records: int | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run :func:`headrace.compress.run.compress_model` on the demo's model; returns a summary for the JSON
-    line: ``{"report": path, "variants": {name: {size_bytes, accuracy, latency_ms_batch32, ...}}}``."""
+    line: ``{"report": path, "variants": {name: {size_bytes, accuracy, latency_ms_batch32, ...}}}``.
+    ``overrides``: :class:`~headrace.compress.run.CompressOptions` fields that replace its defaults (e.g.
+    ``{"distill_epochs": 8}``)."""
     torch = require("torch", "headrace demo --compress")
 
     from ..train.data import image_classification_dataset
@@ -47,7 +49,8 @@ def compress_demo(model: Any, output: Path, *, image_size: int | tuple[int, int]
     eval_ds = image_classification_dataset(files["eval"], image_size, training=False)
     train_ds = image_classification_dataset(train_files, image_size, training=True, seed=seed)
     validation = image_classification_dataset(held_out, image_size, training=False) if held_out else None
-    options = CompressOptions(memory_budget=memory_budget, global_batch_size=global_batch_size, seed=seed)
+    options = CompressOptions(memory_budget=memory_budget, global_batch_size=global_batch_size, seed=seed,
+                              **(overrides or {}))
     size = train_records * len(train_files) // max(1, len(files["train"])) if train_records else None
     report = compress_model(model.eval(), eval_dataset=eval_ds, calibration_dataset=eval_ds, train_dataset=train_ds,
                             build_student=lambda name: build_model(name, num_classes),

@@ -29,7 +29,7 @@ from typing import Any
 
 from .._memory import format_bytes
 from ._deps import require
-from .model import atomic_write
+from .model import ORT_SESSION_SETTINGS, atomic_write
 
 
 def machine() -> dict[str, Any]:
@@ -124,7 +124,8 @@ def print_table(variants: list[dict[str, Any]], report: dict[str, Any], say: Any
     m = report.get("machine", {})
     say(f"CPU: {m.get('cpu')}; int8 kernels: {m.get('int8_isa')}; {report['threads']} thread(s); latency p50 per "
         f"batch, alternating rounds; speed-up and size against the fastest fp32 ({report.get('speedup_baseline')}); "
-        f"accuracy on {report.get('eval_examples')} eval examples, 95% Wilson interval")
+        f"accuracy on {report.get('eval_examples')} eval examples, 95% Wilson interval; ONNX Runtime sessions: "
+        f"{report.get('onnxruntime_session', ORT_SESSION_SETTINGS)}")
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
     say("  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(HEADERS, widths))))
     for r in rows:
@@ -174,7 +175,7 @@ def write_report(directory: Path, variants: list[dict[str, Any]], *, threads: in
     report = {"variants": variants, "threads": threads,
               "eval_examples": variants[0].get("examples") if variants else 0, "machine": m,
               "accuracy_interval": "95% Wilson score interval", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "options": options, **(extra or {})}
+              "options": options, "onnxruntime_session": ORT_SESSION_SETTINGS, **(extra or {})}
     plot(directory / "report.png", variants, threads,
          title=f"{m['cpu']}, int8 kernels {m['int8_isa']}; {report['eval_examples']} eval examples")
     text = json.dumps(report, indent=1, default=str)
