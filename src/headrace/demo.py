@@ -103,7 +103,7 @@ class DemoConfig:
 # fine-tuning (distillation loss; 2 epochs gave +1.7 pt, the first alone matched the teacher on held-out
 # data), and at most 24 epochs of distillation with early stopping (it stopped after 17 at -0.3 points; a
 # 16-epoch schedule ended 5.0 points short, 8 epochs 7.7). Instead of 2 rounds + 3 epochs and 20 epochs.
-# About 7-8 minutes on 2 quiet cores (docs/how-to/compression.md).
+# 9 min 17 s on 2 cores with nothing else running (docs/how-to/compression.md).
 QUICK_COMPRESS = {"images": 2000, "eval_fraction": 0.15, "epochs": 3, "global_batch_size": 32}
 QUICK_COMPRESS_OPTIONS = {"prune_steps": 1, "finetune_epochs": 1, "distill_epochs": 24}
 
@@ -137,9 +137,14 @@ def demo_config(*, images: int | None = None, epochs: int | None = None, global_
     parts[0] += f" ({int(cfg.images * cfg.eval_fraction)} held out for evaluation)"
     parts.append(f"pruning in {o['prune_steps']} round(s) + {o['finetune_epochs']} fine-tuning epoch(s), "
                  f"{o['distill_epochs']} distillation epoch(s)")
+    import dataclasses
+
+    from .compress.run import CompressOptions
+
+    full = {f.name: f.default for f in dataclasses.fields(CompressOptions) if f.name in o}  # the one home
     return cfg, ("defaults for --compress (not given on the command line): " + ", ".join(parts) +
-                 "; pass --images N for the full compression budget (2 pruning rounds + 3 epochs, 20 "
-                 "distillation epochs)")
+                 f"; pass --images N for the full compression budget ({full['prune_steps']} pruning rounds + "
+                 f"{full['finetune_epochs']} epochs, {full['distill_epochs']} distillation epochs)")
 
 
 def _say(text: str) -> None:
