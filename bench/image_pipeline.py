@@ -97,6 +97,11 @@ def make_data(workdir: Path, n: int) -> dict[str, Any]:
 
 
 # ---- the measured runs (each in its own process) ----------------------------------------------------------
+def _process_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
@@ -166,12 +171,13 @@ def _pool_limit(fn: Any, datas: list[Any]) -> dict[str, Any]:
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(fn, datas[:200]))  # warm up
             for _ in range(2):
-                t = time.perf_counter()
+                t, c = time.perf_counter(), _process_cpu_s()
                 for _ in pool.map(fn, datas, chunksize=16):
                     pass
-                rate = len(datas) / (time.perf_counter() - t)
+                wall = time.perf_counter() - t
+                rate = len(datas) / wall
                 if rate > best["img_s"]:
-                    best = {"img_s": rate, "threads": threads}
+                    best = {"img_s": rate, "threads": threads, "cores_busy": (_process_cpu_s() - c) / wall}
     # single-thread cost and whether the function releases the GIL (2 threads vs 1)
     t = time.perf_counter()
     for d in datas[:500]:

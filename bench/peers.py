@@ -23,6 +23,13 @@ Workloads (``--workloads``, all by default), the figure of each, and what each c
    1,000 images free (1.29-1.32x its steady rate on 5,000 images, measured); the window times neither.
    ``--quick`` uses 2,560 images: well above the 1,000-element shuffle buffer, so the window is not empty.
 
+   The bare limit's child also measures the **ceiling** (``bench/image_ceiling.py``): the CPU per image, on one
+   thread, of the decode + resize + scale and of what every pipeline adds to it (reading the record, parsing the
+   Example, stacking the image into its batch), hence the most any map -> shuffle -> batch pipeline can reach of
+   the bare limit with no engine cost and every core busy. Each image target is printed with the share of the
+   bare limit it asks and whether that is under the ceiling (not judged when the bare limit kept fewer than
+   90% of the cores busy: a busy machine).
+
 2. ``overhead``, ns per element of ``range(n) -> map(x * 2) -> batch(32)``: a plain generator (the floor,
    ``bench/overhead.py``), headrace (``bench/overhead.py``), ``DataLoader(num_workers=0)`` over a map-style
    dataset returning ``i * 2``, tf.data (its map traced into a graph) and Grain's ``MapDataset`` (sequential).
@@ -69,6 +76,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import image_ceiling
 import peers_envs
 import psutil
 
@@ -108,6 +116,7 @@ RSS_RATIOS = {"image", "parquet"}  # workloads whose memory tells something: RSS
 SIZES = {"full": {"images": 5000, "n_overhead": 1_000_000, "n_gil": 1000, "rows": 2_000_000, "rounds": 3},
          "quick": {"images": 2560, "n_overhead": 100_000, "n_gil": 200, "rows": 200_000, "rounds": 2}}
 ROW_GROUP = 65_536
+QUIET_SHARE = 0.9  # the bare limit keeps 1.93 of 2 cores busy on a quiet machine; below 90% others took cores
 
 
 # ---- the environments and the data ----------------------------------------------------------------------
@@ -290,6 +299,9 @@ def print_workload(workload: str, summary: dict[str, dict[str, Any]], envs: dict
             failed = f", {s['failed_rounds']} round(s) failed" if s["failed_rounds"] else ""
             print(f"  {label:<36} {_fmt(s['figure']):>10} {unit} [{', '.join(_fmt(x) for x in s['runs'])}]  "
                   f"peak RSS {s['peak_rss_mb']:,.0f} MB{extra}{failed}")
+    ceiling = summary.get("bare", {}).get("ceiling")
+    if workload == "image" and ceiling:
+        print(f"  {image_ceiling.line(ceiling)}")
 
 
 def _ratio(summary: dict[str, dict[str, Any]], what: str, a: str, b: str, higher: bool) -> float | None:
@@ -301,6 +313,21 @@ def _ratio(summary: dict[str, dict[str, Any]], what: str, a: str, b: str, higher
     return sa["figure"] / sb["figure"] if higher else sb["figure"] / sa["figure"]
 
 
+def _reachable(summary: dict[str, dict[str, Any]], what: str, b: str, target: float) -> str | None:
+    """For an image speed target: what it asks of the bare limit against this machine's ceiling
+    (``image_ceiling``), when the bare limit measured one; else None."""
+    ceiling = summary.get("bare", {}).get("ceiling")
+    if what != "speed" or not ceiling or "figure" not in summary.get(b, {}):
+        return None
+    asked = target * summary[b]["figure"] / summary["bare"]["figure"]  # the target as a share of the bare limit
+    if ceiling["bare_cores_busy"] < QUIET_SHARE * ceiling["cores"]:
+        return (f"asks {asked:.2f} of the bare limit; the ceiling is not judged: the bare limit kept only "
+                f"{ceiling['bare_cores_busy']:.2f} of {ceiling['cores']} cores busy, a busy machine")
+    top = ceiling["every_core_busy"]
+    return (f"asks {asked:.2f} of the bare limit; the ceiling here is {top:.2f}: "
+            + ("reachable" if asked <= top else "NOT reachable by any pipeline that reads, parses and stacks"))
+
+
 def ratios(summaries: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     """Issue 24's targets, then headrace against every other contender (no target)."""
     ops = {">=": lambda x, t: x >= t, "<=": lambda x, t: x <= t, ">": lambda x, t: x > t}
@@ -309,7 +336,8 @@ def ratios(summaries: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, An
         if workload in summaries:
             value = _ratio(summaries[workload], what, a, b, WORKLOADS[workload][2])
             rows.append({"workload": workload, "what": what, "a": a, "b": b, "value": value,
-                         "target": f"{op} {target:g}", "met": None if value is None else ops[op](value, target)})
+                         "target": f"{op} {target:g}", "met": None if value is None else ops[op](value, target),
+                         "reachable": _reachable(summaries[workload], what, b, target)})
     targeted = {(r["workload"], r["what"], r["b"]) for r in rows}
     for workload, summary in summaries.items():
         for b, _, _ in WORKLOADS[workload][3]:
@@ -332,6 +360,8 @@ def print_ratios(rows: list[dict[str, Any]]) -> None:
             verdict = f"{r['value']:.2f} (no target)"
         else:
             verdict = f"{r['value']:.2f}, target {r['target']}: {'MET' if r['met'] else 'NOT MET'}"
+            if r.get("reachable"):
+                verdict += f" ({r['reachable']})"
         if r["target"] is not None or r["value"] is not None:
             print(f"  {label:<68} {verdict}")
 

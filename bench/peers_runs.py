@@ -31,7 +31,13 @@ def _image_pipeline() -> Any:
 
 
 def image_bare(p: dict[str, Any]) -> dict[str, Any]:
-    return _image_pipeline().run_bare(p["info"])
+    """The bare limit, and (``image_ceiling``) the most any map -> shuffle -> batch pipeline reaches of it here."""
+    import image_ceiling
+
+    from headrace._machine import cpu_count
+
+    result = _image_pipeline().run_bare(p["info"])
+    return {**result, "ceiling": image_ceiling.measure(p["info"], result["cores_busy"], cpu_count())}
 
 
 def image_headrace(p: dict[str, Any]) -> dict[str, Any]:
