@@ -1,11 +1,14 @@
 """Python calls per element inside headrace, counted by a profiler hook: the engine's per-element cost as a
 figure that does not depend on the machine or its load (``bench/overhead.py`` gives the time).
 
-Two pipelines, the same as ``bench/overhead.py``'s:
+Four pipelines, the first two the same as ``bench/overhead.py``'s:
 
 - ``range -> map(x * 2) -> batch(32)`` (the per-element path: inline map, sequential batch);
 - the deep pipeline: ``interleave(4) -> map(2 threads) -> map(2 threads) -> batch(32, 2 threads) ->
-  prefetch(2)``, smaller, whose count varies a little with thread timing (waits, retries).
+  prefetch(2)``, smaller, whose count varies a little with thread timing (waits, retries);
+- ``bench/peers.py``'s Parquet workload: rows of a Parquet file (dicts of numpy scalars and ``bytes``) -> a
+  per-row map returning a dict -> ``batch(256)``;
+- ``(features, label)`` tuples -> ``batch(32)``.
 
 A ``sys.setprofile`` / ``threading.setprofile`` hook counts every Python function call whose code lives in
 the imported ``headrace`` package (user lambdas and numpy excluded), in every thread. Used to show that a
@@ -76,6 +79,40 @@ def deep(n: int) -> Callable[[], int]:
     return run
 
 
+def parquet_rows(n: int) -> Callable[[], int]:
+    """``bench/peers.py``'s Parquet workload, smaller: rows of a file written here -> a per-row map -> batch(256)."""
+    import tempfile
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from peers_runs import BATCH_PARQUET, row_fn
+
+    from headrace.io import ParquetDataset
+
+    path = os.path.join(tempfile.mkdtemp(prefix="headrace-calls-"), "rows.parquet")
+    rng = np.random.default_rng(0)
+    pq.write_table(pa.table({"id": np.arange(n), "x": rng.random(n), "y": rng.random(n).astype(np.float32),
+                             "label": rng.integers(0, 10, n).astype(np.int32),
+                             "name": pa.array([f"row {i}" for i in range(n)])}), path, row_group_size=65_536)
+
+    def run() -> int:
+        return sum(len(b["f"]) for b in ParquetDataset(path).map(row_fn).batch(BATCH_PARQUET))
+    return run
+
+
+def pairs(n: int) -> Callable[[], int]:
+    """``(features, label)`` tuples (the shape of most supervised pipelines) -> batch(32)."""
+    import numpy as np
+
+    features = np.zeros(8, np.float32)
+
+    def run() -> int:
+        ds = hr.Dataset.range(n).map(lambda i: (features, i % 10)).batch(32)
+        return sum(len(b[1]) for b in ds)
+    return run
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--elements", type=int, default=20_000)
@@ -83,7 +120,8 @@ def main() -> None:
     args = p.parse_args()
     print(machine_line())
     print(f"headrace from {ROOT}")
-    for name, make in (("range->map->batch", flat), ("deep pipeline", deep)):
+    for name, make in (("range->map->batch", flat), ("deep pipeline", deep), ("parquet rows->map->batch(256)",
+                       parquet_rows), ("(features, label)->batch", pairs)):
         n, tally = count_calls(make(args.elements))
         total = sum(tally.values())
         print(f"{name}: {n} elements, {total} headrace calls, {total / n:.2f} per element")

@@ -39,6 +39,9 @@ SCALAR_TYPES = frozenset({bytes, np.int64, np.int32, np.float32, np.float64, np.
                           np.int16, np.uint16, np.uint32, np.uint64, np.float16})
 """Leaf types that normalization returns unchanged (the fast path of ``map``)."""
 _PASS_TYPES = SCALAR_TYPES | {np.ndarray}
+_PASS_LEAVES = SCALAR_TYPES  # leaves a dict's normalization keeps without a call (arrays may hold str)
+_PYTHON_LEAVES = frozenset({int, float, bool, str})  # converted by ``_normalize_leaf`` (the table above)
+_SIZED_OBJECTS = frozenset({bytes, str})  # the items of object arrays whose length ``nbytes`` counts
 SCALAR_NBYTES: dict[type, int] = {t: np.dtype(t).itemsize for t in SCALAR_TYPES if t is not bytes}
 """``nbytes`` of the fixed-size numpy scalar types, for a lookup in place of a call on hot paths."""
 
@@ -146,13 +149,39 @@ def normalize_tensors(x: Any, where: str) -> Any:
         return _bytes_array(x) if x.dtype.kind in "US" else x
     if t in _PASS_TYPES:
         return x
+    if t in _PYTHON_LEAVES:
+        return _normalize_leaf(x, where)
     if t is tuple:
         return tuple(normalize_tensors(v, where) for v in x)
+    if t is dict:  # the common element (a row, a parsed Example): its leaves that pass as they are, inline
+        passing = _PASS_LEAVES
+        return {k: v if type(v) in passing else normalize_tensors(v, where) for k, v in x.items()}
     if isinstance(x, dict):
         return {k: normalize_tensors(v, where) for k, v in x.items()}
     if is_namedtuple(x):
         return t(*(normalize_tensors(v, where) for v in x))
     return to_tensor(x, where)
+
+
+def normalize_sized(x: dict[Any, Any] | tuple[Any, ...], where: str) -> tuple[Any, int]:
+    """``normalize(x)`` of a plain ``dict`` or ``tuple`` element and its ``nbytes``, in one pass over its values
+    (a row, a parsed Example, ``(image, label)``: the common elements of a ``map`` inside a ``batch``). Raises as
+    :func:`normalize`."""
+    sizes = SCALAR_NBYTES
+    ndarray = np.ndarray
+    total = 0
+    values = []
+    for v in (x.values() if type(x) is dict else x):
+        n = sizes.get(type(v))
+        if n is None:
+            if type(v) is ndarray and v.dtype.kind not in "OUS":  # (strings are converted, objects summed)
+                n = v.nbytes
+            else:
+                v = normalize_tensors(v, where)
+                n = nbytes(v)
+        values.append(v)
+        total += n
+    return (dict(zip(x, values)) if type(x) is dict else tuple(values)), total
 
 
 def flatten(x: Any) -> list[Any]:
@@ -241,14 +270,17 @@ def nbytes(x: Any) -> int:
         return n
     if t is np.ndarray:
         if x.dtype.hasobject:
-            return x.nbytes + sum(len(v) for v in x.reshape(-1) if isinstance(v, bytes | str))
+            items = x.reshape(-1).tolist()
+            if set(map(type, items)) <= _SIZED_OBJECTS:  # (a column of strings: summed in C)
+                return x.nbytes + sum(map(len, items))
+            return x.nbytes + sum(len(v) for v in items if isinstance(v, bytes | str))
         return x.nbytes
     if t is bytes:
         return len(x)
     if t is tuple or t is list:
-        return sum(nbytes(v) for v in x)
+        return _nbytes_of(x)
     if t is dict:
-        return sum(nbytes(v) for v in x.values())
+        return _nbytes_of(x.values())
     if isinstance(x, np.generic):
         return x.nbytes
     if isinstance(x, tuple):
@@ -258,3 +290,13 @@ def nbytes(x: Any) -> int:
     if isinstance(x, str):
         return len(x)
     return 0
+
+
+def _nbytes_of(values: Iterable[Any]) -> int:
+    """The sum of ``nbytes`` over ``values``, fixed-size scalars looked up without a call (rows, Examples)."""
+    total = 0
+    sizes = SCALAR_NBYTES
+    for v in values:
+        n = sizes.get(type(v))
+        total += nbytes(v) if n is None else n
+    return total

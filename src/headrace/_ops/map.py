@@ -28,7 +28,7 @@ from typing import Any
 from .._args import parallel_calls_arg
 from .._options import AUTOTUNE
 from .._spec import from_user
-from .._structure import SCALAR_TYPES, normalize
+from .._structure import SCALAR_TYPES, normalize, normalize_sized
 from .autotune import MAP_WINDOW_PER_WORKER, parallelism
 from .base import fn_name, note_error
 from .calls import (
@@ -189,6 +189,12 @@ class _MapIterator(UnaryIterator):
                     y = fn(*x) if type(x) is tuple else fn(x)
                     if type(y) is fast:
                         append(y)
+                        continue
+                    if (type(y) is tuple or type(y) is dict) and finish is None:  # normalized and sized at once
+                        y, n = normalize_sized(refuse_empty(y, stage), stage)
+                        append(y)
+                        if tally.add_sized(n):
+                            break
                         continue
                     if type(y) not in SCALAR_TYPES:
                         y = normalize(refuse_empty(y, stage), stage)

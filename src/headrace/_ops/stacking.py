@@ -21,15 +21,18 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from .._memory import StageAccount
 from .._spec import TensorShape
-from .._structure import describe, flatten, pack_as
+from .._structure import describe, flatten, pack_as, structure_signature
 from .._sync import Lock as TimedLock
 from .batch_buffers import SpareBuffers
+
+_CONTAINERS = (dict, tuple, list)
 
 
 def _is_structure(x: Any) -> bool:
@@ -97,13 +100,43 @@ def stack(items: Sequence[Any], stage: str, pool: BufferPool | None = None) -> A
     return pack_as(first, [_stack_leaf(col, stage, k, pool) for k, col in enumerate(columns)])
 
 
+def _flat_columns(items: Sequence[Any], first: Any) -> list[list[Any]] | None:
+    """The columns of a batch of flat elements - plain ``dict`` s with ``first``'s keys, or plain ``tuple`` s of
+    ``first``'s length, whose values are all leaves - in ``flatten``'s order (dict keys sorted), gathered in C
+    loops (rows of a table, parsed Examples, ``(image, label)``); None for any other batch (the general path
+    below, which names a mismatch)."""
+    t = type(first)
+    if t is dict:
+        keys = first.keys()
+        for x in items:
+            if type(x) is not dict or x.keys() != keys:
+                return None
+        order = sorted(first)
+        if len(order) == 1:
+            columns = [[x[order[0]] for x in items]]
+        else:
+            columns = [list(col) for col in zip(*map(itemgetter(*order), items))]
+    elif t is tuple:
+        if set(map(type, items)) != {tuple} or set(map(len, items)) != {len(first)}:
+            return None
+        columns = [list(col) for col in zip(*items)]
+    else:
+        return None
+    for col in columns:
+        if any(issubclass(c, _CONTAINERS) for c in set(map(type, col))):
+            return None  # a nested element: the general path flattens it (and names a mismatch)
+    return columns
+
+
 def _columns(items: Sequence[Any], stage: str) -> list[list[Any]]:
     first = items[0]
+    columns = _flat_columns(items, first)
+    if columns is not None:
+        return columns
     flat = [flatten(x) for x in items]
-    n = len(flat[0])
-    first_keys = sorted(first) if isinstance(first, dict) else None
-    for i, (x, f) in enumerate(zip(items, flat)):
-        if len(f) != n or (first_keys is not None and sorted(x) != first_keys):
+    shape = structure_signature(first)
+    for i, x in enumerate(items):
+        if structure_signature(x) != shape:
             raise ValueError(f"{stage}: element {i} has structure {describe(x)} but element 0 has "
                              f"{describe(first)}; every element of a dataset must have the same structure")
     return [list(col) for col in zip(*flat)]

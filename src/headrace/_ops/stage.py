@@ -67,6 +67,15 @@ class FillTally:
             return n > self.per
         return False
 
+    def add_sized(self, n: int) -> bool:
+        """``add`` of an element whose size ``n`` is known (``normalize_sized``)."""
+        self.slow += 1
+        self.held += n
+        if n > self.largest:
+            self.largest = n
+            return n > self.per
+        return False
+
     def result(self, appended: int) -> tuple[int, int]:
         """``fill``'s return value for ``appended`` elements: their bytes and the largest."""
         held = self.held

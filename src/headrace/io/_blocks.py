@@ -18,7 +18,8 @@ the fix, before anything is read.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,9 @@ BLOCK_BYTES = 4 * 1024 * 1024
 larger than ``4 * BLOCK_BYTES`` or 1/16 of the memory budget (but always at least one row)."""
 
 _GLOB_CHARS = frozenset("*?[")
+READY_ROWS = 512
+"""Rows per run that ``BlockRowIterator.elements_ready`` makes at C speed (lists of their values: ~40 bytes a value
+beside the block, outside the budget's count, so kept short)."""
 
 
 def check_shard(num_shards: int, index: int, what: str) -> None:
@@ -124,8 +128,11 @@ class BlockRowIterator(Stage):
     and position bookkeeping; this class yields blocks (``batch_size``) or rows and does the accounting.
 
     ``self._offset`` is the index of the next row to yield inside the current block; subclasses read it
-    for ``get_state`` and set it (after ``_hold``) in ``set_state``.
+    for ``get_state`` and set it (after ``_hold``) in ``set_state``. A subclass whose rows are one column's
+    values, not dicts, names that column in ``row_key`` (and unwraps ``__next__``'s rows itself).
     """
+
+    row_key: str | None = None
 
     def __init__(self, ctx: IteratorContext, node: object, stage: str, batch_size: int | None) -> None:
         super().__init__(ctx)
@@ -137,7 +144,8 @@ class BlockRowIterator(Stage):
         self._block: dict[str, np.ndarray] | None = None
         self._block_rows = 0
         self._held_bytes = 0
-        self._offset = 0
+        self._pos = 0  # the next row's index in the block (``_offset``, once the run below is counted)
+        self._run: tuple[Iterator[Any], int, int] | None = None  # elements_ready's: (first column's, start, rows)
         self._block_cap_bytes = max(1, min(4 * BLOCK_BYTES, ctx.budget.limit_bytes // 16))
         self._work: StageAccount | None = None
         self._work_held = 0
@@ -219,17 +227,57 @@ class BlockRowIterator(Stage):
             self._account.release(self._held_bytes)
         self._block, self._block_rows, self._held_bytes, self._offset = None, 0, 0, 0
 
+    @property
+    def _offset(self) -> int:
+        """The index of the next row to yield in the block in hand (the rows ``elements_ready`` gave counted)."""
+        if self._run is not None:
+            self._end_run()
+        return self._pos
+
+    @_offset.setter
+    def _offset(self, value: int) -> None:
+        self._run = None
+        self._pos = value
+
+    def _end_run(self) -> None:
+        track, start, rows = self._run  # type: ignore[misc]
+        self._run = None
+        self._pos = start + rows - track.__length_hint__()
+
+    def elements_ready(self) -> Iterator[dict[str, Any]] | None:
+        """The next rows of the block in hand (up to ``READY_ROWS``), made without a Python call each: the same
+        dicts of numpy scalars and ``bytes`` as ``__next__`` (``row_of``); the position counts what was taken.
+        None in batch mode, between blocks, or when a column holds arrays per row (copied one by one)."""
+        if self._batch_size is not None or self._block is None:
+            return None
+        start = self._offset
+        stop = min(start + READY_ROWS, self._block_rows)
+        block = self._block
+        if stop <= start or any(col.ndim != 1 for col in block.values()):
+            return None
+        only = self.row_key
+        if only is not None:  # rows are that column's values
+            track = iter(list(block[only][start:stop]))
+            self._run = (track, start, stop - start)
+            return track
+        columns = [list(col[start:stop]) for col in block.values()]  # col[i]'s values, in one C loop each
+        track = iter(columns[0])
+        self._run = (track, start, stop - start)
+        return map(dict, map(zip, repeat(tuple(block)), zip(track, *columns[1:])))
+
     def __next__(self) -> Any:
         if self._batch_size is not None:
             block = self._read_block()
             if block is None:
                 raise StopIteration
             return block
-        while self._offset >= self._block_rows:
+        if self._run is not None:
+            self._end_run()
+        while self._pos >= self._block_rows:
             if self._read_held() is None:
                 raise StopIteration
-        row = row_of(self._block, self._offset)  # type: ignore[arg-type]
-        self._offset += 1
+        row = row_of(self._block, self._pos)  # type: ignore[arg-type]
+        self._pos += 1
         return row
 
     def _close_self(self) -> None:

@@ -203,6 +203,7 @@ class _HDF5Iterator(BlockRowIterator):
     def __init__(self, ctx: IteratorContext, ds: HDF5Node) -> None:
         super().__init__(ctx, ds, "hdf5", ds.batch_size)
         self._ds = ds
+        self.row_key = ds.keys[0] if ds.single else None
         self._file: Any = None
         self._handle: Any = None
         self._next = ds.start          # next row to read from the file

@@ -1,0 +1,108 @@
+"""Rows of a columnar reader taken by a ``map`` inside a ``batch`` (``BlockRowIterator.elements_ready``: runs of
+rows made without a Python call each) are the rows ``__next__`` gives: same values, dtypes, order, and a state
+taken anywhere (inside a run, at its end, between blocks) restores exactly the rest, also chained.
+
+What would break it: a run's position not counted (rows repeated or skipped after a restore or when ``__next__``
+takes over), a run made across a block's end, values that are views into the block or of another type."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import headrace as hr
+from headrace.io import HDF5Dataset, ParquetDataset
+from headrace.io._blocks import READY_ROWS
+from tests.conftest import read_through_restores
+
+
+def _parquet(path: Path, n: int, group: int) -> str:
+    rng = np.random.default_rng(n)
+    pq.write_table(pa.table({
+        "id": pa.array(np.arange(n), pa.int64()), "x": pa.array(rng.random(n), pa.float64()),
+        "y": pa.array(rng.random(n).astype(np.float32), pa.float32()),
+        "label": pa.array(rng.integers(0, 9, n).astype(np.int32), pa.int32()),
+        "name": pa.array([f"row {i}" for i in range(n)], pa.string())}), path, row_group_size=group)
+    return str(path)
+
+
+def _hdf5(path: Path, n: int, vector: bool) -> str:
+    with h5py.File(path, "w") as f:
+        f["id"] = np.arange(n)
+        f["x"] = np.arange(n, dtype=np.float32) / 3
+        if vector:  # rows of arrays: copied one by one, no runs
+            f["v"] = np.arange(n * 3, dtype=np.int16).reshape(n, 3)
+    return str(path)
+
+
+def _row_fn(r: dict) -> dict:
+    return {k: v for k, v in r.items()}  # the row as the map sees it, normalized and batched by headrace
+
+
+def _plain(ds: hr.Dataset) -> list[dict]:
+    """Rows through ``__next__`` only (a map with no batch after it)."""
+    return list(ds.map(_row_fn))
+
+
+def _unbatched(batches: list[dict]) -> list[dict]:
+    return [{k: b[k][i] for k in b} for b in batches for i in range(len(next(iter(b.values()))))]
+
+
+def _same(got: list[dict], want: list[dict]) -> None:
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.keys() == w.keys(), i
+        for k in g:
+            assert type(g[k]) is type(w[k]) and np.array_equal(g[k], w[k]), (i, k, g[k], w[k])
+
+
+@pytest.mark.parametrize("batch", [1, 7, 256, READY_ROWS + 3])
+def test_rows_in_a_batch_are_the_rows_one_by_one(tmp_path: Path, batch: int) -> None:
+    path = _parquet(tmp_path / "t.parquet", 3 * READY_ROWS + 11, group=READY_ROWS + 100)  # runs cross groups
+    want = _plain(ParquetDataset(path))
+    got = list(ParquetDataset(path).map(_row_fn).batch(batch))
+    assert {b["x"].dtype for b in got} == {np.dtype(np.float64)}
+    assert {b["name"].dtype for b in got} == {np.dtype(object)}
+    _same(_unbatched(got), want)
+
+
+def test_hdf5_rows_with_and_without_runs(tmp_path: Path) -> None:
+    for vector in (False, True):
+        path = _hdf5(tmp_path / f"t{vector}.h5", 2 * READY_ROWS + 5, vector)
+        keys = ["id", "x", "v"] if vector else ["id", "x"]
+        _same(_unbatched(list(HDF5Dataset(path, keys).map(_row_fn).batch(100))), _plain(HDF5Dataset(path, keys)))
+
+
+def test_hdf5_single_key_rows_are_values_in_a_batch_too(tmp_path: Path) -> None:
+    path = _hdf5(tmp_path / "t.h5", 2 * READY_ROWS + 5, vector=False)
+    want = list(HDF5Dataset(path, "x").map(lambda v: v))
+    got = [v for b in HDF5Dataset(path, "x").map(lambda v: v).batch(100) for v in b]
+    assert [type(v) for v in got] == [type(v) for v in want] == [np.float32] * len(want)
+    assert got == want
+
+
+def _key(batch: dict) -> list:
+    return [tuple(r) for r in zip(batch["id"].tolist(), batch["name"].tolist())]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_chain_of_restores_anywhere_in_a_run_gives_exactly_the_rest(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(READY_ROWS, 3 * READY_ROWS)
+    path = _parquet(tmp_path / "t.parquet", n, group=rng.choice([100, READY_ROWS, 2 * READY_ROWS]))
+    batch = rng.choice([3, 64, 200])
+
+    def make() -> hr.Dataset:
+        return ParquetDataset(path).map(_row_fn).batch(batch)
+
+    want = [r for b in make() for r in _key(b)]
+    chain = [rng.randint(0, n // batch) for _ in range(rng.randint(1, 3))]
+    got = [r for b in read_through_restores(make, chain) for r in _key(b)]
+    assert got == want, (seed, chain, batch)
+
