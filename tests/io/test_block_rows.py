@@ -106,3 +106,16 @@ def test_a_chain_of_restores_anywhere_in_a_run_gives_exactly_the_rest(tmp_path: 
     got = [r for b in read_through_restores(make, chain) for r in _key(b)]
     assert got == want, (seed, chain, batch)
 
+
+
+def test_a_run_not_used_up_is_handed_out_again(tmp_path: Path) -> None:
+    # a batch of 3 takes 3 rows per call: remaking a run of READY_ROWS rows each time would cost 170x the work
+    path = _parquet(tmp_path / "t.parquet", 2 * READY_ROWS, group=2 * READY_ROWS)
+    with iter(ParquetDataset(path)) as it:
+        stage = it._root
+        next(it)  # a block in hand
+        run = stage.elements_ready()
+        taken = [next(run) for _ in range(3)]
+        assert stage.elements_ready() is run and stage._offset == 4
+        assert [int(r["id"]) for r in taken] == [1, 2, 3] and int(next(it)["id"]) == 4  # __next__ goes on
+        assert stage.elements_ready() is not run and int(next(stage.elements_ready())["id"]) == 5

@@ -145,7 +145,8 @@ class BlockRowIterator(Stage):
         self._block_rows = 0
         self._held_bytes = 0
         self._pos = 0  # the next row's index in the block (``_offset``, once the run below is counted)
-        self._run: tuple[Iterator[Any], int, int] | None = None  # elements_ready's: (first column's, start, rows)
+        self._run: tuple[Iterator[Any], Iterator[Any], int, int] | None = None  # elements_ready's: (its rows,
+        # the iterator whose remaining length counts them, the first row's index, the rows in the run)
         self._block_cap_bytes = max(1, min(4 * BLOCK_BYTES, ctx.budget.limit_bytes // 16))
         self._work: StageAccount | None = None
         self._work_held = 0
@@ -230,40 +231,41 @@ class BlockRowIterator(Stage):
     @property
     def _offset(self) -> int:
         """The index of the next row to yield in the block in hand (the rows ``elements_ready`` gave counted)."""
-        if self._run is not None:
-            self._end_run()
-        return self._pos
+        run = self._run
+        return self._pos if run is None else run[2] + run[3] - run[1].__length_hint__()
 
     @_offset.setter
     def _offset(self, value: int) -> None:
         self._run = None
         self._pos = value
 
-    def _end_run(self) -> None:
-        track, start, rows = self._run  # type: ignore[misc]
-        self._run = None
-        self._pos = start + rows - track.__length_hint__()
-
-    def elements_ready(self) -> Iterator[dict[str, Any]] | None:
-        """The next rows of the block in hand (up to ``READY_ROWS``), made without a Python call each: the same
-        dicts of numpy scalars and ``bytes`` as ``__next__`` (``row_of``); the position counts what was taken.
-        None in batch mode, between blocks, or when a column holds arrays per row (copied one by one)."""
+    def elements_ready(self) -> Iterator[Any] | None:
+        """The next rows of the block in hand (up to ``READY_ROWS`` at a time), made without a Python call each:
+        the same dicts of numpy scalars and ``bytes`` as ``__next__`` (``row_of``), or the values of ``row_key``'s
+        column; the position counts what was taken. A run not used up is handed out again (a small batch takes
+        a few rows per call). None in batch mode, between blocks, or when a column holds arrays per row
+        (copied one by one)."""
+        run = self._run
+        if run is not None:
+            if run[1].__length_hint__():
+                return run[0]
+            self._offset = self._offset  # (the run is used up: the position past it)
         if self._batch_size is not None or self._block is None:
             return None
-        start = self._offset
+        start = self._pos
         stop = min(start + READY_ROWS, self._block_rows)
         block = self._block
         if stop <= start or any(col.ndim != 1 for col in block.values()):
             return None
         only = self.row_key
         if only is not None:  # rows are that column's values
-            track = iter(list(block[only][start:stop]))
-            self._run = (track, start, stop - start)
-            return track
-        columns = [list(col[start:stop]) for col in block.values()]  # col[i]'s values, in one C loop each
-        track = iter(columns[0])
-        self._run = (track, start, stop - start)
-        return map(dict, map(zip, repeat(tuple(block)), zip(track, *columns[1:])))
+            rows = track = iter(list(block[only][start:stop]))
+        else:
+            columns = [list(col[start:stop]) for col in block.values()]  # col[i]'s values, in a C loop each
+            track = iter(columns[0])
+            rows = map(dict, map(zip, repeat(tuple(block)), zip(track, *columns[1:])))
+        self._run = (rows, track, start, stop - start)
+        return rows
 
     def __next__(self) -> Any:
         if self._batch_size is not None:
@@ -272,7 +274,7 @@ class BlockRowIterator(Stage):
                 raise StopIteration
             return block
         if self._run is not None:
-            self._end_run()
+            self._offset = self._offset  # rows taken from a run are past; __next__ goes on from there
         while self._pos >= self._block_rows:
             if self._read_held() is None:
                 raise StopIteration
