@@ -174,8 +174,12 @@ def normalize_sized(x: dict[Any, Any] | tuple[Any, ...], where: str) -> tuple[An
     for v in (x.values() if type(x) is dict else x):
         n = sizes.get(type(v))
         if n is None:
-            if type(v) is ndarray and v.dtype.kind not in "OUS":  # (strings are converted, objects summed)
+            t = type(v)
+            if t is ndarray and v.dtype.kind not in "OUS":  # (strings are converted, objects summed)
                 n = v.nbytes
+            elif t is int or t is float:  # -> np.int64 / np.float32 (the table above)
+                v = _normalize_leaf(v, where)
+                n = 8 if t is int else 4
             else:
                 v = normalize_tensors(v, where)
                 n = nbytes(v)
