@@ -60,12 +60,7 @@ class FillTally:
             n = nbytes(x)
         elif self.fast is None and self.scalars:
             self.fast = type(x)
-        self.slow += 1
-        self.held += n
-        if n > self.largest:
-            self.largest = n
-            return n > self.per
-        return False
+        return self.add_sized(n)
 
     def add_sized(self, n: int) -> bool:
         """``add`` of an element whose size ``n`` is known (``normalize_sized``)."""
