@@ -129,6 +129,19 @@ def test_explain_names_the_bottleneck_stage():
     assert depth["map(double)"] < depth["map(slow)"] < depth["map(inc)"]  # inputs indented below their stage
 
 
+def test_an_inline_stage_is_not_named_the_bottleneck_for_its_consumers_work():
+    # the seed image pipeline's plan: the interleave went inline (parallel_slots 0), so its reads run in the
+    # map's workers and its busy share (100%) sums their time; the map (busy 89%) is what limits the rate
+    from headrace._ops.explain import bottleneck
+
+    def node(stage: str, workers: int, busy: float, inputs: list) -> dict:
+        return {"stage": stage, "workers": workers, "inputs": inputs,
+                "shares": {"busy": busy, "input": 0.06, "output": 0.01, "budget": 0.02}}
+
+    tree = node("batch(64)", 1, 0.3, [node("map(parse)", 2, 0.89, [node("interleave(read)", 0, 1.0, [])])])
+    assert bottleneck(tree, consumer_wait_share=1.0)["stage"] == "map(parse)"
+
+
 def test_explain_names_the_consumer_when_the_pipeline_keeps_up():
     with iter(D.range(10**6).map(lambda x: x + 1, num_parallel_calls=hr.AUTOTUNE).prefetch(hr.AUTOTUNE)) as it:
         for _ in range(40):

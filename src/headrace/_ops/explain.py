@@ -131,13 +131,16 @@ def _flatten(node: dict[str, Any], depth: int = 0) -> list[tuple[int, dict[str, 
 def bottleneck(tree: dict[str, Any], consumer_wait_share: float) -> dict[str, str]:
     """The stage that limits the rate, and why.
 
-    The timed stage whose workers spend the largest share of their time computing, if that share is at
-    least ``BUSY_BOTTLENECK``; else, when the consumer rarely waits for the pipeline, the consumer itself;
-    else the input below the deepest stage whose workers wait on it longer than they compute (and at least
-    ``INPUT_BOTTLENECK`` of their time): a source or sequential stages, which one thread runs at a time.
+    The timed stage with workers (an inline stage's calls are its consumers') whose workers spend the largest
+    share of their time computing, if that share is at least ``BUSY_BOTTLENECK``; else, when the consumer
+    rarely waits for the pipeline, the consumer itself; else the input below the deepest stage whose workers
+    wait on it longer than they compute (and at least ``INPUT_BOTTLENECK`` of their time): a source or
+    sequential stages, which one thread runs at a time.
     """
     flat = _flatten(tree)
-    timed = [(d, n) for d, n in flat if "shares" in n]
+    # an inline stage (0 workers: its calls run in the threads that pull from it) is not a candidate: its busy
+    # share sums the time of every thread pulling through it and says nothing about its own capacity
+    timed = [(d, n) for d, n in flat if "shares" in n and n.get("workers", 1) != 0]
     best = max(timed, key=lambda dn: dn[1]["shares"]["busy"], default=None)
     if best is not None and best[1]["shares"]["busy"] >= BUSY_BOTTLENECK:
         n = best[1]
