@@ -77,7 +77,9 @@ def _no_leaked_threads():
     assert not leaked, f"threads left running: {[t.name for t in leaked]}"
 
 
-# ---- the suite on two workers (pytest-xdist: ``-n 2`` in pyproject.toml's addopts) -----------------------------
+# ---- the suite on several workers, when asked: `python -m pytest -q -n 2` (pytest-xdist, in the test extra) -------
+# (Not the default: on the shared 2-core machine two workers measured slower than one, 175-279 s against 135-214 s
+# on the same 150 tests; worth measuring again on an idle CI machine.)
 
 # The unit of work a worker takes is a module (its module-scoped fixture, a torchrun job, a Ray cluster, a trained
 # model, is made once, not once per worker) or one of these groups of modules: the session fixture
@@ -93,7 +95,7 @@ def _work_unit(nodeid: str) -> str:
     return _SHARED_GROUPS.get(module, module)
 
 
-@pytest.hookimpl(optionalhook=True)  # (a hook of pytest-xdist: `-p no:xdist` runs without it)
+@pytest.hookimpl(optionalhook=True)  # (a hook of pytest-xdist, which may be absent)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """pytest-xdist's scheduler with ``_work_unit``'s units, in collection order (see the next hook).
     (pytest-xdist's own ``--dist loadgroup`` renames node IDs, which pytest 9 no longer lets it do.)"""
