@@ -29,6 +29,9 @@ from headrace._ops.executor import (
     run_delay_s,
 )
 
+# Holds time, CPU-share or scaling bounds: under pytest-xdist it runs while the other worker waits.
+pytestmark = pytest.mark.alone
+
 CALL_S = 0.0013  # a pure-Python call of bench/python_map.py's size, shorter than the 5 ms switch interval
 
 

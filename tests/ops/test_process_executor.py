@@ -22,6 +22,9 @@ from headrace._ops import proc_memory, proc_pool
 from tests.conftest import REPO, assert_same
 from tests.ops.proc_fns import _big, _kill_self_at_5, _mixed, _raise_at_4, _segfault_at_3, _sleepy, _spin, times_three
 
+# Holds time, CPU-share or scaling bounds: under pytest-xdist it runs while the other worker waits.
+pytestmark = pytest.mark.alone
+
 D = hr.Dataset
 
 

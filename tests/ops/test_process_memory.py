@@ -25,6 +25,9 @@ from tests.conftest import REPO
 from tests.ops.proc_fns import out_8mib, plus_one
 from tests.promises.harness import _env, rss_cap
 
+# Holds time, CPU-share or scaling bounds: under pytest-xdist it runs while the other worker waits.
+pytestmark = pytest.mark.alone
+
 MiB = 1024**2
 D = hr.Dataset
 

@@ -11,6 +11,9 @@ import pytest
 
 import headrace as hr
 
+# Holds time, CPU-share or scaling bounds: under pytest-xdist it runs while the other worker waits.
+pytestmark = pytest.mark.alone
+
 D = hr.Dataset
 MiB = 1024**2
 

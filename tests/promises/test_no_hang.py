@@ -13,6 +13,9 @@ import headrace as hr
 from tests.conftest import wait_no_threads
 from tests.promises.harness import check_close_from_thread, check_interrupts
 
+# Holds time, CPU-share or scaling bounds: under pytest-xdist it runs while the other worker waits.
+pytestmark = pytest.mark.alone
+
 D = hr.Dataset
 KiB = 1024
 

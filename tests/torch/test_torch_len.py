@@ -83,8 +83,12 @@ def test_len_with_workers_is_what_the_dataloader_yields(shards: list[str], num_w
 def test_worker_count_mismatch_is_an_error(shards: list[str]) -> None:
     loader = DataLoader(to_torch(hr.io.TFRecordDataset(shards), num_workers=3), batch_size=None, num_workers=2,
                         multiprocessing_context="fork")
+    it = iter(loader)
     with pytest.raises(ValueError, match=r"to_torch\(num_workers=3\) runs in a DataLoader with num_workers=2"):
-        list(loader)
+        list(it)
+    # The re-raised error's traceback keeps the iterator in a reference cycle; left to the garbage collector,
+    # torch's shutdown of its workers then waits out two 5 s join timeouts in whichever test runs next.
+    it._shutdown_workers()
     with pytest.raises(ValueError, match=r"to_torch\(num_workers=2\) runs in a DataLoader with num_workers=0"):
         list(DataLoader(to_torch(hr.io.TFRecordDataset(shards), num_workers=2), batch_size=None))
     assert len(list(DataLoader(to_torch(hr.io.TFRecordDataset(shards), num_workers=1), batch_size=None))) == 22
