@@ -66,6 +66,8 @@ def extras(tmp: Path) -> None:
     pq.write_table(pa.table({"x": list(range(6))}), tmp / "a.parquet")
     got = [int(e["x"]) for e in hr.io.ParquetDataset(str(tmp / "a.parquet")).as_numpy_iterator()]
     check("headrace[parquet]", got == list(range(6)), got)
+    got = [b["x"].tolist() for b in hr.io.ParquetDataset(str(tmp / "a.parquet")).map(lambda r: r).batch(4)]
+    check("headrace[parquet] rows -> map -> batch (rows in runs)", got == [[0, 1, 2, 3], [4, 5]], got)
 
     with h5py.File(tmp / "a.h5", "w") as f:
         f["x"] = np.arange(6)
