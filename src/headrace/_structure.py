@@ -39,7 +39,6 @@ SCALAR_TYPES = frozenset({bytes, np.int64, np.int32, np.float32, np.float64, np.
                           np.int16, np.uint16, np.uint32, np.uint64, np.float16})
 """Leaf types that normalization returns unchanged (the fast path of ``map``)."""
 _PASS_TYPES = SCALAR_TYPES | {np.ndarray}
-_PASS_LEAVES = SCALAR_TYPES  # leaves a dict's normalization keeps without a call (arrays may hold str)
 _PYTHON_LEAVES = frozenset({int, float, bool, str})  # converted by ``_normalize_leaf`` (the table above)
 _SIZED_OBJECTS = frozenset({bytes, str})  # the items of object arrays whose length ``nbytes`` counts
 SCALAR_NBYTES: dict[type, int] = {t: np.dtype(t).itemsize for t in SCALAR_TYPES if t is not bytes}
@@ -153,9 +152,8 @@ def normalize_tensors(x: Any, where: str) -> Any:
         return _normalize_leaf(x, where)
     if t is tuple:
         return tuple(normalize_tensors(v, where) for v in x)
-    if t is dict:  # the common element (a row, a parsed Example): its leaves that pass as they are, inline
-        passing = _PASS_LEAVES
-        return {k: v if type(v) in passing else normalize_tensors(v, where) for k, v in x.items()}
+    if t is dict:  # the common element (a row, a parsed Example): its scalar leaves pass without a call
+        return {k: v if type(v) in SCALAR_TYPES else normalize_tensors(v, where) for k, v in x.items()}
     if isinstance(x, dict):
         return {k: normalize_tensors(v, where) for k, v in x.items()}
     if is_namedtuple(x):

@@ -239,6 +239,10 @@ class BlockRowIterator(Stage):
         self._run = None
         self._pos = value
 
+    def _end_run(self) -> None:
+        """Leave the run: the position goes past the rows taken from it."""
+        self._offset = self._offset
+
     def elements_ready(self) -> Iterator[Any] | None:
         """The next rows of the block in hand (up to ``READY_ROWS`` at a time), made without a Python call each:
         the same dicts of numpy scalars and ``bytes`` as ``__next__`` (``row_of``), or the values of ``row_key``'s
@@ -249,7 +253,7 @@ class BlockRowIterator(Stage):
         if run is not None:
             if run[1].__length_hint__():
                 return run[0]
-            self._offset = self._offset  # (the run is used up: the position past it)
+            self._end_run()
         if self._batch_size is not None or self._block is None:
             return None
         start = self._pos
@@ -274,7 +278,7 @@ class BlockRowIterator(Stage):
                 raise StopIteration
             return block
         if self._run is not None:
-            self._offset = self._offset  # rows taken from a run are past; __next__ goes on from there
+            self._end_run()  # rows taken from a run are past; __next__ goes on from there
         while self._pos >= self._block_rows:
             if self._read_held() is None:
                 raise StopIteration
