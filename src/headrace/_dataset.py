@@ -479,82 +479,42 @@ class Dataset:
 
     def pack(self, sequence_length: int, num_packing_bins: int | None = None, padding_value: Any = 0,
              truncate: bool = True, name: str | None = None) -> Dataset:
-        """Pack variable-length sequences into rows of ``sequence_length`` tokens (headrace's addition; Grain's
-        ``FirstFitPackIterDataset`` is the anchor): first fit over ``num_packing_bins`` open rows.
+        """Pack 1-D sequences (or tuples / dicts of 1-D arrays of one length) into rows of ``sequence_length``
+        tokens by first fit over ``num_packing_bins`` open rows (default 16; Grain's ``FirstFitPackIterDataset``):
+        when a sequence fits no open row and all are open, they are handed out in the order they opened.
+        Same input, same rows. See docs/how-to/packing.md.
 
-        Each element is one sequence: a 1-D numeric array, or a tuple / dict of 1-D arrays of one length (token
-        ids and a mask, inputs and targets aligned token by token). A sequence goes into the first open row with
-        room for it, or opens a new row; when none has room and ``num_packing_bins`` rows are open, all of them
-        are handed out, in the order they were opened, and the sequence starts the next rows. The input's end
-        hands out the rows still open. The order is a function of the input only (same input, same rows).
-
-        Example::
-
-            ds = hr.Dataset.from_generator(lambda: ([1, 2, 3], [4, 5], [6]),
-                                           output_signature=hr.TensorSpec([None], "int64"))
-            packed, segment_ids, positions = next(iter(ds.pack(4, num_packing_bins=2)))
-            # packed [1 2 3 6], segment_ids [1 1 1 2], positions [0 1 2 0]; then [4 5 0 0], [1 1 0 0], [0 1 0 0]
+        Example: ``[1, 2, 3], [4, 5], [6]`` with ``pack(4, num_packing_bins=2)`` gives ``([1, 2, 3, 6], [1, 1,
+        1, 2], [0, 1, 2, 0])`` and ``([4, 5, 0, 0], [1, 1, 0, 0], [0, 1, 0, 0])``.
 
         Args:
             sequence_length: tokens per row (>= 1).
-            num_packing_bins: rows filled at once (default 16): more rows, less padding, more memory
-                (``num_packing_bins + 2`` rows are charged to the memory budget).
-            padding_value: the value after the last sequence of a row: one scalar, or one per component in the
-                elements' structure (default 0).
-            truncate: a sequence longer than ``sequence_length`` keeps its first ``sequence_length`` tokens
-                (the rest is dropped and counted in ``explain()``); ``False`` raises ``ValueError`` instead.
-            name: the stage's name (``pack(<name>)``).
+            num_packing_bins: rows filled at once (>= 1); ``num_packing_bins + 2`` rows are charged to the budget.
+            padding_value: one scalar, or one per component (default 0).
+            truncate: a longer sequence keeps its first ``sequence_length`` tokens; ``False`` raises instead.
 
         Returns:
-            A Dataset of ``(packed, segment_ids, positions)``, each with the input's structure and components of
-            shape ``[sequence_length]``: ``packed`` keeps each component's dtype; ``segment_ids`` (int32) number
-            the sequences of a row from 1 and are 0 on padding; ``positions`` (int32) count from 0 within each
-            sequence (0 on padding). An empty sequence (length 0) has no token to place: it takes no room and no
-            segment id (counted as ``empty_sequences`` in ``explain()``). Cardinality unknown (infinite for an
-            infinite input).
+            ``(packed, segment_ids, positions)``, each in the input's structure with components of shape
+            ``[sequence_length]``: packed keeps the dtypes; segment_ids (int32) number a row's sequences from 1,
+            0 on padding; positions (int32) count from 0 in each sequence. An empty sequence takes no room and
+            no id. ``explain()`` reports the packing efficiency. Cardinality unknown.
 
         Raises:
-            ValueError: ``sequence_length`` or ``num_packing_bins`` < 1; a component that is not 1-D, components
-                of different lengths in one element, or (``truncate=False``) a sequence longer than a row: the
-                message names the stage, the element and the component.
-            TypeError: a non-integer argument, or a non-numeric component (``bytes``: map strings to ids first).
-            MemoryBudgetError: the budget cannot hold ``num_packing_bins + 2`` rows.
+            ValueError: a size < 1, a component that is not 1-D, components of different lengths, or a sequence
+                longer than a row with ``truncate=False`` (naming the stage, element and component).
+            TypeError: a non-integer size or a non-numeric component.
+            MemoryBudgetError: the budget cannot hold the rows.
         """
         return _wrap(PackNode(self._node, "first_fit", sequence_length, num_packing_bins, padding_value, truncate),
                      name)
 
     def concat_then_split(self, sequence_length: int, separator: Any = None, padding_value: Any = 0,
                           drop_remainder: bool = False, name: str | None = None) -> Dataset:
-        """Join sequences end to end (each followed by ``separator``, if given) and cut the stream into rows of
-        ``sequence_length`` tokens: the "concatenate and chunk" of language-model pre-training (Grain's
-        ``ConcatThenSplitIterDataset``). Nothing is padded but the last row, nothing truncated: a sequence
-        continues in the next row.
-
-        Example::
-
-            ds = hr.Dataset.from_generator(lambda: ([1, 2, 3], [4, 5]),
-                                           output_signature=hr.TensorSpec([None], "int64"))
-            rows = [p.tolist() for p, _, _ in ds.concat_then_split(3, separator=9)]
-            # [[1, 2, 3], [9, 4, 5], [9, 0, 0]]: the last row padded with padding_value
-
-        Args:
-            sequence_length: tokens per row (>= 1).
-            separator: a token appended to every sequence (an end-of-document id): one scalar, or one per
-                component; ``None`` (default) joins them without one.
-            padding_value: pads the last row (one scalar or one per component; default 0).
-            drop_remainder: drop the last, shorter row instead of padding it (its tokens are counted as
-                ``dropped_tokens`` in ``explain()``).
-            name: the stage's name.
-
-        Returns:
-            ``(packed, segment_ids, positions)`` as :meth:`pack` gives them; a sequence cut by a row's end is
-            two segments (positions restart at 0 in the next row); the separator belongs to the sequence it
-            ends. An empty sequence without a separator has no token (no segment).
-
-        Raises:
-            ValueError / TypeError: as :meth:`pack` (bad arguments, components that are not numeric and 1-D,
-                components of different lengths in one element).
-        """
+        """Join sequences end to end, each followed by ``separator`` (if given), and cut the stream into rows of
+        ``sequence_length`` tokens (Grain's ``ConcatThenSplitIterDataset``); only the last row is padded
+        (``drop_remainder`` drops it). Rows as :meth:`pack` gives them; a sequence cut by a row's end goes on
+        as a new segment of the next row. Example: ``[1, 2, 3], [4, 5]`` with ``concat_then_split(3,
+        separator=9)`` gives ``[1, 2, 3], [9, 4, 5], [9, 0, 0]``. Raises as :meth:`pack`."""
         return _wrap(PackNode(self._node, "concat", sequence_length, separator=separator,
                               padding_value=padding_value, drop_remainder=drop_remainder), name)
 
