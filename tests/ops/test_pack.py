@@ -393,3 +393,22 @@ def test_more_bins_leave_less_padding():
         assert efficiency[bins] == round(sum(int((r[1] > 0).sum()) for r in rows) / (512 * len(rows)), 4)
     assert efficiency[1] < efficiency[4] < efficiency[16], efficiency
     assert efficiency[16] > 0.95, efficiency
+
+
+def test_a_restore_rereads_from_the_latest_checkpoint_before_the_held_sequences():
+    """Deep into a long input the state names a checkpoint (every CHECKPOINT_EVERY pulls) at or before the first
+    sequence held, not the input's start: a restore re-reads at most CHECKPOINT_EVERY elements plus a group."""
+    from headrace._ops.pack import CHECKPOINT_EVERY
+
+    elements = [np.arange(k % 5 + 1) + 10 * k for k in range(600)]
+    ds = dataset(elements, "array").pack(8, num_packing_bins=2)
+    whole = rows_as_lists(ds)
+    for k in (len(whole) // 3, 2 * len(whole) // 3, len(whole) - 1):
+        with iter(ds) as it:
+            for _ in range(k):
+                next(it)
+            state = json.loads(json.dumps(it.get_state()))["pipeline"]
+        assert state["kind"] == "pack"
+        assert 0 < state["anchor"] <= state["first"] < state["anchor"] + CHECKPOINT_EVERY, state
+        assert state["pulls"] - state["first"] < 8, state  # two bins of 8 tokens hold at most 16 sequences
+        assert run_with_restores(ds, [k]) == whole
