@@ -164,8 +164,13 @@ def test_concat_then_split_rows_are_the_joined_stream_cut(seed):
     drop = rng.random() < 0.5
     elements = sequences(rng, rng.randint(1, 40), L, structure)
     ds = dataset(elements, structure).concat_then_split(L, separator=sep, drop_remainder=drop)
-    rows = list(ds)
+    with iter(ds) as it:
+        rows = list(it)
+        figures = it.explain()["tree"]["figures"]
     want = ref_concat(elements, L, sep, drop)
+    total = sum(len(leaves(x)[0]) + (sep is not None) for x in elements)
+    assert figures["dropped_tokens"] == (total % L if drop else 0)
+    assert figures["tokens"] == total - figures["dropped_tokens"]
     assert len(rows) == len(want)
     for row, w in zip(rows, want):
         pieces = unpack(row, L)

@@ -226,8 +226,10 @@ class _PackIterator(Stage):
         packer = self._packer
         while not packer.has_row():
             if not self._pull():
+                left = getattr(packer, "tokens", 0)  # (concat_then_split: what drop_remainder drops)
                 dropped = packer.finish()
-                self._counts["dropped_tokens"] += sum(s.n for s in dropped)
+                if dropped:
+                    self._counts["dropped_tokens"] += left
                 self._release(dropped)
                 if not packer.has_row():
                     self._done = True
