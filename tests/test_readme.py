@@ -214,7 +214,7 @@ def test_the_quick_start_runs_without_a_warning(tmp_path: Path):
     from headrace.io.example import encode
     from headrace.io.sharded_writer import ShardedWriter
 
-    (lang, _, code), = [b for b in _blocks() if b[0] == "python"][:1]
+    code = next(code for lang, _, code in _blocks() if lang == "python")  # the README's first: the Quick start
     assert ".shuffle(10_000" in code and 'memory_budget="2GiB"' in code
     with ShardedWriter(tmp_path / "demo_output" / "data" / "train", "train", num_shards=4) as w:
         for jpeg, label in iter_photo_jpegs(1700, (40, 30)):

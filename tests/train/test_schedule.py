@@ -22,7 +22,7 @@ def test_one_cycle_runs_every_step_of_a_short_run_and_peaks_at_max_lr(total_step
         opt.step()
         schedule.step()
     assert schedule.state_dict()["total_steps"] == total_steps
-    assert max(lrs) <= 0.05 + 1e-12 and lrs[-1] < max(lrs) or total_steps == 1
+    assert max(lrs) <= 0.05 + 1e-12 and (lrs[-1] < max(lrs) or total_steps == 1)
     if total_steps >= 4:  # a rise, then a fall
         peak = lrs.index(max(lrs))
         assert 0 < peak < total_steps - 1 and max(lrs) > 0.8 * 0.05 and lrs[0] < 0.1 * 0.05, lrs

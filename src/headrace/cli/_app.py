@@ -118,8 +118,9 @@ def translate(message: str, flags: Mapping[str, str]) -> str:
     """``message`` with the Python parameter names in it replaced by their flags.
 
     ``Options(name=...)`` and ``name=True`` -> ``--flag``; ``name=value`` and ``name='word'`` -> ``--flag
-    value`` / ``--flag word``; a bare ``snake_case`` name -> ``--flag`` (bare one-word names are left alone: they are ordinary words too). ``--flag (--flag)``, left where a
-    message named both, collapses to ``--flag``.
+    value`` / ``--flag word``; a bare ``snake_case`` name -> ``--flag`` (bare one-word names are left alone:
+    they are ordinary words too). ``--flag (--flag)``, left where a message named both, collapses to
+    ``--flag``.
     """
     for name, flag in sorted(flags.items(), key=lambda kv: -len(kv[0])):
         edge = rf"(?<![\w.\-]){re.escape(name)}"
