@@ -746,13 +746,24 @@ print(json.dumps(out))
 
 
 def test_every_error_case_is_one_line_on_the_process_stderr(shards: Path, tmp_path: Path, damaged_framing) -> None:
-    """The error cases of this file (the tables above, damaged TFRecord framing) run through ``main`` in a
-    process of their own: what reaches the process's stderr (fd 2, not click's captured stream: a thread's
-    or a library's output too) is one ``headrace: error:`` line, never a traceback."""
+    """The error cases of this file (the tables above, damaged TFRecord framing, a damaged HDF5 object
+    header) run through ``main`` in a process of their own: what reaches the process's stderr (fd 2, not
+    click's captured stream: a thread's or a library's output too) is one ``headrace: error:`` line, never a
+    traceback."""
+    import h5py
+    import numpy as np
+
     paths = _error_paths(shards, tmp_path)
     cases = [[a.format(**paths) for a in args] for args, _ in USER_ERRORS + USAGE_ERRORS]
     cases += [["train", str(damaged_framing[r][0]), "--image-size", "16"] for r in ("truncated", "data_crc")]
     cases += [["bench", str(damaged_framing["data_crc"][0]), "--image-size", "16", "--max-batches", "2"]]
+    h5 = tmp_path / "damaged.h5"  # a flipped byte in an object header: h5py's bare RuntimeError before
+    with h5py.File(h5, "w") as f:
+        f.create_dataset("x", data=np.arange(12).reshape(6, 2))
+    with h5py.File(h5, "r") as f:
+        addr = h5py.h5o.get_info(f["x"].id).addr
+    h5.write_bytes(h5.read_bytes()[:addr] + b"\xff" + h5.read_bytes()[addr + 1:])
+    cases += [["inspect", str(h5)]]
     done = subprocess.run([sys.executable, "-c", _RUN_CASES], input=json.dumps(cases), capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
