@@ -65,9 +65,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'headrace' has no attribute {name!r}")
 
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | _LAZY_SUBMODULES)
-
 
 __all__ = [
     "AUTOTUNE",
