@@ -65,7 +65,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'headrace' has no attribute {name!r}")
 
 
-
 __all__ = [
     "AUTOTUNE",
     "INFINITE_CARDINALITY",
