@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import headrace as hr
+from headrace._ops import tuner
 
 # Holds time, CPU-share or scaling bounds: under pytest-xdist it runs while the other worker waits.
 pytestmark = pytest.mark.alone
@@ -327,6 +328,13 @@ def test_where_no_core_is_left_a_worker_moves_from_the_less_busy_stage_to_the_sl
     moved = [h for h in rep["history"] if h["stage"] == "map(_sort)" and "(map(_light))" in h["change"]]
     assert moved and moved[0]["change"].startswith("workers 1->2") and "workers 1->0 (map(_light))" in moved[0][
         "change"], rep["history"]
-    assert knobs["map(_sort)"]["workers"] == 2 and knobs["map(_light)"]["workers"] == 0, (knobs, rep["history"])
+    # Whether the move pays is measured: beside another job (a CPU hog) the second core is not there and the
+    # trial's gain stays under ACCEPT. The test judges the tuner by what its own trial measured, not by a guess
+    # about the machine: a kept move (gain >= ACCEPT) leaves 2 + 0 workers, an undone one gives the worker back.
+    assert all(h["kept"] == (h["gain"] is not None and h["gain"] >= tuner.ACCEPT) for h in moved), rep["history"]
+    if any(h["kept"] for h in moved):
+        assert knobs["map(_sort)"]["workers"] == 2 and knobs["map(_light)"]["workers"] == 0, (knobs, rep["history"])
+    else:
+        assert knobs["map(_sort)"]["workers"] == 1, (knobs, rep["history"])
     assert sampler.max_workers["map(_sort)"] <= 2 and sampler.max_workers.get("map(_light)", 0) <= 1
     assert rep["cpu_granted"] <= 2.0 + 1e-9
