@@ -56,11 +56,12 @@ def child_command(mode: str, shape: dict[str, Any], args: dict[str, Any]) -> lis
 
 def run_child(mode: str, shape: dict[str, Any], args: dict[str, Any] | None = None,
               timeout_s: float = 60.0) -> tuple[dict[str, Any] | None, Verdict | None]:
-    """Run one child; (result, None) or (None, a hang/error verdict)."""
+    """Run one child (in a session of its own: its signals to its process group reach nobody else);
+    (result, None) or (None, a hang/error verdict)."""
     args = {"hang_s": timeout_s, **(args or {})}
     try:
         out = subprocess.run(child_command(mode, shape, args), capture_output=True, text=True,
-                             timeout=timeout_s + 15, env=_env(), cwd=REPO)
+                             timeout=timeout_s + 15, env=_env(), cwd=REPO, start_new_session=True)
     except subprocess.TimeoutExpired as e:
         return None, Verdict("hang", f"{mode}: no result within {timeout_s + 15:.0f} s",
                              {"stderr": (e.stderr or b"")[-4000:] if isinstance(e.stderr, bytes) else e.stderr})
@@ -143,13 +144,18 @@ def check_kill(shape: dict[str, Any], *, after_elements: int, every: int, timeou
                                              "logged": res["logged"]})
 
 
-def check_interrupts(shape: dict[str, Any], seconds: float = 2.0, seed: int = 0,
-                     timeout_s: float = 60.0) -> Verdict:
-    res, bad = run_child("interrupt", shape, {"seconds": seconds, "seed": seed}, timeout_s)
+def check_interrupts(shape: dict[str, Any], seconds: float = 2.0, seed: int = 0, timeout_s: float = 60.0,
+                     **args: Any) -> Verdict:
+    """Repeated SIGINTs while iterating (``args``: ``group``, ``min_gap_s``, ``max_gap_s``: see ``child``); a
+    close() over 2 s is a hang, a child process alive 1 s after the last close() a leak."""
+    res, bad = run_child("interrupt", shape, {"seconds": seconds, "seed": seed, **args}, timeout_s)
     if bad is not None:
         return bad
     if res["close_s"] > 2.0:
         return Verdict("hang", f"close() took {res['close_s']:.2f} s after interrupts", res)
+    if res["workers_alive"]:
+        return Verdict("leak", f"{len(res['workers_alive'])} process(es) alive 1 s after the last close(): "
+                               f"{res['workers_alive']}", res)
     return Verdict("ok", "", res)
 
 

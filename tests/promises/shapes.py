@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 import headrace as hr
+from tests.promises.fns import _Blowup
 
 KiB = 1024
 MiB = 1024**2
@@ -75,23 +76,6 @@ def check_payload(element: Any) -> None:
 
 
 # ---- building ----------------------------------------------------------------------------------------
-class _Blowup:
-    """map function: a new payload ``factor`` times as large (new memory, as a decoder makes)."""
-
-    def __init__(self, factor: float, sizes: dict[str, Any]) -> None:
-        self.factor = factor
-        self.sizes = sizes
-        self.__name__ = f"blowup{factor:g}"
-
-    def __call__(self, x: dict[str, Any]) -> dict[str, Any]:
-        ident, payload = x["id"], x["payload"]
-        n = int(payload.shape[-1] * self.factor)
-        if np.ndim(ident) == 0:
-            return {"id": ident, "payload": np.full(n, int(ident) % 251, np.uint8)}
-        rows = (np.asarray(ident) % 251).astype(np.uint8)  # a batch (of batches): one row per id
-        return {"id": ident, "payload": np.repeat(rows[..., None], n, axis=-1)}
-
-
 def _source(shape: dict[str, Any]) -> hr.Dataset:
     n, sizes, src = shape["n"], shape["sizes"], shape["source"]
 
@@ -226,3 +210,25 @@ def random_shape(seed: int, *, max_stream_bytes: int = 1 << 30, budgets: tuple[i
         worst = max(worst, unit)
     budget = max(budget, int(6 * worst))
     return {"seed": seed, "n": n, "sizes": sizes, "source": source, "stages": stages, "budget": int(budget)}
+
+
+def ctrl_c_case(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A shape with a map on worker processes and the arguments of the ``interrupt`` check that presses Ctrl-C
+    at it (SIGINT to the process group, ``group``), a new iterator built after each ``IteratorClosedError`` as a
+    notebook user does: ``(shape, args)``, seeded. Spacing: steady (60-120 presses 20-70 ms apart) or in pairs
+    (a press once the workers started and compute, then a second press 10-100 ms after it, landing in the close
+    the first began; the last pair ends the run)."""
+    rng = random.Random(seed)
+    map_stage = {"op": "map", "parallel": rng.choice([2, 4, hr.AUTOTUNE]), "deterministic": rng.random() < 0.5,
+                 "blowup": 1.0, "executor": rng.choice(["process", "process", "auto"])}
+    shape = {"seed": seed, "n": 1_000_000, "sizes": {"kind": "fixed", "small": rng.choice([64, 4 * KiB, 64 * KiB])},
+             "source": {"kind": "range"}, "stages": [map_stage], "budget": 256 * MiB}
+    if rng.random() < 0.5:
+        shape["stages"].append({"op": "prefetch", "buffer": 2})
+    if rng.random() < 0.3:
+        lo = rng.uniform(0.02, 0.03)
+        hi = lo + rng.uniform(0.01, 0.04)
+        args = {"min_gap_s": lo, "max_gap_s": hi, "signals": rng.randint(60, 120)}
+    else:
+        args = {"min_gap_s": 1.2, "max_gap_s": 1.8, "second_gap_s": [0.01, 0.1], "signals": rng.choice([4, 6])}
+    return shape, {"group": True, "seed": seed, **args}

@@ -110,8 +110,10 @@ class _Proc:
             env.setdefault("MALLOC_TRIM_THRESHOLD_", str(4 << 20))
             env.setdefault("MALLOC_ARENA_MAX", "4")
         try:
+            # a process group of its own: a Ctrl-C in the terminal (SIGINT to the foreground group) reaches the
+            # parent, which decides, and never a worker still importing (which would die with a traceback)
             self.popen = subprocess.Popen(child_command(child.fileno()), pass_fds=[child.fileno()],
-                                          stdin=subprocess.DEVNULL, env=env, close_fds=True)
+                                          stdin=subprocess.DEVNULL, env=env, close_fds=True, process_group=0)
         finally:
             child.close()
         self.pid = self.popen.pid
