@@ -24,7 +24,8 @@ it: a clear error). Judged (``tests/promises/judge.py``):
   case also runs the older shape checks: SIGKILL at a random element and recovery from the last checkpoint,
   repeated SIGINTs inside ``next()`` (``tests/promises/shapes.py``), and Ctrl-C pressed again and again at a
   process map (``shapes.ctrl_c_case``: SIGINT to the process group; ``leak``: a worker process alive 1 s after
-  the last ``close()``).
+  the last ``close()``), and a parallel map of large outputs from small inputs under a budget with room for
+  one output (``shapes.tight_map_shape``, threads, processes or ``"auto"``).
 
 ``--load N`` runs N busy processes (``while True: pass``) beside the last ``--loaded-fraction`` (default half)
 of the cases, stopped at the end (in a ``finally``). The acceptance run::
@@ -60,9 +61,9 @@ sys.path.insert(0, str(REPO))
 import headrace as hr  # noqa: E402
 from headrace._machine import machine_line  # noqa: E402
 from tests.promises.cases import describe, random_case  # noqa: E402
-from tests.promises.harness import check_interrupts, check_kill  # noqa: E402
+from tests.promises.harness import check_interrupts, check_kill, check_memory  # noqa: E402
 from tests.promises.judge import check_case  # noqa: E402
-from tests.promises.shapes import build, ctrl_c_case, random_shape  # noqa: E402
+from tests.promises.shapes import build, ctrl_c_case, random_shape, tight_map_shape  # noqa: E402
 
 MiB = 1024**2
 KINDS = ["over_cap", "overdraft", "lost", "duplicated", "reordered", "hang", "error", "leak", "refused"]
@@ -89,6 +90,7 @@ def run_case(seed: int, kill_every: int, k: int) -> list[tuple[str, object]]:
         verdicts.append(("interrupt", check_interrupts(shape, seconds=1.5, seed=seed)))
         ctrl_c_shape, ctrl_c_args = ctrl_c_case(seed)  # Ctrl-C at a process map: no worker process left
         verdicts.append(("ctrl_c", check_interrupts(ctrl_c_shape, seconds=30.0, **ctrl_c_args)))
+        verdicts.append(("tight_map", check_memory(tight_map_shape(seed))))  # large outputs, room for one
     return verdicts
 
 

@@ -3,7 +3,8 @@
 Prints one JSON line (the result) on stdout. Modes:
 
 - ``memory``: stream the whole shape; RSS of this process and its children is sampled every 2 ms from the
-  moment before ``iter()``; reports the growth over that base, the tracked peak, the overdraft and the ids.
+  moment before ``iter()``; reports the growth over that base, the tracked peak, the overdraft and the ids
+  (and a ``MemoryBudgetError``'s message, ``refused``, where the pipeline refused its budget).
 - ``restore``: at ``points`` (element counts) take ``get_state()`` (through ``json``), close, build the
   pipeline again, ``set_state`` and go on; reports the ids (exactly once means the multiset is whole).
 - ``run``: stream and log every id (``log`` file, flushed per element), writing a checkpoint
@@ -82,17 +83,21 @@ def mode_memory(shape: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
     got: Counter[int] = Counter()
     sampler = RssSampler()
     t0 = time.perf_counter()
+    refused = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
         with iter(ds) as it:
-            for x in it:
-                check_payload(x)
-                got.update(ids(x))
-                del x
+            try:
+                for x in it:
+                    check_payload(x)
+                    got.update(ids(x))
+                    del x
+            except hr.MemoryBudgetError as e:  # a budget that cannot hold what the pipeline needs at once
+                refused = str(e)
             stats = it.memory_stats()
     seconds = time.perf_counter() - t0
     growth = sampler.stop()
-    return {"growth": growth, "seconds": seconds, "tracked_peak": stats["peak_bytes"],
+    return {"refused": refused, "growth": growth, "seconds": seconds, "tracked_peak": stats["peak_bytes"],
             "limit": stats["limit_bytes"], "overdraft": stats["overdraft_bytes"], **_ids_result(got)}
 
 

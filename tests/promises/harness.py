@@ -33,7 +33,7 @@ def rss_cap(budget: int) -> float:
 
 @dataclass
 class Verdict:
-    kind: str                 # "ok", "over_cap", "lost", "duplicated", "hang", "error"
+    kind: str                 # "ok", "over_cap", "lost", "duplicated", "hang", "error", "leak", "refused"
     detail: str = ""
     figures: dict[str, Any] = field(default_factory=dict)
 
@@ -92,6 +92,13 @@ def check_memory(shape: dict[str, Any], timeout_s: float = 120.0, cache_dir: str
         return bad
     figures = {k: res[k] for k in ("growth", "seconds", "tracked_peak", "limit", "overdraft")}
     cap = rss_cap(shape["budget"])
+    if res.get("refused") is not None:  # a clear refusal, before anything was overdrawn (judged below)
+        figures["refused"] = res["refused"]
+        if res["overdraft"] or res["tracked_peak"] > res["limit"] or res["growth"] > cap:
+            return Verdict("over_cap", f"refused ({res['refused'][:200]}) after going over the budget", figures)
+        if "\n" in res["refused"]:
+            return Verdict("error", f"a refusal of more than one line: {res['refused'][:400]!r}", figures)
+        return Verdict("refused", res["refused"], figures)
     if res["growth"] > cap:
         return Verdict("over_cap", f"RSS grew by {res['growth'] / MiB:.1f} MiB > cap {cap / MiB:.1f} MiB", figures)
     if res["tracked_peak"] > res["limit"]:

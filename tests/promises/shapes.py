@@ -101,7 +101,7 @@ def build(shape: dict[str, Any], cache_dir: str | None = None) -> hr.Dataset:
     for st in shape["stages"]:
         op = st["op"]
         if op == "map":
-            ds = ds.map(_Blowup(st["blowup"], shape["sizes"]), num_parallel_calls=st["parallel"],
+            ds = ds.map(_Blowup(st["blowup"], shape["sizes"], st.get("out")), num_parallel_calls=st["parallel"],
                         deterministic=st["deterministic"], executor=st.get("executor"))
         elif op == "shuffle":
             ds = ds.shuffle(st["buffer"], seed=st.get("seed", 0))
@@ -140,6 +140,9 @@ def deterministic(shape: dict[str, Any]) -> bool:
 
 
 def streamed_bytes(shape: dict[str, Any]) -> int:
+    outs = [st["out"] for st in shape["stages"] if st["op"] == "map" and st.get("out")]
+    if outs:
+        return max(outs) * shape["n"]
     blow = max([1.0] + [st["blowup"] for st in shape["stages"] if st["op"] == "map"])
     return int(sum(size_of(shape["sizes"], i) for i in range(shape["n"])) * blow)
 
@@ -232,3 +235,20 @@ def ctrl_c_case(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     else:
         args = {"min_gap_s": 1.2, "max_gap_s": 1.8, "second_gap_s": [0.01, 0.1], "signals": rng.choice([4, 6])}
     return shape, {"group": True, "seed": seed, **args}
+
+
+def tight_map_shape(seed: int) -> dict[str, Any]:
+    """A parallel map whose outputs (4-12 MiB) dwarf its inputs (64 B: a decoder), under a budget with room
+    for one output but not two (1.2-1.9 outputs), on threads, processes or ``"auto"``: the calls that start
+    before the first output's size is known must not hold two at once (issue 37: 12 MiB outputs under 16 MiB,
+    4 calls, tracked peak 24 MiB). On processes a call holds its output twice (the worker's copy while it is
+    sent): a clear ``MemoryBudgetError`` refusal is the answer there."""
+    rng = random.Random(seed)
+    out = rng.choice([4, 8, 12]) * MiB
+    stage = {"op": "map", "parallel": rng.choice([2, 4, hr.AUTOTUNE]), "deterministic": rng.random() < 0.5,
+             "blowup": 1.0, "out": out, "executor": rng.choice(["thread", "process", "auto"])}
+    stages: list[dict[str, Any]] = [stage]
+    if rng.random() < 0.3:
+        stages.append({"op": "prefetch", "buffer": 1})
+    return {"seed": seed, "n": rng.randint(12, 40), "sizes": {"kind": "fixed", "small": 64},
+            "source": {"kind": "range"}, "stages": stages, "budget": int(out * rng.uniform(1.2, 1.9))}
