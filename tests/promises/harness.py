@@ -179,3 +179,28 @@ def check_close_from_thread(shape: dict[str, Any], delay_s: float = 0.05, timeou
 
 def kill_point(rng: random.Random, n_elements: int) -> int:
     return rng.randint(1, max(1, n_elements - 1))
+
+
+def check_adapter(case: dict[str, Any], timeout_s: float = 150.0) -> Verdict:
+    """An adapter under Ctrl-C or close() from another thread (``tests/promises/adapter_child.py``): the first
+    run ends within 2 s of the event, the resumed run yields exactly the rest (every id once), no headrace
+    thread or child process is left 1 s after, and to_jax's RSS growth stays within ``rss_cap(budget)``."""
+    try:
+        out = subprocess.run([sys.executable, "-m", "tests.promises.adapter_child", json.dumps(case)],
+                             capture_output=True, text=True, timeout=timeout_s, env=_env(), cwd=REPO)
+    except subprocess.TimeoutExpired:
+        return Verdict("hang", f"{case['adapter']}: no result within {timeout_s:.0f} s")
+    if out.returncode != 0:
+        return Verdict("hang" if "Timeout (" in out.stderr else "error", f"{case['adapter']}: child exited "
+                       f"{out.returncode}", {"stderr": out.stderr[-6000:]})
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    figures = {k: v for k, v in res.items() if k != "ids"}
+    if res["after_event_s"] is not None and res["after_event_s"] > 2.0:
+        return Verdict("hang", f"the first run ended {res['after_event_s']:.2f} s after the {case['event']}", figures)
+    if res["threads"] or res["processes"]:
+        return Verdict("leak", f"alive 1 s after the end: threads {res['threads']}, processes {res['processes']}",
+                       figures)
+    if res["growth"] is not None and res["growth"] > rss_cap(case["budget"]):
+        return Verdict("over_cap", f"RSS grew by {res['growth'] / MiB:.1f} MiB > cap "
+                                   f"{rss_cap(case['budget']) / MiB:.1f} MiB", figures)
+    return judge_ids({"n": case["n"], "stages": []}, res["ids"], figures)
