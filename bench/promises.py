@@ -25,7 +25,9 @@ it: a clear error). Judged (``tests/promises/judge.py``):
   repeated SIGINTs inside ``next()`` (``tests/promises/shapes.py``), and Ctrl-C pressed again and again at a
   process map (``shapes.ctrl_c_case``: SIGINT to the process group; ``leak``: a worker process alive 1 s after
   the last ``close()``), and a parallel map of large outputs from small inputs under a budget with room for
-  one output (``shapes.tight_map_shape``, threads, processes or ``"auto"``).
+  one output (``shapes.tight_map_shape``, threads, processes or ``"auto"``), and an adapter (``to_torch``,
+  ``StatefulDataLoader`` under forkserver, Keras, ``to_jax``) under Ctrl-C or ``close()`` from another thread
+  (``tests/promises/adapter_child.py``).
 
 ``--load N`` runs N busy processes (``while True: pass``) beside the last ``--loaded-fraction`` (default half)
 of the cases, stopped at the end (in a ``finally``). The acceptance run::
@@ -60,8 +62,9 @@ sys.path.insert(0, str(REPO))
 
 import headrace as hr  # noqa: E402
 from headrace._machine import machine_line  # noqa: E402
+from tests.promises.adapter_child import adapter_case  # noqa: E402
 from tests.promises.cases import describe, random_case  # noqa: E402
-from tests.promises.harness import check_interrupts, check_kill, check_memory  # noqa: E402
+from tests.promises.harness import check_adapter, check_interrupts, check_kill, check_memory  # noqa: E402
 from tests.promises.judge import check_case  # noqa: E402
 from tests.promises.shapes import build, ctrl_c_case, random_shape, tight_map_shape  # noqa: E402
 
@@ -91,6 +94,7 @@ def run_case(seed: int, kill_every: int, k: int) -> list[tuple[str, object]]:
         ctrl_c_shape, ctrl_c_args = ctrl_c_case(seed)  # Ctrl-C at a process map: no worker process left
         verdicts.append(("ctrl_c", check_interrupts(ctrl_c_shape, seconds=30.0, **ctrl_c_args)))
         verdicts.append(("tight_map", check_memory(tight_map_shape(seed))))  # large outputs, room for one
+        verdicts.append(("adapter", check_adapter(adapter_case(seed))))  # Ctrl-C / close() at an adapter
     return verdicts
 
 
