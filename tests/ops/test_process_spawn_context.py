@@ -1,6 +1,6 @@
 """What a worker process of ``executor="process"`` starts with, as ``multiprocessing``'s spawn gives a child:
 the parent's ``sys.argv``, ``sys.path`` and working directory, so a module that reads them at import (scripts
-do) imports in the worker as in the parent."""
+do) imports in the worker as in the parent; unlike spawn, a process group of its own."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import subprocess
 import sys
 import textwrap
 
+import headrace as hr
 from tests.conftest import REPO
+from tests.ops.proc_fns import times_three
 
 _MODULE = textwrap.dedent("""
     import json
@@ -57,3 +59,12 @@ def test_a_worker_sees_the_parents_argv_path_and_working_directory(tmp_path):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["values"] == [7, 8, 9, 10]
     assert result["worker"] == result["parent"] == [str(cwd), [str(script), "7", "--flag"]]
+
+
+def test_a_worker_is_in_a_process_group_of_its_own():
+    # Ctrl-C in a terminal signals the foreground process group: the parent gets it and closes its workers; a
+    # worker in the parent's group was killed by it while still importing (a KeyboardInterrupt traceback each)
+    with iter(hr.Dataset.range(4).map(times_three, num_parallel_calls=2, executor="process")) as it:
+        assert [int(x) for x in it] == [0, 3, 6, 9]
+        pids = [pid for r in it._ctx.tree.resources.values() for pid in r.workers.pids()]
+        assert pids and all(os.getpgid(pid) == pid != os.getpgrp() for pid in pids), pids
