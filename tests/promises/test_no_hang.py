@@ -53,7 +53,7 @@ def test_ctrl_c_pressed_again_and_again_at_a_process_map_leaves_no_worker_proces
     shape, args = ctrl_c_case(seed)
     verdict = check_interrupts(shape, seconds=30.0, **args)
     assert verdict.ok, (verdict.kind, verdict.detail, verdict.figures)
-    assert verdict.figures["signals"] == args["signals"] and verdict.figures["outcomes"].get("interrupted", 0) >= 2
+    assert verdict.figures["signals"] == args["signals"] and verdict.figures["outcomes"].get("interrupted", 0) >= 1
 
 
 @pytest.mark.parametrize("shape", [BUSY, SEQUENTIAL], ids=["parallel", "parallel-batch"])
