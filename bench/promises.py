@@ -23,7 +23,12 @@ it: a clear error). Judged (``tests/promises/judge.py``):
   the stream once, each worker inside the cap;
 - hangs: any child without its results in time (a watchdog dumps its threads); every ``--kill-every``-th
   case also runs the older shape checks: SIGKILL at a random element and recovery from the last checkpoint,
-  repeated SIGINTs inside ``next()`` (``tests/promises/shapes.py``).
+  repeated SIGINTs inside ``next()`` (``tests/promises/shapes.py``), and Ctrl-C pressed again and again at a
+  process map (``shapes.ctrl_c_case``: SIGINT to the process group; ``leak``: a worker process alive 1 s after
+  the last ``close()``), and a parallel map of large outputs from small inputs under a budget with room for
+  one output (``shapes.tight_map_shape``, threads, processes or ``"auto"``), and an adapter (``to_torch``,
+  ``StatefulDataLoader`` under forkserver, Keras, ``to_jax``) under Ctrl-C or ``close()`` from another thread
+  (``tests/promises/adapter_child.py``).
 
 ``--load N`` runs N busy processes (``while True: pass``) beside the last ``--loaded-fraction`` (default half)
 of the cases, stopped at the end (in a ``finally``). The acceptance run::
@@ -35,10 +40,11 @@ Its time, measured on a 2-core VM shared with other jobs: 80 cases without load 
 costing a watchdog); so about 25-40 min on a 2-core machine of its own once no case hangs.
 
 Prints the machine, then ``N cases, N over the cap, N overdraft, N lost, N duplicated, N reordered, N hangs,
-N errors, N clear refusals`` and each failing case: its seed and a one-line description. Rerun one with
-``python bench/promises.py --first-seed S --shapes 1 --skip-throughput`` (add ``--load 2 --loaded-fraction 1``
-for a case that failed under load). Then throughput under tight budgets (issue 10's target: with room for
->= 2 elements per active slot, >= 60% of the throughput with an unlimited budget), best of 3.
+N errors, N leaked processes, N clear refusals`` and each failing case: its seed and a one-line description.
+Rerun one with ``python bench/promises.py --first-seed S --shapes 1 --skip-throughput`` (add ``--load 2
+--loaded-fraction 1`` for a case that failed under load). Then throughput under tight budgets (issue 10's
+target: with room for >= 2 elements per active slot, >= 60% of the throughput with an unlimited budget), best
+of 3.
 """
 
 from __future__ import annotations
@@ -57,13 +63,14 @@ sys.path.insert(0, str(REPO))
 
 import headrace as hr  # noqa: E402
 from headrace._machine import machine_line  # noqa: E402
+from tests.promises.adapter_child import adapter_case  # noqa: E402
 from tests.promises.cases import describe, random_case  # noqa: E402
-from tests.promises.harness import check_interrupts, check_kill  # noqa: E402
+from tests.promises.harness import check_adapter, check_interrupts, check_kill, check_memory  # noqa: E402
 from tests.promises.judge import check_case  # noqa: E402
-from tests.promises.shapes import build, random_shape  # noqa: E402
+from tests.promises.shapes import build, ctrl_c_case, random_shape, tight_map_shape  # noqa: E402
 
 MiB = 1024**2
-KINDS = ["over_cap", "overdraft", "lost", "duplicated", "reordered", "hang", "error", "refused"]
+KINDS = ["over_cap", "overdraft", "lost", "duplicated", "reordered", "hang", "error", "leak", "refused"]
 
 
 def busy(n: int) -> list[subprocess.Popen]:
@@ -85,6 +92,10 @@ def run_case(seed: int, kill_every: int, k: int) -> list[tuple[str, object]]:
         rng = random.Random(seed)
         verdicts.append(("kill", check_kill(shape, after_elements=rng.randint(2, 40), every=rng.choice([1, 3, 7]))))
         verdicts.append(("interrupt", check_interrupts(shape, seconds=1.5, seed=seed)))
+        ctrl_c_shape, ctrl_c_args = ctrl_c_case(seed)  # Ctrl-C at a process map: no worker process left
+        verdicts.append(("ctrl_c", check_interrupts(ctrl_c_shape, seconds=30.0, **ctrl_c_args)))
+        verdicts.append(("tight_map", check_memory(tight_map_shape(seed))))  # large outputs, room for one
+        verdicts.append(("adapter", check_adapter(adapter_case(seed))))  # Ctrl-C / close() at an adapter
     return verdicts
 
 
@@ -172,8 +183,8 @@ def main() -> None:
     loaded = f"the last {n_loaded} under --load {args.load}" if args.load else "no load"
     print(f"{args.shapes} cases, {counts[0]} over the cap, {counts[1]} overdraft, {counts[2]} lost, "
           f"{counts[3]} duplicated, {counts[4]} reordered, {counts[5]} hangs, {counts[6]} errors, "
-          f"{counts[7]} clear refusals ({time.monotonic() - t0:.0f} s, {loaded}; target: all zeros but "
-          f"refusals) -> {'MET' if met else 'NOT MET'}")
+          f"{counts[7]} leaked processes, {counts[8]} clear refusals ({time.monotonic() - t0:.0f} s, {loaded}; "
+          f"target: all zeros but refusals) -> {'MET' if met else 'NOT MET'}")
     print(machine_line())
     for seed, loaded, text, bad in failures:
         kinds = ", ".join(f"{phase} {v.kind}" for phase, v in bad)

@@ -4,6 +4,10 @@ the first ``next()``, where tf.data raises it (issue 23), one test per kind of b
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -11,7 +15,7 @@ import pytest
 
 import headrace as hr
 from headrace import _memory
-from tests.conftest import wait_no_threads
+from tests.conftest import REPO, wait_no_threads
 
 D = hr.Dataset
 
@@ -119,3 +123,44 @@ def test_an_interrupt_while_building_is_raised_by_iter_itself():
 
     with pytest.raises(KeyboardInterrupt):
         iter(D.from_source(interrupted))
+
+
+_CLOSE_INTERRUPTED = """
+import json, signal, threading, time
+import psutil
+import headrace as hr
+from headrace._ops import proc_pool
+from tests.ops.proc_fns import times_three
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+real_close = proc_pool.ProcessWorkers.close
+
+def slow_close(self):  # close()'s slowest step, made slower: Ctrl-C pressed again lands inside it
+    time.sleep(0.6)
+    real_close(self)
+
+proc_pool.ProcessWorkers.close = slow_close
+it = iter(hr.Dataset.range(10**6).map(times_three, num_parallel_calls=2, executor="process"))
+for _ in range(20):
+    next(it)
+threading.Timer(0.2, signal.pthread_kill, (threading.get_ident(), signal.SIGINT)).start()
+interrupted = False
+try:
+    it.close()
+except KeyboardInterrupt:
+    interrupted = True
+time.sleep(1.5)
+alive = [p.pid for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE]
+print(json.dumps({"interrupted": interrupted, "alive": alive}))
+"""
+
+
+def test_an_interrupt_inside_close_still_ends_every_worker_process():
+    # Issue 37: Ctrl-C pressed again while close() (the first one's) ran cut the teardown short: the worker
+    # processes of the closed iterator lived on until the interpreter ended.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    out = subprocess.run([sys.executable, "-c", _CLOSE_INTERRUPTED], capture_output=True, text=True, env=env,
+                         cwd=REPO, timeout=120, start_new_session=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"interrupted": True, "alive": []}

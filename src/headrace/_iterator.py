@@ -35,6 +35,9 @@ Interrupts: a ``KeyboardInterrupt`` (or any other ``BaseException`` that is not 
 inside ``next()`` can land between any two bytecodes of the pipeline, so the iterator cannot know which
 stages took their element: it closes itself (within about a second) and re-raises. The iterator is then
 closed, never half-usable and never hung; restore a state saved before into a new iterator to continue.
+Closing itself cannot be cut short by a further interrupt (Ctrl-C pressed again): called from the main thread,
+where Python raises them, the teardown runs in a thread of its own (``run_to_the_end``), so every thread,
+file and worker process of the iterator ends even when the wait for it is interrupted.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from ._errors import IteratorClosedError, StateError
 from ._malloc import tune_for_pipelines
 from ._memory import Cancelled, budget_for, rss_bytes
 from ._ops import by_value
-from ._ops.base import JOIN_TIMEOUT_S, join_threads
+from ._ops.base import JOIN_TIMEOUT_S, join_threads, run_to_the_end
 from ._ops.context import IteratorContext
 from ._ops.explain import Plan, bottleneck, build_tree
 from ._ops.node import abandon_build, as_node
@@ -70,6 +73,8 @@ STATE_FORMAT = "headrace.iterator"
 STATE_VERSION = 2
 
 _LIVE: weakref.WeakSet[Iterator] = weakref.WeakSet()
+CLOSE_WAIT_S = 30.0
+"""How long ``close()`` waits for its teardown (about a second: threads are joined against JOIN_TIMEOUT_S)."""
 
 
 class Iterator:
@@ -309,6 +314,16 @@ class Iterator:
                 self._build_error, self._closed_by = None, by
             return
         self._closed_by = by
+        # in a thread of its own where an interrupt could land (Ctrl-C, repeated): never half done
+        alive = run_to_the_end("close", lambda: self._teardown(root), CLOSE_WAIT_S)
+        if alive:
+            self._threads_alive = [t.name for t in alive]
+            warnings.warn(f"headrace: {len(alive)} pipeline thread(s) still running after close() (inside user "
+                          f"code for more than {JOIN_TIMEOUT_S:.0f} s): {', '.join(self._threads_alive)}; they are "
+                          "daemon threads and end when that code returns", ResourceWarning, stacklevel=3)
+
+    def _teardown(self, root: Stage) -> list[threading.Thread]:
+        """Stop, join and close the stages, the tuner and the worker processes; the threads still alive."""
         self._ctx.tree.stop.set()
         if self._tuner is not None:
             self._tuner.wake()
@@ -322,11 +337,7 @@ class Iterator:
         alive = root.alive_threads() + [t for t in self._extra_threads() if t.is_alive()]
         if not alive:  # and the accounts of stages no longer in the tree (a repeat epoch that failed to build)
             self._close_accounts()
-        if alive:
-            self._threads_alive = [t.name for t in alive]
-            warnings.warn(f"headrace: {len(alive)} pipeline thread(s) still running after close() (inside user "
-                          f"code for more than {JOIN_TIMEOUT_S:.0f} s): {', '.join(self._threads_alive)}; they are "
-                          "daemon threads and end when that code returns", ResourceWarning, stacklevel=3)
+        return alive
 
     def __enter__(self) -> Iterator:
         return self

@@ -20,7 +20,9 @@ wait is timed.
 
 State: ``get_state()`` is the position of the last batch handed to the caller (the batches copied ahead are
 not counted: a restore yields them again), a small JSON dict; ``set_state(state)`` on any ``to_jax`` iterator
-of the same pipeline continues with exactly the rest.
+of the same pipeline continues with exactly the rest. An interrupt (``KeyboardInterrupt``) inside ``next()``
+closes the iterator (its thread and pipeline stop), as a headrace ``Iterator`` does: the batch being handed
+out may be lost, so go on from a state saved before.
 
 Orbax: ``headrace.jax_orbax`` (``CheckpointSave`` / ``CheckpointRestore``, when Orbax is installed) saves and
 restores the iterator's state inside an Orbax checkpoint.
@@ -212,7 +214,13 @@ class JaxIterator:
     def __next__(self) -> Any:
         if self._closed:
             raise IteratorClosedError("next() on a closed to_jax iterator; make a new one with to_jax(ds)")
-        placed, self._state = self._producer.take()
+        try:
+            placed, self._state = self._producer.take()
+        except (StopIteration, Exception):
+            raise
+        except BaseException:  # KeyboardInterrupt & co: a batch may be half taken, so close, as Iterator does
+            self.close()
+            raise
         return placed
 
     def get_state(self) -> dict[str, Any]:

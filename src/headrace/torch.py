@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._deps import require
-from ._errors import StateError
+from ._errors import IteratorClosedError, StateError
 from ._memory import budget_share
 from ._structure import map_structure
 from ._versioned import check_versioned
@@ -117,6 +117,9 @@ def _check_position(state: Any, source: str) -> dict[str, Any]:
     return state
 
 
+_POSITION_LOST = "closed by an interrupt inside next() (its position is unknown)"
+
+
 class TorchEpochIterator:
     """One epoch of a :class:`TorchIterableDataset` in one process: what its ``iter()`` returns.
 
@@ -136,6 +139,7 @@ class TorchEpochIterator:
         self._it: Any = None  # the headrace Iterator, from the first next()
         self._position: dict[str, Any] | None = None  # a restored headrace state, applied by the first next()
         self._done = False
+        self._closed: str | None = None  # why next() raises IteratorClosedError (close(); load_state_dict reopens)
 
     def __iter__(self) -> TorchEpochIterator:
         return self
@@ -143,6 +147,9 @@ class TorchEpochIterator:
     def __next__(self) -> Any:
         if self._done:
             raise StopIteration
+        if self._closed is not None:
+            raise IteratorClosedError(f"next() on a to_torch iterator {self._closed}; load_state_dict() a state "
+                                      "saved before to go on, or make a new one with iter(to_torch(ds))")
         with budget_share(self._share):
             if self._it is None:
                 self._it = self._build()
@@ -150,7 +157,7 @@ class TorchEpochIterator:
                 element = next(self._it)
             except StopIteration:
                 self._done = True
-                self.close()
+                self._release()
                 raise
         return element_to_torch(element)
 
@@ -176,6 +183,9 @@ class TorchEpochIterator:
         num_workers], "done", "position"}``, ``position`` being headrace's ``Iterator.get_state()`` (``None``
         before the first element), a small JSON-serializable dict.
         """
+        if self._closed == _POSITION_LOST:
+            raise IteratorClosedError("state_dict() on a to_torch iterator closed by an interrupt inside next() (its "
+                                      "position is unknown); use a state saved before")
         position = self._position if self._it is None or self._done else self._it.get_state()
         return _position_state(self._epoch, list(self._worker), None if self._done else position, done=self._done)
 
@@ -192,19 +202,33 @@ class TorchEpochIterator:
             raise StateError(f"to_torch iterator load_state_dict(): the state was taken in DataLoader worker "
                              f"{state['worker']} ([id, num_workers]) and this iterator runs in worker "
                              f"{self._worker}; restore with the same num_workers as when it was saved")
-        self.close()
+        self._release()
+        self._closed = None
         self._epoch, self._position, self._done = int(state["epoch"]), state["position"], bool(state["done"])
         self._epochs[self._slot] = self._epoch + 1
 
     def close(self) -> None:
-        """Stop the headrace iterator's threads (idempotent)."""
+        """Stop the headrace iterator's threads (idempotent, from any thread). ``next()`` then raises
+        ``IteratorClosedError`` (never the epoch again from its start); ``state_dict()`` is still the position
+        after the last element yielded, and ``load_state_dict()`` reopens the iterator at a state."""
+        it = self._it
+        if self._closed is None:
+            self._closed = "closed by close()"
+            if it is not None and not self._done:
+                try:
+                    self._position = it.get_state()
+                except IteratorClosedError:  # an interrupt inside next() closed it: the position is unknown
+                    self._closed = _POSITION_LOST
+        self._release()
+
+    def _release(self) -> None:
         it, self._it = self._it, None
         if it is not None:
             it.close()
 
     def __del__(self) -> None:
         try:
-            self.close()
+            self._release()
         except Exception:  # interpreter shutdown: the headrace iterator's own exit hook closes it
             pass
 

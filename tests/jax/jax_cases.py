@@ -127,6 +127,27 @@ def test_close_and_garbage_collection_stop_the_thread() -> None:
     assert not thread.is_alive()
 
 
+def test_an_interrupt_inside_next_closes_the_iterator_and_stops_its_thread(monkeypatch) -> None:
+    # Issue 37: Ctrl-C inside next() left the copying thread and the pipeline running (the batch being taken
+    # may be lost, so the iterator cannot go on); now it closes, as a headrace Iterator does.
+    from headrace import jax as hr_jax
+
+    it = to_jax(_ds())
+    next(it)
+    thread = it._producer.thread
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hr_jax._Producer, "take", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        next(it)
+    thread.join(2)
+    assert not thread.is_alive() and it.threads_alive == []
+    with pytest.raises(hr.IteratorClosedError):
+        next(it)
+
+
 def test_an_error_in_the_pipeline_reaches_the_caller_after_the_batches_before_it() -> None:
     def bad(x):
         if x == 6:

@@ -97,3 +97,11 @@ def doubles_keeping_80mib(x):
     if not _kept:
         _kept.append(np.ones(80 << 20, np.uint8))
     return x * 2
+
+
+def untraceable_plus_one(x):
+    """``x + 1``; raises on the examples ``element_spec`` traces with (filled with 1 and 2), so the spec is read
+    from a first element computed for it."""
+    if int(x) in (1, 2):
+        raise ValueError("not on a traced example")
+    return x + 1

@@ -3,15 +3,20 @@
 Prints one JSON line (the result) on stdout. Modes:
 
 - ``memory``: stream the whole shape; RSS of this process and its children is sampled every 2 ms from the
-  moment before ``iter()``; reports the growth over that base, the tracked peak, the overdraft and the ids.
+  moment before ``iter()``; reports the growth over that base, the tracked peak, the overdraft and the ids
+  (and a ``MemoryBudgetError``'s message, ``refused``, where the pipeline refused its budget).
 - ``restore``: at ``points`` (element counts) take ``get_state()`` (through ``json``), close, build the
   pipeline again, ``set_state`` and go on; reports the ids (exactly once means the multiset is whole).
 - ``run``: stream and log every id (``log`` file, flushed per element), writing a checkpoint
   (``{"consumed": k, "state": ...}``, atomic rename) every ``every`` elements, until killed.
 - ``recover``: read ``log`` and the checkpoint; restore and stream the rest; reports the ids consumed
   before the checkpoint plus the ids after the restore.
-- ``interrupt``: a thread sends SIGINT to the main thread at random moments while it iterates; each
-  ``KeyboardInterrupt`` is caught; the iterator must then be usable or closed (``IteratorClosedError``).
+- ``interrupt``: a thread sends SIGINT to the main thread (``group``: to the whole process group, workers
+  included, as Ctrl-C in a terminal does) at random moments while it iterates (``min_gap_s``..``max_gap_s``
+  apart; with ``second_gap_s``: each one followed by another that far behind; ``signals``: that many, then
+  the loop ends, the last iterator left as the last signal left it); each ``KeyboardInterrupt`` is
+  caught; the iterator must then be usable or closed (``IteratorClosedError``: a new one is built, as a
+  notebook user does). Reports the child processes still alive 1 s after the last ``close()``.
 - ``close_thread``: another thread closes the iterator while the main thread waits in ``next()``.
 
 A watchdog (``faulthandler``) dumps every thread's stack and exits on a hang (the parent reports it).
@@ -78,17 +83,21 @@ def mode_memory(shape: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
     got: Counter[int] = Counter()
     sampler = RssSampler()
     t0 = time.perf_counter()
+    refused = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", hr.MemoryBudgetWarning)
         with iter(ds) as it:
-            for x in it:
-                check_payload(x)
-                got.update(ids(x))
-                del x
+            try:
+                for x in it:
+                    check_payload(x)
+                    got.update(ids(x))
+                    del x
+            except hr.MemoryBudgetError as e:  # a budget that cannot hold what the pipeline needs at once
+                refused = str(e)
             stats = it.memory_stats()
     seconds = time.perf_counter() - t0
     growth = sampler.stop()
-    return {"growth": growth, "seconds": seconds, "tracked_peak": stats["peak_bytes"],
+    return {"refused": refused, "growth": growth, "seconds": seconds, "tracked_peak": stats["peak_bytes"],
             "limit": stats["limit_bytes"], "overdraft": stats["overdraft_bytes"], **_ids_result(got)}
 
 
@@ -160,11 +169,25 @@ def mode_interrupt(shape: dict[str, Any], args: dict[str, Any]) -> dict[str, Any
     done = threading.Event()
     sent = 0
 
-    def interrupter() -> None:
+    group = args.get("group", False)
+
+    def gap() -> float:  # with "second_gap_s": each signal followed by a second one soon (Ctrl-C pressed twice)
+        second = args.get("second_gap_s")
+        if second and sent % 2:
+            return rng.uniform(*second)
+        return rng.uniform(args.get("min_gap_s", 0.0005), args.get("max_gap_s", 0.01))
+
+    finished = threading.Event()
+
+    def interrupter() -> None:  # until done, or "signals" were sent (then the loop stops)
         nonlocal sent
-        while not done.wait(rng.uniform(0.0005, args.get("max_gap_s", 0.01))):
-            signal.pthread_kill(main_id, signal.SIGINT)
+        while sent < args.get("signals", 1 << 62) and not done.wait(gap()):
+            if group:
+                os.killpg(os.getpgrp(), signal.SIGINT)
+            else:
+                signal.pthread_kill(main_id, signal.SIGINT)
             sent += 1
+        finished.set()
 
     outcomes: Counter[str] = Counter()
     got: Counter[int] = Counter()
@@ -183,7 +206,7 @@ def mode_interrupt(shape: dict[str, Any], args: dict[str, Any]) -> dict[str, Any
     deadline = time.monotonic() + args.get("seconds", 3.0)
     try:
         sender.start()  # (inside the try: the first signal may land before start() returns)
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not finished.is_set():
             try:
                 x = next(it)
                 got.update(ids(x))
@@ -210,7 +233,20 @@ def mode_interrupt(shape: dict[str, Any], args: dict[str, Any]) -> dict[str, Any
     t0 = time.monotonic()
     it.close()
     close_s = time.monotonic() - t0
-    return {"outcomes": dict(outcomes), "signals": sent, "close_s": close_s}
+    return {"outcomes": dict(outcomes), "signals": sent, "close_s": close_s, "workers_alive": _children_after(1.0)}
+
+
+def _children_after(seconds: float) -> list[str]:
+    """The child processes of this one still running ``seconds`` after now (zombies are not running)."""
+    time.sleep(seconds)
+    alive = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if c.status() != psutil.STATUS_ZOMBIE:
+                alive.append(" ".join(c.cmdline())[-80:])
+        except psutil.Error:
+            pass
+    return alive
 
 
 def mode_close_thread(shape: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:

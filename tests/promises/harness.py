@@ -33,7 +33,7 @@ def rss_cap(budget: int) -> float:
 
 @dataclass
 class Verdict:
-    kind: str                 # "ok", "over_cap", "lost", "duplicated", "hang", "error"
+    kind: str                 # "ok", "over_cap", "lost", "duplicated", "hang", "error", "leak", "refused"
     detail: str = ""
     figures: dict[str, Any] = field(default_factory=dict)
 
@@ -56,11 +56,12 @@ def child_command(mode: str, shape: dict[str, Any], args: dict[str, Any]) -> lis
 
 def run_child(mode: str, shape: dict[str, Any], args: dict[str, Any] | None = None,
               timeout_s: float = 60.0) -> tuple[dict[str, Any] | None, Verdict | None]:
-    """Run one child; (result, None) or (None, a hang/error verdict)."""
+    """Run one child (in a session of its own: its signals to its process group reach nobody else);
+    (result, None) or (None, a hang/error verdict)."""
     args = {"hang_s": timeout_s, **(args or {})}
     try:
         out = subprocess.run(child_command(mode, shape, args), capture_output=True, text=True,
-                             timeout=timeout_s + 15, env=_env(), cwd=REPO)
+                             timeout=timeout_s + 15, env=_env(), cwd=REPO, start_new_session=True)
     except subprocess.TimeoutExpired as e:
         return None, Verdict("hang", f"{mode}: no result within {timeout_s + 15:.0f} s",
                              {"stderr": (e.stderr or b"")[-4000:] if isinstance(e.stderr, bytes) else e.stderr})
@@ -91,6 +92,13 @@ def check_memory(shape: dict[str, Any], timeout_s: float = 120.0, cache_dir: str
         return bad
     figures = {k: res[k] for k in ("growth", "seconds", "tracked_peak", "limit", "overdraft")}
     cap = rss_cap(shape["budget"])
+    if res.get("refused") is not None:  # a clear refusal, before anything was overdrawn (judged below)
+        figures["refused"] = res["refused"]
+        if res["overdraft"] or res["tracked_peak"] > res["limit"] or res["growth"] > cap:
+            return Verdict("over_cap", f"refused ({res['refused'][:200]}) after going over the budget", figures)
+        if "\n" in res["refused"]:
+            return Verdict("error", f"a refusal of more than one line: {res['refused'][:400]!r}", figures)
+        return Verdict("refused", res["refused"], figures)
     if res["growth"] > cap:
         return Verdict("over_cap", f"RSS grew by {res['growth'] / MiB:.1f} MiB > cap {cap / MiB:.1f} MiB", figures)
     if res["tracked_peak"] > res["limit"]:
@@ -143,13 +151,18 @@ def check_kill(shape: dict[str, Any], *, after_elements: int, every: int, timeou
                                              "logged": res["logged"]})
 
 
-def check_interrupts(shape: dict[str, Any], seconds: float = 2.0, seed: int = 0,
-                     timeout_s: float = 60.0) -> Verdict:
-    res, bad = run_child("interrupt", shape, {"seconds": seconds, "seed": seed}, timeout_s)
+def check_interrupts(shape: dict[str, Any], seconds: float = 2.0, seed: int = 0, timeout_s: float = 60.0,
+                     **args: Any) -> Verdict:
+    """Repeated SIGINTs while iterating (``args``: ``group``, ``min_gap_s``, ``max_gap_s``: see ``child``); a
+    close() over 2 s is a hang, a child process alive 1 s after the last close() a leak."""
+    res, bad = run_child("interrupt", shape, {"seconds": seconds, "seed": seed, **args}, timeout_s)
     if bad is not None:
         return bad
     if res["close_s"] > 2.0:
         return Verdict("hang", f"close() took {res['close_s']:.2f} s after interrupts", res)
+    if res["workers_alive"]:
+        return Verdict("leak", f"{len(res['workers_alive'])} process(es) alive 1 s after the last close(): "
+                               f"{res['workers_alive']}", res)
     return Verdict("ok", "", res)
 
 
@@ -166,3 +179,28 @@ def check_close_from_thread(shape: dict[str, Any], delay_s: float = 0.05, timeou
 
 def kill_point(rng: random.Random, n_elements: int) -> int:
     return rng.randint(1, max(1, n_elements - 1))
+
+
+def check_adapter(case: dict[str, Any], timeout_s: float = 150.0) -> Verdict:
+    """An adapter under Ctrl-C or close() from another thread (``tests/promises/adapter_child.py``): the first
+    run ends within 2 s of the event, the resumed run yields exactly the rest (every id once), no headrace
+    thread or child process is left 1 s after, and to_jax's RSS growth stays within ``rss_cap(budget)``."""
+    try:
+        out = subprocess.run([sys.executable, "-m", "tests.promises.adapter_child", json.dumps(case)],
+                             capture_output=True, text=True, timeout=timeout_s, env=_env(), cwd=REPO)
+    except subprocess.TimeoutExpired:
+        return Verdict("hang", f"{case['adapter']}: no result within {timeout_s:.0f} s")
+    if out.returncode != 0:
+        return Verdict("hang" if "Timeout (" in out.stderr else "error", f"{case['adapter']}: child exited "
+                       f"{out.returncode}", {"stderr": out.stderr[-6000:]})
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    figures = {k: v for k, v in res.items() if k != "ids"}
+    if res["after_event_s"] is not None and res["after_event_s"] > 2.0:
+        return Verdict("hang", f"the first run ended {res['after_event_s']:.2f} s after the {case['event']}", figures)
+    if res["threads"] or res["processes"]:
+        return Verdict("leak", f"alive 1 s after the end: threads {res['threads']}, processes {res['processes']}",
+                       figures)
+    if res["growth"] is not None and res["growth"] > rss_cap(case["budget"]):
+        return Verdict("over_cap", f"RSS grew by {res['growth'] / MiB:.1f} MiB > cap "
+                                   f"{rss_cap(case['budget']) / MiB:.1f} MiB", figures)
+    return judge_ids({"n": case["n"], "stages": []}, res["ids"], figures)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 import headrace as hr
+from tests.promises.fns import _Blowup
 
 KiB = 1024
 MiB = 1024**2
@@ -75,23 +76,6 @@ def check_payload(element: Any) -> None:
 
 
 # ---- building ----------------------------------------------------------------------------------------
-class _Blowup:
-    """map function: a new payload ``factor`` times as large (new memory, as a decoder makes)."""
-
-    def __init__(self, factor: float, sizes: dict[str, Any]) -> None:
-        self.factor = factor
-        self.sizes = sizes
-        self.__name__ = f"blowup{factor:g}"
-
-    def __call__(self, x: dict[str, Any]) -> dict[str, Any]:
-        ident, payload = x["id"], x["payload"]
-        n = int(payload.shape[-1] * self.factor)
-        if np.ndim(ident) == 0:
-            return {"id": ident, "payload": np.full(n, int(ident) % 251, np.uint8)}
-        rows = (np.asarray(ident) % 251).astype(np.uint8)  # a batch (of batches): one row per id
-        return {"id": ident, "payload": np.repeat(rows[..., None], n, axis=-1)}
-
-
 def _source(shape: dict[str, Any]) -> hr.Dataset:
     n, sizes, src = shape["n"], shape["sizes"], shape["source"]
 
@@ -117,7 +101,7 @@ def build(shape: dict[str, Any], cache_dir: str | None = None) -> hr.Dataset:
     for st in shape["stages"]:
         op = st["op"]
         if op == "map":
-            ds = ds.map(_Blowup(st["blowup"], shape["sizes"]), num_parallel_calls=st["parallel"],
+            ds = ds.map(_Blowup(st["blowup"], shape["sizes"], st.get("out")), num_parallel_calls=st["parallel"],
                         deterministic=st["deterministic"], executor=st.get("executor"))
         elif op == "shuffle":
             ds = ds.shuffle(st["buffer"], seed=st.get("seed", 0))
@@ -156,6 +140,9 @@ def deterministic(shape: dict[str, Any]) -> bool:
 
 
 def streamed_bytes(shape: dict[str, Any]) -> int:
+    outs = [st["out"] for st in shape["stages"] if st["op"] == "map" and st.get("out")]
+    if outs:
+        return max(outs) * shape["n"]
     blow = max([1.0] + [st["blowup"] for st in shape["stages"] if st["op"] == "map"])
     return int(sum(size_of(shape["sizes"], i) for i in range(shape["n"])) * blow)
 
@@ -226,3 +213,42 @@ def random_shape(seed: int, *, max_stream_bytes: int = 1 << 30, budgets: tuple[i
         worst = max(worst, unit)
     budget = max(budget, int(6 * worst))
     return {"seed": seed, "n": n, "sizes": sizes, "source": source, "stages": stages, "budget": int(budget)}
+
+
+def ctrl_c_case(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A shape with a map on worker processes and the arguments of the ``interrupt`` check that presses Ctrl-C
+    at it (SIGINT to the process group, ``group``), a new iterator built after each ``IteratorClosedError`` as a
+    notebook user does: ``(shape, args)``, seeded. Spacing: steady (60-120 presses 20-70 ms apart) or in pairs
+    (a press once the workers started and compute, then a second press 10-100 ms after it, landing in the close
+    the first began; the last pair ends the run)."""
+    rng = random.Random(seed)
+    map_stage = {"op": "map", "parallel": rng.choice([2, 4, hr.AUTOTUNE]), "deterministic": rng.random() < 0.5,
+                 "blowup": 1.0, "executor": rng.choice(["process", "process", "auto"])}
+    shape = {"seed": seed, "n": 1_000_000, "sizes": {"kind": "fixed", "small": rng.choice([64, 4 * KiB, 64 * KiB])},
+             "source": {"kind": "range"}, "stages": [map_stage], "budget": 256 * MiB}
+    if rng.random() < 0.5:
+        shape["stages"].append({"op": "prefetch", "buffer": 2})
+    if rng.random() < 0.3:
+        lo = rng.uniform(0.02, 0.03)
+        hi = lo + rng.uniform(0.01, 0.04)
+        args = {"min_gap_s": lo, "max_gap_s": hi, "signals": rng.randint(60, 120)}
+    else:
+        args = {"min_gap_s": 1.2, "max_gap_s": 1.8, "second_gap_s": [0.01, 0.1], "signals": rng.choice([4, 6])}
+    return shape, {"group": True, "seed": seed, **args}
+
+
+def tight_map_shape(seed: int) -> dict[str, Any]:
+    """A parallel map whose outputs (4-12 MiB) dwarf its inputs (64 B: a decoder), under a budget with room
+    for one output but not two (1.2-1.9 outputs), on threads, processes or ``"auto"``: the calls that start
+    before the first output's size is known must not hold two at once (issue 37: 12 MiB outputs under 16 MiB,
+    4 calls, tracked peak 24 MiB). On processes a call holds its output twice (the worker's copy while it is
+    sent): a clear ``MemoryBudgetError`` refusal is the answer there."""
+    rng = random.Random(seed)
+    out = rng.choice([4, 8, 12]) * MiB
+    stage = {"op": "map", "parallel": rng.choice([2, 4, hr.AUTOTUNE]), "deterministic": rng.random() < 0.5,
+             "blowup": 1.0, "out": out, "executor": rng.choice(["thread", "process", "auto"])}
+    stages: list[dict[str, Any]] = [stage]
+    if rng.random() < 0.3:
+        stages.append({"op": "prefetch", "buffer": 1})
+    return {"seed": seed, "n": rng.randint(12, 40), "sizes": {"kind": "fixed", "small": 64},
+            "source": {"kind": "range"}, "stages": stages, "budget": int(out * rng.uniform(1.2, 1.9))}

@@ -12,6 +12,7 @@ import pytest
 import headrace as hr
 from tests.conftest import wait_no_threads
 from tests.promises.harness import check_close_from_thread, check_interrupts
+from tests.promises.shapes import ctrl_c_case
 
 # Holds time, CPU-share or scaling bounds: under pytest-xdist it runs while the other worker waits.
 pytestmark = pytest.mark.alone
@@ -41,6 +42,18 @@ def test_repeated_ctrl_c_inside_next_never_hangs_or_breaks(shape):
     assert verdict.figures["signals"] > 50 and outcomes.get("interrupted", 0) > 10, verdict.figures
     assert set(outcomes) <= {"element", "end", "interrupted", "interrupted_outside", "interrupted_building",
                             "closed"}
+
+
+# Seeds of ctrl_c_case: 102 presses 20-70 ms apart at a map on 4 processes + prefetch; two pairs of presses
+# (the second 10-100 ms behind the first, inside the close it began) at a map on 4 processes.
+@pytest.mark.parametrize("seed", [6, 7])
+def test_ctrl_c_pressed_again_and_again_at_a_process_map_leaves_no_worker_process(seed):
+    # Issue 37: a press landing inside the close() the one before began cut it short: worker processes of
+    # closed iterators alive 1 s after the last close(), until the interpreter ended (8 of 13 runs).
+    shape, args = ctrl_c_case(seed)
+    verdict = check_interrupts(shape, seconds=30.0, **args)
+    assert verdict.ok, (verdict.kind, verdict.detail, verdict.figures)
+    assert verdict.figures["signals"] == args["signals"] and verdict.figures["outcomes"].get("interrupted", 0) >= 1
 
 
 @pytest.mark.parametrize("shape", [BUSY, SEQUENTIAL], ids=["parallel", "parallel-batch"])

@@ -157,3 +157,15 @@ def test_shares_above_a_nondeterministic_stage_are_disjoint_and_complete(explici
         share = ds.shard(2, i) if explicit else hr.Dataset(shard_at_source(ds._node, 2, i))
         got += [int(x) for x in share]
     assert sorted(got) == list(range(300))
+
+
+def test_a_closed_to_torch_iterator_raises_and_keeps_its_position() -> None:
+    # Issue 37: next() after close() started the epoch again from its first element (duplicates).
+    it = iter(to_torch(hr.Dataset.range(10)))
+    assert [int(next(it)), int(next(it))] == [0, 1]
+    it.close()
+    with pytest.raises(hr.IteratorClosedError, match="closed by close"):
+        next(it)
+    state = it.state_dict()  # the position after element 1, kept by close()
+    it.load_state_dict(state)  # reopens it there
+    assert [int(x) for x in it] == list(range(2, 10))

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._errors import StateError
-from .._sync import Flag
+from .._sync import Condition, Flag
 
 if TYPE_CHECKING:
     from .context import IteratorContext
@@ -131,3 +131,54 @@ def join_threads(threads: list[threading.Thread], timeout_s: float = JOIN_TIMEOU
         if t is threading.current_thread():
             continue
         t.join(max(0.0, deadline - time.monotonic()))
+
+
+def run_to_the_end(name: str, fn: Callable[[], Any], timeout_s: float) -> Any:
+    """``fn()``, which no ``KeyboardInterrupt`` can cut short: called from the main thread (the only one Python
+    runs signal handlers in), it runs in a thread of its own, waited for up to ``timeout_s``; an interrupt
+    landing meanwhile is raised here once ``fn`` is done, or at once when it lands in the wait (``fn`` then goes
+    on to its end in its thread). Elsewhere ``fn`` runs in the caller. Returns what ``fn`` returned (None
+    when the wait ran out or was interrupted); raises what ``fn`` raised.
+
+    A second thread may start when an interrupt lands inside ``Thread.start()`` (whether the first began is
+    not known then): only one of them runs ``fn``."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn()
+    token: list[Callable[[], Any]] = [fn]
+    out: dict[str, Any] = {}
+    done, cv = Flag(), Condition(f"{name}: until done")
+
+    def run() -> None:
+        try:
+            job = token.pop()  # atomic: the one thread that gets it runs fn
+        except IndexError:
+            return
+        try:
+            out["value"] = job()
+        except BaseException as e:  # raised in the caller
+            out["error"] = e
+        finally:
+            with cv:
+                done.set()
+                cv.notify_all()
+
+    interrupt: BaseException | None = None
+    started: threading.Thread | None = None
+    while started is None and not done.is_set():
+        try:
+            thread = threading.Thread(target=run, name=f"headrace-{name}", daemon=True)
+            thread.start()
+            started = thread
+        except RuntimeError:  # no thread can start (interpreter shutdown): here, then
+            run()
+        except BaseException as e:  # an interrupt inside start(): a thread may or may not run; start another
+            interrupt = interrupt or e
+    with cv:
+        cv.wait_for(done.is_set, timeout_s)
+    if started is not None:
+        started.join(timeout_s)  # (at once: done is set just before the thread ends)
+    if interrupt is not None:
+        raise interrupt
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")

@@ -151,8 +151,9 @@ class DatasetNode:
     @contextlib.contextmanager
     def one_iteration(self) -> Iterator[Stage]:
         """An iterator over one iteration (path ``(0,)``) of this node, with its own context and the budget
-        its options give; on exit it is stopped, joined (``JOIN_TIMEOUT_S``) and closed. For the engine's own
-        reads (the first element's spec, counting), not for users' iteration."""
+        its options give; on exit it is stopped, joined (``JOIN_TIMEOUT_S``) and closed, its worker processes
+        ended and (no thread left in user code) its budget accounts closed, as ``Iterator.close()`` does. For
+        the engine's own reads (the first element's spec, counting), not for users' iteration."""
         options = self.options()
         ctx = IteratorContext(options, budget_for(options.memory_limit()), (0,))
         ctx.tree.warnings = PipelineWarnings(self, options, ctx.budget.limit_bytes)
@@ -168,6 +169,10 @@ class DatasetNode:
             it.signal_stop()
             it.join(time.monotonic() + JOIN_TIMEOUT_S)
             it.close()
+            ctx.tree.close_resources()  # worker processes: stopped and reaped, not left to the collector
+            if not it.alive_threads():
+                for acc in ctx.budget.accounts_of(ctx.tree):
+                    acc.close()
         ctx.tree.warnings.flush()  # in the caller's thread, the read done (headrace._warn.PipelineWarnings)
 
     def _first_element_spec(self) -> Any:

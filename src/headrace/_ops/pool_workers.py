@@ -138,6 +138,7 @@ class WorkerThreads(PoolFields):
                 if self._inline_dirty:
                     self._resnapshot_after_inline(seq)
                 t2 = clock()
+                seen = self.account.seen
                 estimate = self._estimate()
                 # an input that delivers its element charged hands it into this reservation (_handoff):
                 # room for it is checked against this stage's share only, not taken from the budget again
@@ -146,6 +147,8 @@ class WorkerThreads(PoolFields):
                 urgent = self._urgent(seq)
                 reservation = self.account.reserve(estimate - (charged or 0), stop, self._policy, urgent=urgent,
                                                    charged_in=charged or 0)
+                if not seen and self.account.seen:
+                    self._after_probe(reservation, charged or 0, stop, urgent)
                 t3 = clock()
                 with pulling_for(urgent):
                     if charged is None:
@@ -168,6 +171,14 @@ class WorkerThreads(PoolFields):
             stats.input_s += (t1 - t0) + (t4 - t3)
             self._finish(gen, stop, seq, x, error, reservation, stats)
             x = error = None  # no reference to the element while this worker waits for room
+
+    def _after_probe(self, reservation: Reservation, charged: int, stop: Flag, urgent: Any) -> None:
+        """A reservation taken on the estimate of a stage that had no element yet, admitted once its first one
+        (the probe) gave the size: topped up to that size before the call, whose output would otherwise be
+        charged only once it exists (4 calls of 12 MiB outputs under a 16 MiB budget held 24 MiB)."""
+        more = self._estimate() - charged - reservation.nbytes
+        if more > 0:
+            reservation.top_up(more, stop, urgent=urgent)
 
     def _pull(self, gen: int, stop: Flag, seq: int) -> tuple[Any, BaseException | None, bool]:
         """Input lock held: snapshot if due, pull element ``seq``; ``(x, error, ended)``."""

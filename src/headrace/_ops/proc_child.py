@@ -29,7 +29,7 @@ the worker maps it with ``MAP_POPULATE`` (pre-faulted). Nothing named is left in
 a process is killed. When an output does not fit its segment the worker asks for a larger one
 (``("grow", nbytes)``) and the parent answers with a new file descriptor.
 
-Messages, parent -> worker: ``("init", sys_path, fn_bytes, stage)``; ``("seg", role, size)`` + one fd;
+Messages, parent -> worker: ``("init", sys_path, sys_argv, fn_bytes, stage)``; ``("seg", role, size)`` + one fd;
 ``("call", header, places)`` + frames; ``("exit",)``. Worker -> parent: ``("ready", pid)``,
 ``("init_error", text)``, ``("grow", nbytes)``, ``("ok", header, places, cpu_s)`` + frames,
 ``("error", exc_bytes, type_name, message, traceback_text, cpu_s)`` (``cpu_s``: the call's CPU time).
@@ -170,7 +170,7 @@ class _Worker:
             msg = self.recv()
             kind = msg[0]
             if kind == "init":
-                self.init(msg[1], msg[2], msg[3])
+                self.init(msg[1], msg[2], msg[3], msg[4])
             elif kind == "seg":
                 self.recv_segment(msg[1], msg[2])
             elif kind == "call":
@@ -178,12 +178,17 @@ class _Worker:
             elif kind == "exit":
                 return
 
-    def init(self, sys_path: list[str], fn_bytes: bytes, stage: str) -> None:
+    def init(self, sys_path: list[str], sys_argv: list[str], fn_bytes: bytes, stage: str) -> None:
+        """What ``multiprocessing``'s spawn gives a child before it unpickles anything: the parent's
+        ``sys.path`` (ahead of this interpreter's own) and ``sys.argv`` (a module reading it at import,
+        as scripts do, imports as in the parent); the working directory is the parent's already (inherited
+        when the worker started)."""
         try:  # with its standard library imports, from this interpreter's own sys.path
             import cloudpickle  # noqa: F401
         except ImportError:
             pass
         sys.path[:] = list(dict.fromkeys([*sys_path, *sys.path]))
+        sys.argv[:] = sys_argv
         self.stage = stage
         try:
             self.fn = pickle.loads(fn_bytes)

@@ -10,10 +10,12 @@ A worker is a fresh interpreter running ``proc_child.py`` (``subprocess`` ``exec
 method; the threaded parent is never forked into Python code), started by ``proc_child.child_command`` with
 no headrace directory and no working directory on its ``sys.path`` (a user's ``random.py`` in the working
 directory cannot shadow ``random``): it runs in any working directory, venv or installed wheel, and gets
-the parent's environment unchanged. It receives the pickled function
-(``cloudpickle``: lambdas and closures work) and the parent's ``sys.path`` **once**, in its ``init``
-message; elements then cross as described in :mod:`headrace._ops.proc_child` (numpy data through its
-shared-memory segments, the rest pickled with protocol 5). Workers belong to the iterator, not to the
+the parent's environment and working directory unchanged. It receives the pickled function
+(``cloudpickle``: lambdas and closures work), the parent's ``sys.path`` and ``sys.argv`` **once**, in its
+``init`` message (what ``multiprocessing``'s spawn gives a child, but the main module: the function is
+pickled by value when it is defined there, and the script's top level is not run again); elements then
+cross as described in :mod:`headrace._ops.proc_child` (numpy data through its shared-memory segments, the
+rest pickled with protocol 5). Workers belong to the iterator, not to the
 stage: the stage made again for each ``repeat`` epoch reuses them (started once per iteration).
 
 Memory (every byte charged to the pipeline's budget, ``headrace._memory``)
@@ -108,8 +110,10 @@ class _Proc:
             env.setdefault("MALLOC_TRIM_THRESHOLD_", str(4 << 20))
             env.setdefault("MALLOC_ARENA_MAX", "4")
         try:
+            # a process group of its own: a Ctrl-C in the terminal (SIGINT to the foreground group) reaches the
+            # parent, which decides, and never a worker still importing (which would die with a traceback)
             self.popen = subprocess.Popen(child_command(child.fileno()), pass_fds=[child.fileno()],
-                                          stdin=subprocess.DEVNULL, env=env, close_fds=True)
+                                          stdin=subprocess.DEVNULL, env=env, close_fds=True, process_group=0)
         finally:
             child.close()
         self.pid = self.popen.pid
@@ -122,7 +126,8 @@ class _Proc:
         self.calls = 0
         self._measured_s = 0.0
         try:
-            self.conn.send_bytes(pickle.dumps(("init", list(sys.path), owner.fn_bytes, owner.stage), protocol=5))
+            self.conn.send_bytes(pickle.dumps(("init", list(sys.path), list(sys.argv), owner.fn_bytes, owner.stage),
+                                              protocol=5))
         except OSError:
             pass  # it died while starting (killed, OOM): wait_ready's receive sees the EOF and says how
 
