@@ -46,7 +46,8 @@ from .._options import AUTOTUNE, UNKNOWN_CARDINALITY
 from .._spec import STRING, TensorSpec
 from .._sync import Lock as TimedLock
 from . import files
-from ._framing import DEFAULT_BUFFER_BYTES, RecordReader, normalize_compression
+from ._framing import DEFAULT_BUFFER_BYTES, RecordReader
+from ._streams import normalize_compression
 
 ON_CORRUPT = ("raise", "skip")
 
