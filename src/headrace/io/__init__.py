@@ -19,6 +19,8 @@ _NAMES = {
     "TFRecordRandomAccess": "tfrecord_index",
     "ParquetDataset": "parquet",
     "HDF5Dataset": "hdf5",
+    "CsvDataset": "csv",
+    "make_csv_dataset": "make_csv",
     "image_folder": "_image_folder",
     "FixedLenFeature": "example",
     "VarLenFeature": "example",
@@ -31,7 +33,7 @@ _NAMES = {
     "SkippedRecord": "tfrecord",
 }
 _SUBMODULES = {"example", "files", "tfrecord", "tfrecord_writer", "sharded_writer", "tfrecord_index",
-               "parquet", "hdf5"}
+               "parquet", "hdf5", "csv"}
 
 
 def __getattr__(name: str) -> Any:
