@@ -1,0 +1,87 @@
+"""Runs in TensorFlow's environment (``tests/tf_env.py``): the CSV cases of ``test_csv_differential.py`` through
+``tf.data.experimental.CsvDataset`` / ``make_csv_dataset``; writes every case's elements (values as hex of their
+bytes, with dtypes) or ``["error"]`` markers where iterating raised, as JSON.
+
+    python csv_tf_runner.py cases.json results.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+
+def leaf(x):
+    a = x.numpy() if hasattr(x, "numpy") else np.asarray(x)
+    if isinstance(a, bytes):
+        return ["string", [a.hex()], []]
+    a = np.asarray(a)
+    if a.dtype == object:
+        return ["string", [bytes(v).hex() for v in a.reshape(-1).tolist()], list(a.shape)]
+    return [a.dtype.name, np.ascontiguousarray(a).tobytes().hex(), list(a.shape)]
+
+
+def encode(el):
+    if isinstance(el, dict):
+        return {"dict": [[k, encode(v)] for k, v in el.items()]}
+    if isinstance(el, tuple | list):
+        return [encode(v) for v in el]
+    return leaf(el)
+
+
+def defaults(spec):
+    out = []
+    for d in spec:
+        if len(d) == 1:
+            out.append(tf.as_dtype(d[0]))
+        else:
+            out.append(tf.constant([d[1].encode() if d[0] == "string" else d[1]], dtype=tf.as_dtype(d[0])))
+    return out
+
+
+def build(case):
+    kw = dict(case["kwargs"])
+    if case["kind"] == "csv":
+        return tf.data.experimental.CsvDataset(case["files"], defaults(case["defaults"]), **kw)
+    if "column_defaults" in kw:
+        kw["column_defaults"] = defaults(kw["column_defaults"])
+    ds = tf.data.experimental.make_csv_dataset(case["files"], **kw)
+    return ds.take(case.get("take", 10**9))
+
+
+def run(case):
+    try:
+        ds = build(case)
+    except Exception as e:  # noqa: BLE001
+        return [["build-error", type(e).__name__]]
+    out = []
+    it = iter(ds)
+    while len(out) < 100000:
+        try:
+            el = next(it)
+        except StopIteration:
+            break
+        except tf.errors.OutOfRangeError:
+            break
+        except Exception:  # noqa: BLE001
+            out.append(["error"])
+            continue
+        out.append(encode(el))
+    return out
+
+
+def main() -> None:
+    cases = json.loads(open(sys.argv[1]).read())
+    results = {c["name"]: run(c) for c in cases}
+    with open(sys.argv[2], "w") as f:
+        json.dump(results, f)
+
+
+if __name__ == "__main__":
+    main()

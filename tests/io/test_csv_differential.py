@@ -1,0 +1,103 @@
+"""``CsvDataset`` and ``make_csv_dataset`` against tf.data 2.21 over generated files (``csv_cases.py``): the same
+elements in the same order, errors at the same positions (iterating on past each, as ``ignore_errors`` does),
+values compared bit for bit. TensorFlow runs once, in its own environment (``tests/tf_env.py``), for all cases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import headrace as hr
+from tests.io import csv_cases
+from tests.tf_env import tf_python
+
+HERE = Path(__file__).resolve().parent
+pytestmark = [pytest.mark.slow]
+
+
+def _leaf(x: Any) -> list[Any]:
+    if isinstance(x, bytes):
+        return ["string", [x.hex()], []]
+    a = np.asarray(x)
+    if a.dtype == object:
+        return ["string", [bytes(v).hex() for v in a.reshape(-1).tolist()], list(a.shape)]
+    return [a.dtype.name, np.ascontiguousarray(a).tobytes().hex(), list(a.shape)]
+
+
+def encode(el: Any) -> Any:
+    if isinstance(el, dict):
+        return {"dict": [[k, encode(v)] for k, v in el.items()]}
+    if isinstance(el, tuple | list):
+        return [encode(v) for v in el]
+    return _leaf(el)
+
+
+def build(case: dict[str, Any]) -> hr.Dataset:
+    kw = dict(case["kwargs"])
+    if case["kind"] == "csv":
+        ds = hr.io.CsvDataset(case["files"], csv_cases.hr_defaults(case["defaults"]), **kw)
+    else:
+        if "column_defaults" in kw:
+            kw["column_defaults"] = csv_cases.hr_defaults(kw["column_defaults"])
+        ds = hr.io.make_csv_dataset(case["files"], **kw).take(case.get("take", 10**9))
+    if "budget" in case:
+        ds = ds.with_options(hr.Options(memory_budget=case["budget"]))
+    return ds
+
+
+def run_headrace(case: dict[str, Any]) -> list[Any]:
+    try:
+        ds = build(case)
+        it = iter(ds)
+    except Exception as e:  # noqa: BLE001
+        return [["build-error", type(e).__name__]]
+    out: list[Any] = []
+    with it:
+        while True:
+            try:
+                el = next(it)
+            except StopIteration:
+                break
+            except Exception:  # noqa: BLE001
+                out.append(["error"])
+                continue
+            out.append(encode(el))
+    return out
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("csvdiff")
+    return csv_cases.csv_cases(tmp) + csv_cases.edge_cases(tmp) + csv_cases.big_cases(tmp)
+
+
+@pytest.fixture(scope="module")
+def tf_results(cases: list[dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("csvtf")
+    (tmp / "cases.json").write_text(json.dumps(cases))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    proc = subprocess.run([tf_python(), str(HERE / "csv_tf_runner.py"), str(tmp / "cases.json"),
+                           str(tmp / "results.json")], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((tmp / "results.json").read_text())
+
+
+def test_csv_dataset_matches_tf_data(cases: list[dict[str, Any]], tf_results: dict[str, Any]) -> None:
+    failures = []
+    for case in cases:
+        want = tf_results[case["name"]]
+        got = run_headrace(case)
+        if got != want:
+            first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            failures.append(f"{case['name']} {case['kwargs']} {case['defaults']}: {len(got)} elements vs tf's "
+                            f"{len(want)}; first difference at {first}: headrace "
+                            f"{got[first] if first < len(got) else None} tf {want[first] if first < len(want) else None}")
+    assert not failures, "\n".join(failures)
+    assert sum(len(v) for v in tf_results.values()) > 20000  # the cases are not empty
+    assert sum(v.count(["error"]) for v in tf_results.values()) > 20  # and they hold bad records
