@@ -39,7 +39,7 @@ def _field(rng: np.random.Generator, t: str, na: str, dirty: bool, delim: str) -
     if dirty and r < 0.18:
         return str(rng.choice(_BAD[t]))
     v = str(rng.choice(_GOOD[t]))
-    if delim != "," and '"a,b"' == v:
+    if delim != "," and v == '"a,b"':
         v = f'"a{delim}b"'
     return v
 
@@ -172,4 +172,35 @@ def big_cases(tmp: Path, seed: int = 7) -> list[dict[str, Any]]:
         kwargs = {"compression_type": comp} if comp else {}
         out.append({"name": f"big{i}", "kind": "csv", "files": [path], "kwargs": kwargs, "budget": 2 << 20,
                     "defaults": [["int32", 0], ["float64", 0.0], ["string", ""], ["int64", 0]]})
+    return out
+
+
+def make_cases(tmp: Path, seed: int = 11) -> list[dict[str, Any]]:
+    """``make_csv_dataset`` cases: headers, inferred types, a label, several files, compression, epochs."""
+    rng = np.random.default_rng(seed)
+    out: list[dict[str, Any]] = []
+    names = ["id", "score", "big", "tag", "y"]
+
+    def table(n: int, comp: str, j: int) -> str:
+        lines = [",".join(names)]
+        for _ in range(n):
+            lines.append(",".join([str(int(rng.integers(-50, 50))), f"{rng.random():.4f}" if rng.random() > 0.1 else "",
+                                   str(int(rng.integers(2**40))), str(rng.choice(["a", "b c", '"d,e"', "NA"])),
+                                   str(int(rng.integers(0, 2)))]))
+        return write(tmp / f"m{j}.csv{'.gz' if comp else ''}", ("\n".join(lines) + "\n").encode(), comp)
+
+    plain = [table(int(rng.integers(10, 30)), "", j) for j in range(3)]
+    gz = [table(20, "GZIP", 10 + j) for j in range(2)]
+    base = {"batch_size": 7, "label_name": "y", "shuffle": False, "num_epochs": 1}
+    out.append({"name": "make_infer", "kind": "make", "files": plain, "kwargs": dict(base)})
+    out.append({"name": "make_na", "kind": "make", "files": plain, "kwargs": {**base, "na_value": "NA"}})
+    out.append({"name": "make_parallel", "kind": "make", "files": plain,
+                "kwargs": {**base, "num_parallel_reads": 2, "select_columns": ["score", "id", "y"],
+                           "column_defaults": [["int32"], ["float32", 0.5], ["int64", 0]]}})
+    out.append({"name": "make_epochs", "kind": "make", "files": plain, "take": 12,
+                "kwargs": {**base, "num_epochs": None, "batch_size": 10}})
+    out.append({"name": "make_gzip", "kind": "make", "files": gz,
+                "kwargs": {**base, "compression_type": "GZIP", "label_name": None}})
+    out.append({"name": "make_shuffled", "kind": "make", "files": plain, "rows": True,
+                "kwargs": {**base, "shuffle": True, "shuffle_seed": 5, "shuffle_buffer_size": 16}})
     return out

@@ -13,8 +13,8 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
 
 def leaf(x):
@@ -33,6 +33,13 @@ def encode(el):
     if isinstance(el, tuple | list):
         return [encode(v) for v in el]
     return leaf(el)
+
+
+def rows_of(el):
+    """A batch ``(features, label)`` as its rows, each ``[[name, value]..., label]``."""
+    features, label = el
+    n = int(label.shape[0])
+    return [[[k, leaf(v[i])] for k, v in features.items()] + [leaf(label[i])] for i in range(n)]
 
 
 def defaults(spec):
@@ -58,7 +65,7 @@ def build(case):
 def run(case):
     try:
         ds = build(case)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return [["build-error", type(e).__name__]]
     out = []
     it = iter(ds)
@@ -69,15 +76,19 @@ def run(case):
             break
         except tf.errors.OutOfRangeError:
             break
-        except Exception:  # noqa: BLE001
+        except Exception:
             out.append(["error"])
             continue
-        out.append(encode(el))
+        if case.get("rows"):
+            out.extend(rows_of(el))
+        else:
+            out.append(encode(el))
     return out
 
 
 def main() -> None:
-    cases = json.loads(open(sys.argv[1]).read())
+    with open(sys.argv[1]) as f:
+        cases = json.load(f)
     results = {c["name"]: run(c) for c in cases}
     with open(sys.argv[2], "w") as f:
         json.dump(results, f)

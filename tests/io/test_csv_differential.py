@@ -38,6 +38,11 @@ def encode(el: Any) -> Any:
     return _leaf(el)
 
 
+def rows_of(el: Any) -> list[Any]:
+    features, label = el
+    return [[[k, _leaf(v[i])] for k, v in features.items()] + [_leaf(label[i])] for i in range(len(label))]
+
+
 def build(case: dict[str, Any]) -> hr.Dataset:
     kw = dict(case["kwargs"])
     if case["kind"] == "csv":
@@ -55,7 +60,7 @@ def run_headrace(case: dict[str, Any]) -> list[Any]:
     try:
         ds = build(case)
         it = iter(ds)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return [["build-error", type(e).__name__]]
     out: list[Any] = []
     with it:
@@ -64,17 +69,18 @@ def run_headrace(case: dict[str, Any]) -> list[Any]:
                 el = next(it)
             except StopIteration:
                 break
-            except Exception:  # noqa: BLE001
+            except Exception:
                 out.append(["error"])
                 continue
-            out.append(encode(el))
-    return out
+            out.extend(rows_of(el)) if case.get("rows") else out.append(encode(el))
+    return sorted(out, key=json.dumps) if case.get("rows") else out
 
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("csvdiff")
-    return csv_cases.csv_cases(tmp) + csv_cases.edge_cases(tmp) + csv_cases.big_cases(tmp)
+    return (csv_cases.csv_cases(tmp) + csv_cases.edge_cases(tmp) + csv_cases.big_cases(tmp)
+            + csv_cases.make_cases(tmp))
 
 
 @pytest.fixture(scope="module")
@@ -92,12 +98,16 @@ def test_csv_dataset_matches_tf_data(cases: list[dict[str, Any]], tf_results: di
     failures = []
     for case in cases:
         want = tf_results[case["name"]]
+        if case.get("rows"):  # a seeded shuffle: the same rows, in tf.data's order or not
+            want = sorted(want, key=json.dumps)
         got = run_headrace(case)
         if got != want:
             first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-            failures.append(f"{case['name']} {case['kwargs']} {case['defaults']}: {len(got)} elements vs tf's "
-                            f"{len(want)}; first difference at {first}: headrace "
-                            f"{got[first] if first < len(got) else None} tf {want[first] if first < len(want) else None}")
+            ours, theirs = (got[first] if first < len(got) else None), (want[first] if first < len(want) else None)
+            failures.append(f"{case['name']} {case['kwargs']} {case.get('defaults')}: {len(got)} elements vs tf's "
+                            f"{len(want)}; first difference at {first}: headrace {ours} tf {theirs}")
     assert not failures, "\n".join(failures)
+    made = [tf_results[c["name"]] for c in cases if c["kind"] == "make"]
+    assert all(r and "build-error" not in json.dumps(r[0]) and ["error"] not in r for r in made)  # real batches
     assert sum(len(v) for v in tf_results.values()) > 20000  # the cases are not empty
     assert sum(v.count(["error"]) for v in tf_results.values()) > 20  # and they hold bad records

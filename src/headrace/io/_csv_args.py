@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ def _as_csv_dtype(x: Any, where: str) -> np.dtype | None:
         return _NAMES[x]
     if x in (bytes, str, object):
         return STRING
-    if isinstance(x, type) and issubclass(x, np.generic) or isinstance(x, np.dtype):
+    if (isinstance(x, type) and issubclass(x, np.generic)) or isinstance(x, np.dtype):
         dt = np.dtype(x)
         if dt.kind in "SUO":
             return STRING
@@ -80,7 +81,7 @@ def _indices(x: Any, name: str, what: str) -> list[int] | None:
     out = [int(v) for v in np.asarray(x).reshape(-1).tolist()]
     if not out:
         return None
-    if out[0] < 0 or any(b <= a for a, b in zip(out, out[1:])):
+    if out[0] < 0 or any(b <= a for a, b in itertools.pairwise(out)):
         raise ValueError(f"{what}({name}={out}): must be non-negative, strictly increasing field indices")
     return out
 

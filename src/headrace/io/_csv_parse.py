@@ -282,9 +282,9 @@ class FastParser:
             return None
         if fmt.quote and b'"' in chunk and not quotes_valid(chunk, fmt.delim, at_eof):
             return None
-        if fmt.n + len(fmt.exclude or ()) > 1 or fmt.select is not None:
-            if b"\n\n" in chunk or b"\r\r" in chunk or b"\n\r" in chunk:
-                return None
+        if (fmt.n + len(fmt.exclude or ()) > 1 or fmt.select is not None) and (
+                b"\n\n" in chunk or b"\r\r" in chunk or b"\n\r" in chunk):
+            return None
         total = fmt.fixed_fields()
         if total is None:
             first = fmt.read_record(chunk, 0, True)
