@@ -168,3 +168,31 @@ def test_bad_record_defaults(tmp_path: Path) -> None:
         hr.io.CsvDataset(path, [[1, 2]])
     ds = hr.io.CsvDataset(path, [[7]])
     assert ds.element_spec[0].dtype == np.int32 and list(ds) == [(1,)]
+
+
+def _outcomes(ds: hr.Dataset) -> list:
+    out = []
+    with iter(ds) as it:
+        while True:
+            try:
+                out.append(next(it))
+            except StopIteration:
+                return out
+            except ValueError as e:
+                out.append(("error", str(e)))
+
+
+def test_batch_of_column_runs_equals_the_row_path(tmp_path: Path) -> None:
+    """``batch`` right after the reader concatenates column runs (``Stage.fill_columns``); across a bad record,
+    blocks and the end it gives what the row-by-row path gives (a map in between), state included."""
+    data, _ = _rows(700, bad={5, 333, 699})
+    ds = hr.io.CsvDataset(_write(tmp_path / "a.csv", data), DEFAULTS).with_options(
+        hr.Options(memory_budget=256 << 10))
+    columnar, rows = _outcomes(ds.batch(64)), _outcomes(ds.map(lambda *x: x).batch(64))
+    assert len(columnar) == len(rows) == 11 + 3
+    errors = [i for i, a in enumerate(columnar) if isinstance(a[0], str)]
+    assert errors == [i for i, b in enumerate(rows) if isinstance(b[0], str)] and len(errors) == 3
+    assert [columnar[i] for i in errors] == [rows[i] for i in errors]
+    keep = [i for i in range(len(rows)) if i not in errors]
+    assert_streams_equal([columnar[i] for i in keep], [rows[i] for i in keep])
+    assert_state_roundtrip(ds.ignore_errors().batch(64), [0, 1, 5, 10])

@@ -212,7 +212,8 @@ class CsvFormat:
 def count_lines(data: bytes | memoryview) -> int:
     """The record terminators (``\\n``, ``\\r``, ``\\r\\n``) in ``data``."""
     b = bytes(data)
-    return b.count(b"\n") + b.count(b"\r") - b.count(b"\r\n")
+    n = b.count(b"\n")
+    return n + b.count(b"\r") - b.count(b"\r\n") if b"\r" in b else n
 
 
 def quotes_valid(chunk: bytes, delim: bytes, at_eof: bool) -> bool:

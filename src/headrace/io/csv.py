@@ -307,35 +307,49 @@ class CsvIterator(BlockRowIterator):
         self._pos = i + 1
         return tuple(col[i] for col in self._cols)
 
-    def fill(self, items: list[Any], k: int, per: int) -> tuple[int, int]:
-        """``Stage.fill`` in runs of rows cut from the block's columns (C loops), stopping before a bad record
-        (raised by the next call) or after a row larger than ``per``."""
+    def _take(self, left: int, per: int) -> tuple[int, int, int, int]:
+        """The next run of rows ``[i, j)`` of the block (at most ``left``, ending before a bad record or after a row
+        larger than ``per``), with its bytes and its largest row; the position moves past it."""
+        stop = self._ensure()  # (an error or the end: the caller keeps what it has)
+        i = self._pos
+        j = min(stop, i + left)
+        sizes = self._sizes
+        if sizes is None:
+            n_bytes, big = self._fixed * (j - i), self._fixed
+        else:
+            run = sizes[i:j]
+            over = np.flatnonzero(run > per)
+            if len(over):
+                j = i + int(over[0]) + 1
+                run = run[:j - i]
+            n_bytes, big = int(run.sum()), int(run.max())
+        self._pos = j
+        return i, j, n_bytes, big
+
+    def _runs(self, k: int, per: int, emit: Any) -> tuple[int, int, int]:
+        """Up to ``k`` rows handed to ``emit(i, j)`` run by run; ``(rows, bytes, largest)``."""
         if self._run is not None:
             self._end_run()
         held = largest = 0
         left = k
         while left > 0:
-            stop = self._ensure()  # (an error or the end: the caller sizes what was appended)
-            i = self._pos
-            j = min(stop, i + left)
-            sizes = self._sizes
-            if sizes is None:
-                n_bytes, big = self._fixed * (j - i), self._fixed
-            else:
-                run = sizes[i:j]
-                over = np.flatnonzero(run > per)
-                if len(over):
-                    j = i + int(over[0]) + 1
-                    run = run[:j - i]
-                n_bytes, big = int(run.sum()), int(run.max())
-            items.extend(zip(*[list(col[i:j]) for col in self._cols]))
-            self._pos = j
+            i, j, n_bytes, big = self._take(left, per)
+            emit(i, j)
             left -= j - i
             held += n_bytes
             largest = max(largest, big)
             if big > per:
                 break
+        return k - left, held, largest
+
+    def fill(self, items: list[Any], k: int, per: int) -> tuple[int, int]:
+        """``Stage.fill`` in runs of rows cut from the block's columns (C loops)."""
+        _, held, largest = self._runs(k, per, lambda i, j: items.extend(zip(*[list(c[i:j]) for c in self._cols])))
         return held, largest
+
+    def fill_columns(self, runs: list[list[Any]], k: int, per: int) -> tuple[int, int, int]:
+        """``Stage.fill_columns``: the rows as slices of the block's columns, for ``batch`` to concatenate."""
+        return self._runs(k, per, lambda i, j: runs.append([c[i:j] for c in self._cols]))
 
     def elements_ready(self) -> Iterator[Any] | None:
         run = self._run
