@@ -170,7 +170,9 @@ class CsvIterator(BlockRowIterator):
     def _fill(self, want: int, at: int) -> None:
         """Read until the buffer holds ``want`` bytes or the file ends; a record (starting at buffer index ``at``)
         that would need more than the budget allows is refused before it is read."""
-        if want > self._max_buf:
+        if want > self._max_buf and len(self._buf) < self._max_buf:
+            want = self._max_buf  # (grown to the most a record may take, then refused)
+        elif want > self._max_buf:
             self._dead = True
             line = self._line + count_lines(self._buf[:at])
             raise MemoryBudgetError(
@@ -236,8 +238,10 @@ class CsvIterator(BlockRowIterator):
         pos = 0
         while pos < cut:
             got = parse_records(self._fmt, self._buf, pos, cut, self._eof)
-            if got is None:
-                self._fill(2 * len(self._buf), pos)
+            if got is None:  # a record past the buffer: the rows before it are done, the buffer grows
+                self._consume(pos)
+                cut, pos = cut - pos, 0
+                self._fill(2 * len(self._buf), 0)
                 continue
             good, errs, end = got
             for before, start, _, e in errs:
