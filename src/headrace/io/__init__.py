@@ -1,4 +1,4 @@
-"""Readers and writers: TFRecord and tf.train.Example, Parquet, HDF5, image folders; local or fsspec URLs.
+"""Readers and writers: TFRecord and tf.train.Example, Parquet, HDF5, CSV, image folders; local or fsspec URLs.
 
 Names load lazily from their modules on first use, so importing ``headrace.io`` needs none of the
 optional dependencies (pyarrow, h5py, OpenCV...).
