@@ -173,11 +173,21 @@ def make_csv_dataset(file_pattern: Any, batch_size: int, column_names: list[str]
         ds = hr.io.make_csv_dataset("train-*.csv", batch_size=32, label_name="y", num_epochs=1)
         for features, label in ds: ...   # features["x"]: array (32,), label: array (32,)
 
-    Args: tf.data's, with its defaults: ``column_defaults`` as ``CsvDataset``'s ``record_defaults`` (one per
-        selected column), ``select_columns`` names or indices, ``num_epochs=None`` repeats forever (and drops the
-        last partial batch), ``num_parallel_reads`` files read at once (``AUTOTUNE``: all cores; ``sloppy``:
-        in any order), ``compression_type`` ``None`` / ``"GZIP"`` / ``"ZLIB"``, ``encoding`` for the header and
-        the inference only.
+    Args:
+        file_pattern: a glob pattern, a path or a list of them (all matches, sorted).
+        batch_size: rows per batch.
+        column_names: the columns' names (default: the header of the first file; every file's must match).
+        column_defaults: as ``CsvDataset``'s ``record_defaults``, one per selected column (default: inferred).
+        label_name: the column returned apart as the label (default: none; the elements are the dicts).
+        select_columns: names or indices of the columns to read.
+        field_delim, use_quote_delim, na_value, header, compression_type: as ``CsvDataset``'s.
+        num_epochs: passes over the files (``None``: forever, and the last partial batch is dropped).
+        shuffle, shuffle_buffer_size, shuffle_seed: shuffle the files and the records.
+        prefetch_buffer_size: batches prefetched (default ``AUTOTUNE``).
+        num_parallel_reads: files read at once (``AUTOTUNE``: one per core); ``sloppy``: in any order.
+        num_rows_for_inference: records read to infer the types (``None``: all).
+        ignore_errors: skip records that do not parse.
+        encoding: the text encoding of the header and the records read for inference.
 
     Returns:
         A Dataset of ``(OrderedDict, label)`` batches: arrays of shape ``(batch_size,)`` of int32, int64, float32,
