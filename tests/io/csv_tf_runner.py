@@ -11,14 +11,14 @@ import json
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
 import numpy as np
-import tensorflow as tf
+
+tf = None  # TensorFlow, imported by main() (headrace's tests import the encoders above it without it)
 
 
 def leaf(x):
-    a = x.numpy() if hasattr(x, "numpy") else np.asarray(x)
+    """One value as ``[dtype, hex of its bytes, shape]`` (strings: the hex of each)."""
+    a = x.numpy() if hasattr(x, "numpy") else x
     if isinstance(a, bytes):
         return ["string", [a.hex()], []]
     a = np.asarray(a)
@@ -87,6 +87,11 @@ def run(case):
 
 
 def main() -> None:
+    global tf
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow
+
+    tf = tensorflow
     with open(sys.argv[1]) as f:
         cases = json.load(f)
     results = {c["name"]: run(c) for c in cases}

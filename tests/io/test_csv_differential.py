@@ -10,37 +10,15 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 import headrace as hr
 from tests.io import csv_cases
+from tests.io.csv_tf_runner import encode, rows_of
 from tests.tf_env import tf_python
 
 HERE = Path(__file__).resolve().parent
 pytestmark = [pytest.mark.slow]
-
-
-def _leaf(x: Any) -> list[Any]:
-    if isinstance(x, bytes):
-        return ["string", [x.hex()], []]
-    a = np.asarray(x)
-    if a.dtype == object:
-        return ["string", [bytes(v).hex() for v in a.reshape(-1).tolist()], list(a.shape)]
-    return [a.dtype.name, np.ascontiguousarray(a).tobytes().hex(), list(a.shape)]
-
-
-def encode(el: Any) -> Any:
-    if isinstance(el, dict):
-        return {"dict": [[k, encode(v)] for k, v in el.items()]}
-    if isinstance(el, tuple | list):
-        return [encode(v) for v in el]
-    return _leaf(el)
-
-
-def rows_of(el: Any) -> list[Any]:
-    features, label = el
-    return [[[k, _leaf(v[i])] for k, v in features.items()] + [_leaf(label[i])] for i in range(len(label))]
 
 
 def build(case: dict[str, Any]) -> hr.Dataset:
