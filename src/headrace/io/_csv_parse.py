@@ -209,11 +209,13 @@ class CsvFormat:
         return tuple(values)
 
 
-def count_lines(data: bytes | memoryview) -> int:
-    """The record terminators (``\\n``, ``\\r``, ``\\r\\n``) in ``data``."""
-    b = bytes(data)
-    n = b.count(b"\n")
-    return n + b.count(b"\r") - b.count(b"\r\n") if b"\r" in b else n
+def count_lines(data: bytes, stop: int | None = None) -> int:
+    """The record terminators (``\\n``, ``\\r``, ``\\r\\n``) in ``data[:stop]`` (counted in place)."""
+    end = len(data) if stop is None else stop
+    n = data.count(b"\n", 0, end)
+    if data.find(b"\r", 0, end) < 0:
+        return n
+    return n + data.count(b"\r", 0, end) - data.count(b"\r\n", 0, end)
 
 
 def quotes_valid(chunk: bytes, delim: bytes, at_eof: bool) -> bool:
@@ -272,16 +274,18 @@ class FastParser:
                  np.dtype(np.float32): self.pa.float32(), np.dtype(np.float64): self.pa.float64(),
                  STRING: self.pa.binary()}
         self._types = [types[d] for d in fmt.dtypes]
-        self._parse = self.csv.ParseOptions(delimiter=fmt.delim.decode("latin-1"),
-                                            quote_char='"' if fmt.quote else False, double_quote=True,
-                                            newlines_in_values=fmt.quote, ignore_empty_lines=False)
+        self._parse = [self.csv.ParseOptions(delimiter=fmt.delim.decode("latin-1"),
+                                             quote_char='"' if fmt.quote else False, double_quote=True,
+                                             newlines_in_values=quoted, ignore_empty_lines=False)
+                       for quoted in (False, True)]  # (line breaks in values: only where quotes are, 2x slower)
         self._nulls = sorted({"", fmt.na.decode("latin-1")})
 
     def parse(self, chunk: bytes, at_eof: bool) -> list[np.ndarray] | None:
         fmt = self.fmt
         if chunk.startswith(BOM) or chunk[:1] in (b"\n", b"\r"):
             return None
-        if fmt.quote and b'"' in chunk and not quotes_valid(chunk, fmt.delim, at_eof):
+        quoted = fmt.quote and b'"' in chunk
+        if quoted and not quotes_valid(chunk, fmt.delim, at_eof):
             return None
         if (fmt.n + len(fmt.exclude or ()) > 1 or fmt.select is not None) and (
                 b"\n\n" in chunk or b"\r\r" in chunk or b"\n\r" in chunk):
@@ -302,7 +306,7 @@ class FastParser:
             table = csv.read_csv(pa.py_buffer(chunk),
                                  read_options=csv.ReadOptions(column_names=names, use_threads=False,
                                                               block_size=len(chunk) + 1),
-                                 parse_options=self._parse,
+                                 parse_options=self._parse[quoted],
                                  convert_options=csv.ConvertOptions(
                                      column_types=dict(zip(wanted, self._types)), include_columns=wanted,
                                      null_values=self._nulls, strings_can_be_null=True,

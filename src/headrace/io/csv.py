@@ -174,7 +174,7 @@ class CsvIterator(BlockRowIterator):
             want = self._max_buf  # (grown to the most a record may take, then refused)
         elif want > self._max_buf:
             self._dead = True
-            line = self._line + count_lines(self._buf[:at])
+            line = self._line + count_lines(self._buf, at)
             raise MemoryBudgetError(
                 f"{_WHAT}: the record at line {line} of {self._path()} (byte offset {self._base + at}) is longer "
                 f"than {format_bytes(len(self._buf) - at)} and does not fit the reader's share of the memory budget "
@@ -194,7 +194,7 @@ class CsvIterator(BlockRowIterator):
         self._buf = b"".join(parts)
 
     def _consume(self, n: int) -> None:
-        self._line += count_lines(self._buf[:n])
+        self._line += count_lines(self._buf, n)
         self._base += n
         self._buf = self._buf[n:]
 
@@ -266,7 +266,7 @@ class CsvIterator(BlockRowIterator):
         return self._as_block(as_columns(self._fmt, []))
 
     def _row_error(self, start: int, e: Exception) -> ValueError:
-        line = self._line + count_lines(self._buf[:start])
+        line = self._line + count_lines(self._buf, start)
         err = ValueError(f"{_WHAT}: {self._path()} line {line} (byte offset {self._base + start}): {e}; fix the "
                          "record or skip bad records with .ignore_errors()")
         err.__cause__ = e
