@@ -196,3 +196,16 @@ def test_batch_of_column_runs_equals_the_row_path(tmp_path: Path) -> None:
     keep = [i for i in range(len(rows)) if i not in errors]
     assert_streams_equal([columnar[i] for i in keep], [rows[i] for i in keep])
     assert_state_roundtrip(ds.ignore_errors().batch(64), [0, 1, 5, 10])
+
+
+def test_make_csv_dataset_state_roundtrip(tmp_path: Path) -> None:
+    files = []
+    for j in range(3):
+        rows = "".join(f"{j * 100 + i},{i / 8},w{i}\n" for i in range(40))
+        files.append(_write(tmp_path / f"m{j}.csv", f"a,b,label\n{rows}".encode()))
+    ds = hr.io.make_csv_dataset(str(tmp_path / "m*.csv"), batch_size=7, label_name="label", num_epochs=2,
+                                shuffle=False, num_parallel_reads=2)
+    first = next(iter(ds))
+    assert list(first[0]) == ["a", "b"] and first[0]["a"].dtype == np.int32 and first[1].dtype == object
+    n = assert_state_roundtrip(ds, [0, 3, 17, 34])
+    assert n == 2 * 120 // 7 + 1  # 240 rows, the last batch partial (num_epochs is not None)
