@@ -196,6 +196,10 @@ def test_batch_of_column_runs_equals_the_row_path(tmp_path: Path) -> None:
     keep = [i for i in range(len(rows)) if i not in errors]
     assert_streams_equal([columnar[i] for i in keep], [rows[i] for i in keep])
     assert_state_roundtrip(ds.ignore_errors().batch(64), [0, 1, 5, 10])
+    clean, _ = _rows(700)
+    runs = hr.io.CsvDataset(_write(tmp_path / "c.csv", clean), DEFAULTS).with_options(
+        hr.Options(memory_budget=256 << 10)).batch(64)  # the column-run path, restored between batches
+    assert_state_roundtrip(runs, [0, 1, 5, 10, 11])
 
 
 def test_make_csv_dataset_state_roundtrip(tmp_path: Path) -> None:
