@@ -77,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 import image_ceiling
+import peers_csv
 import peers_envs
 import psutil
 
@@ -112,6 +113,8 @@ TARGETS = [
     ("gil", "speed", "headrace", "pool", ">=", 0.85),
     ("gil", "speed", "headrace", "dataloader", ">", 1.0),
 ]
+WORKLOADS["csv"] = peers_csv.WORKLOAD
+TARGETS.append(peers_csv.TARGET)
 RSS_RATIOS = {"image", "parquet"}  # workloads whose memory tells something: RSS ratios printed without a target
 SIZES = {"full": {"images": 5000, "n_overhead": 1_000_000, "n_gil": 1000, "rows": 2_000_000, "rounds": 3},
          "quick": {"images": 2560, "n_overhead": 100_000, "n_gil": 200, "rows": 200_000, "rounds": 2}}
@@ -181,6 +184,8 @@ def prepare(workloads: list[str], sizes: dict[str, Any], workdir: Path) -> dict[
                              "pyarrow_from": str(Path(pyarrow.__file__).resolve().parents[1])}
         print(f"parquet data: {sizes['rows']:,} rows x 5 columns (int64, float64, float32, int32, string), row "
               f"groups of {ROW_GROUP:,}, {path.stat().st_size / 1e6:.1f} MB at {path}")
+    if "csv" in workloads:
+        params["csv"] = peers_csv.prepare(workdir, sizes["rows"])
     return params
 
 

@@ -37,6 +37,23 @@ def test_csv_rows_line_numbers_and_malformed_line(tmp_path):
     assert rejected[0].location.endswith("t.csv:5") and "2 fields but the header has 4" in rejected[0].reason
 
 
+@pytest.mark.parametrize("ext, compress", [(".csv.gz", "gzip"), (".csv.zz", "zlib")])
+def test_compressed_csv_reads_as_the_plain_file(tmp_path, ext, compress):
+    import gzip
+    import zlib
+
+    plain = csv_file(tmp_path / "t.csv").read_bytes()
+    packed = gzip.compress(plain) if compress == "gzip" else zlib.compress(plain)
+    (tmp_path / "z").mkdir()
+    (tmp_path / "z" / f"t{ext}").write_bytes(packed)
+    src = open_source(str(tmp_path / "z"))
+    assert src.kind == "csv" and detect_format(str(tmp_path / "z")) == "csv"
+    rows, rejected = _read_all(src)
+    want_rows, want_rejected = _read_all(open_source(str(tmp_path / "t.csv")))
+    assert {k.replace(ext, ".csv"): v for k, v in rows.items()} == want_rows
+    assert [r.reason for r in rejected] == [r.reason for r in want_rejected]
+
+
 def test_csv_bad_header_and_bad_encoding_are_reported(tmp_path):
     (tmp_path / "h.csv").write_text("a,,a\n1,2,3\n")
     rows, rejected = _read_all(open_source(str(tmp_path / "h.csv")))

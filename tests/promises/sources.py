@@ -9,14 +9,16 @@ the ids a damage destroys (the damaged record, row group or chunk).
 Kinds: ``range``, ``tensor_slices`` (of ids, or of the whole ``{"id", "payload"}`` arrays), ``generator``,
 ``random_access`` (optionally shuffled), ``files`` (an ``interleave`` of ranges, as ``shapes.py``),
 ``tfrecord`` (1-4 files, ``num_parallel_reads``), ``parquet`` (gzip row groups, optionally shuffled),
-``hdf5`` (gzip chunks), ``image_folder`` (PNGs decoded by headrace), ``load`` (a ``Dataset.save``).
+``hdf5`` (gzip chunks), ``image_folder`` (PNGs decoded by headrace), ``load`` (a ``Dataset.save``), ``csv``
+(``CsvDataset`` of ``id,payload-base64`` records, 1-2 files, uncompressed or GZIP).
 Damage: TFRecord / saved records get bytes flipped inside one record's data (its CRC fails), a Parquet
 row group or an HDF5 chunk gets garbage in the middle of its compressed bytes, an image file is replaced
-by garbage.
+by garbage, a CSV record gets an id that is not a number.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from typing import Any
@@ -27,7 +29,7 @@ import headrace as hr
 from tests.promises.ops import make_map, sim_interleave
 from tests.promises.shapes import make_element, size_of
 
-FILE_KINDS = ("tfrecord", "parquet", "hdf5", "image_folder", "load")
+FILE_KINDS = ("tfrecord", "parquet", "hdf5", "image_folder", "load", "csv")
 KINDS = ("range", "tensor_slices", "generator", "random_access", "files", *FILE_KINDS)
 
 
@@ -38,6 +40,13 @@ class DecodeRecord:
     def __call__(self, x: Any) -> dict[str, Any]:
         b = bytes(x)
         return {"id": np.int64(int.from_bytes(b[:8], "little")), "payload": np.frombuffer(b[8:], np.uint8).copy()}
+
+
+class DecodeCsv:
+    """A CSV record ``(id, payload in base64)``."""
+
+    def __call__(self, i: Any, payload: Any) -> dict[str, Any]:
+        return {"id": np.int64(i), "payload": np.frombuffer(base64.b64decode(payload), np.uint8).copy()}
 
 
 class DecodeRow:
@@ -164,6 +173,26 @@ def _parquet(src: dict[str, Any], n: int, sizes: dict[str, Any], d: str, write: 
     return ds, None if src["shuffle"] else list(range(n)), damaged
 
 
+def _csv(src: dict[str, Any], n: int, sizes: dict[str, Any], d: str, write: bool
+         ) -> tuple[hr.Dataset, list | None, set]:
+    """CSV files of ``id,payload-in-base64`` records, uncompressed or GZIP; a damaged record has an id that is not a
+    number (its row fails to parse)."""
+    import gzip
+
+    from headrace.io import CsvDataset
+
+    parts, comp = _split(n, src["files"]), src["compression"]
+    paths = [os.path.join(d, f"part-{k}.csv{'.gz' if comp else ''}") for k in range(len(parts))]
+    bad = src["corrupt"]["id"] if src.get("corrupt") else -1
+    for path, part in zip(paths, parts) if write else ():
+        with (gzip.open(path, "wb", compresslevel=1) if comp else open(path, "wb")) as f:
+            for i in part:
+                f.write(b"%s,%s\n" % (b"x%d" % i if i == bad else b"%d" % i,
+                                          base64.b64encode(make_element(i, sizes)["payload"].tobytes())))
+    ds = CsvDataset(paths, [np.int64, bytes], compression_type=comp or None).map(DecodeCsv())
+    return ds, list(range(n)), {bad} if bad >= 0 else set()
+
+
 def _hdf5(src: dict[str, Any], n: int, sizes: dict[str, Any], d: str, write: bool
           ) -> tuple[hr.Dataset, list | None, set]:
     import h5py
@@ -235,7 +264,7 @@ def build_source(src: dict[str, Any], n: int, sizes: dict[str, Any], d: str, wri
     when ``write`` (once per case: later builds read them)."""
     kind = src["kind"]
     writers = {"tfrecord": _tfrecord, "parquet": _parquet, "hdf5": _hdf5, "image_folder": _image_folder,
-               "load": _load}
+               "load": _load, "csv": _csv}
     if kind in writers:
         return writers[kind](src, n, sizes, d, write)
     order: list[int] | None = list(range(n))

@@ -47,9 +47,10 @@ def test_the_expected_order_of_an_interleave_is_headraces(cycle, block, copies):
 # Seeds of the generator (1-3 s each): HDF5 damaged + ignore_errors -> take_while -> take -> map ->
 # choose_from_datasets -> window; Dataset.load under a budget below two elements; Parquet with shuffled row
 # groups -> sample_from_datasets; image_folder -> scan -> filter -> shuffle -> padded_batch -> scan; tensor_slices ->
-# pack (headrace's addition) -> prefetch -> cache -> ignore_errors; and (slow: worker processes start) TFRecord
-# damaged + ignore_errors -> pack -> map -> process map.
-SMOKE = [11, 10, 24, 17, 14, pytest.param(16, marks=pytest.mark.slow)]
+# pack (headrace's addition) -> prefetch -> cache -> ignore_errors; (slow: worker processes start) TFRecord
+# damaged + ignore_errors -> pack -> map -> process map; CSV (GZIP) damaged + ignore_errors -> batch; CSV records
+# of 1.3 MiB under 8 MiB -> sample_from_datasets.
+SMOKE = [11, 10, 24, 17, 14, pytest.param(16, marks=pytest.mark.slow), 358, 7]
 
 
 @pytest.mark.parametrize("seed", SMOKE)
@@ -64,7 +65,8 @@ def test_generated_cases_keep_the_promises(seed):
 # group_by_window -> memory cache under 16 MiB (seed 121: 12 MiB overdrawn before the cache's refusal) and
 # Parquet's 40 MiB of row-group buffers -> padded_batch -> process map under 96 MiB (seed 65, slow: a worker
 # starts; tracked peak 113 MiB).
-@pytest.mark.parametrize("seed", [121, pytest.param(65, marks=pytest.mark.slow)])
+# CSV records of 2.7 MiB under a 3 MiB budget (seed 46): the reader refuses the record before reading it whole.
+@pytest.mark.parametrize("seed", [121, pytest.param(65, marks=pytest.mark.slow), 46])
 def test_generated_cases_that_cannot_fit_are_refused_before_any_overdraft(seed):
     verdicts = check_case(random_case(seed), timeout_s=60)
     assert verdicts and verdicts[0][1].kind == "refused", [(p, v.kind, v.detail) for p, v in verdicts]

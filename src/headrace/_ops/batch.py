@@ -24,6 +24,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from .._args import count_arg, parallel_calls_arg
 from .._handoff import hand_off, taker_of
 from .._memory import WHOLE_UNCAPPED, Reservation, StageAccount
@@ -75,7 +77,8 @@ class BatchNode(DatasetNode):
         stage = ctx.stage_name(self, f"batch({self.batch_size})")
         pool = BufferPool(max_bytes=ctx.budget.limit_bytes // 16)
         combine = partial(stack, pool=pool)
-        return make_batcher(ctx, self, source, stage, combine, self.num_parallel_calls, self.deterministic, pool)
+        return make_batcher(ctx, self, source, stage, combine, self.num_parallel_calls, self.deterministic, pool,
+                            columnar=True)
 
 
 class _Group:
@@ -90,16 +93,17 @@ class _Group:
 
 def make_batcher(ctx: IteratorContext, node: DatasetNode, source: Stage, stage: str,
                  combine: Callable[[list[Any], str], Any], num_parallel_calls: int | None,
-                 deterministic: bool | None, buffers: BufferPool | None = None) -> Stage:
+                 deterministic: bool | None, buffers: BufferPool | None = None, columnar: bool = False) -> Stage:
     """A sequential batcher, or a gatherer feeding ``combine`` in a thread pool (``buffers``: the pool
-    ``combine`` stacks into, lending its buffers in the sequential case)."""
+    ``combine`` stacks into, lending its buffers in the sequential case; ``columnar``: ``combine`` stacks flat
+    tuples, so a source's column runs may be concatenated instead, ``Stage.fill_columns``)."""
     bs, drop = node.batch_size, node.drop_remainder  # type: ignore[attr-defined]
     if num_parallel_calls is None:
         account = ctx.account(f"{stage} assembly", 2 * bs, mandatory=True, min_units=2 * bs,
                               hint="use a smaller batch_size", stage_of=stage)
         account.min_what = f"its {bs} elements and the batch stacked from them, {2 * bs} elements"
         spares = buffers.lend_from(account) if buffers is not None else None
-        return _BatchIterator(ctx, source, account, bs, drop, stage, combine, spares)
+        return _BatchIterator(ctx, source, account, bs, drop, stage, combine, spares, columnar)
     workers = parallelism(num_parallel_calls, ctx)
     account = ctx.account(f"{stage} assembly", (workers + 1) * bs, mandatory=True, min_units=bs,
                           hint="use a smaller batch_size or fewer num_parallel_calls", stage_of=stage)
@@ -124,7 +128,7 @@ class _BatchIterator(Stage):
 
     def __init__(self, ctx: IteratorContext, source: Stage, account: StageAccount, batch_size: int,
                  drop_remainder: bool, stage: str, combine: Callable[[list[Any], str], Any] | None,
-                 spares: SpareBuffers | None = None) -> None:
+                 spares: SpareBuffers | None = None, columnar: bool = False) -> None:
         super().__init__(ctx)
         self._spares = spares
         self._source = source
@@ -132,6 +136,9 @@ class _BatchIterator(Stage):
         # map_and_batch_fusion: a stage with a fill of its own (a sequential map) runs inside this loop
         self._fused = type(source).fill is not Stage.fill and optimizing(ctx)
         self._fill = source.fill if self._fused else partial(Stage.fill, source)
+        # a table reader's rows as column runs, concatenated into the batch (no tuple per row is stacked)
+        self._columns = (source.fill_columns if columnar and type(source).fill_columns is not Stage.fill_columns
+                         and optimizing(ctx) else None)
         self._account = account
         self._bs = batch_size
         self._drop = drop_remainder
@@ -144,6 +151,8 @@ class _BatchIterator(Stage):
 
     def _clear(self) -> None:
         self._items: list[Any] = []
+        self._runs: list[list[Any]] = []  # or the batch's elements as column runs (``_gather_columns``)
+        self._run_rows = 0
         self._held = 0          # bytes of self._items
         self._largest = 0       # the largest of them
         self._per = 0           # the element size the reservation has room for (``_room``)
@@ -166,7 +175,8 @@ class _BatchIterator(Stage):
         acc = self._account
         r = self._reservation
         per = self._per = self._largest or acc.estimate()
-        want = self._held + (self._bs - len(self._items)) * per + (self._out_max if self._combine else 0)
+        have = len(self._items) + self._run_rows
+        want = self._held + (self._bs - have) * per + (self._out_max if self._combine else 0)
         if r is None:  # the batch's one reservation (0 bytes while no size is known yet), taking over the
             # charge of the output buffers the consumer gave back (``batch_buffers``)
             self._reservation = reserve_output(acc, self._spares if self._combine else None, max(0, want), stop)
@@ -184,6 +194,8 @@ class _BatchIterator(Stage):
             self._start_epoch = self._source.replay_epoch()
         fill, items, bs = self._fill, self._items, self._bs
         self._room(stop)
+        if self._columns is not None and not items and self._gather_columns(stop):
+            return True
         while len(items) < bs:
             before = len(items)
             try:
@@ -207,6 +219,29 @@ class _BatchIterator(Stage):
                     self._room(stop)
         return True
 
+    def _gather_columns(self, stop: Any) -> bool:
+        """Fill the batch with the source's column runs; True when it is full. An error or the end turns the runs
+        gathered into rows (``_items``): the row loop of ``_gather`` goes on from there, as after any error."""
+        while self._run_rows < self._bs:
+            try:
+                n, size, largest = self._columns(self._runs, self._bs - self._run_rows, self._per)  # type: ignore[misc]
+            except BaseException as e:
+                for run in self._runs:
+                    self._items.extend(zip(*[list(col) for col in run]))
+                self._runs, self._run_rows = [], 0
+                if isinstance(e, StopIteration):
+                    return False
+                self._pulled += 1  # the position that raised
+                raise
+            self._run_rows += n
+            self._pulled += n
+            self._held += size
+            if largest > self._largest:
+                self._largest = largest
+                if largest > self._per:
+                    self._room(stop)
+        return True
+
     def __next__(self) -> Any:
         if self._done:
             raise StopIteration
@@ -216,7 +251,7 @@ class _BatchIterator(Stage):
             self._drop_items()
             self._done = True
             raise StopIteration
-        items, held, largest = self._items, self._held, self._largest
+        items, held, largest, runs = self._items, self._held, self._largest, self._runs
         reservation: Reservation = self._reservation  # type: ignore[assignment]
         if self._combine is None:
             reservation.settle(held, count=len(items), largest=largest)
@@ -229,7 +264,7 @@ class _BatchIterator(Stage):
         # The items and their stacked batch exist together while it is made: one reservation for both (made
         # at the batch's start from the largest batch so far; the first batch's is topped up here).
         need = held + max(held, self._out_max)
-        count = len(items)
+        count = len(items) or self._run_rows
         if need > reservation.nbytes:  # (the first batch, or larger items): their size is the unit from now on
             try:
                 acc.grow_unit(largest)  # (so a batch that can never fit is refused naming its elements)
@@ -238,7 +273,8 @@ class _BatchIterator(Stage):
                 reservation.cancel()
                 raise
         try:
-            out = self._combine(items, self._stage)
+            out = (tuple(np.concatenate([run[k] for run in runs]) for k in range(len(runs[0]))) if runs
+                   else self._combine(items, self._stage))
         except Exception as e:
             reservation.cancel()
             raise note_error(e, self._stage, index) from None
@@ -246,7 +282,7 @@ class _BatchIterator(Stage):
             reservation.cancel()
             raise
         finally:
-            del items
+            del items, runs
         n_out = nbytes(out)
         self._out_max = max(self._out_max, n_out)
         # the items are gone and the batch is held: the items' size is this stage's unit, the batch's is not

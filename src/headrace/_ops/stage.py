@@ -137,6 +137,14 @@ class Stage(Replayable, DatasetIterator):
             fast = tally.fast
         return tally.result(len(items) - start)
 
+    def fill_columns(self, runs: list[list[Any]], k: int, per: int) -> tuple[int, int, int]:
+        """``fill`` for a stage whose elements are flat tuples of scalars held as columns (a table reader): append
+        up to ``k`` elements to ``runs`` as runs, each a list of one numpy array per tuple component (views are
+        fine: a sequential ``batch`` concatenates them into its batch, in the same call), stopping early after an
+        element of more than ``per`` bytes; returns ``(elements, bytes, largest)``. An error or ``StopIteration``
+        leaves the runs appended before it. Only stages that override it are asked (``_ops/batch.py``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not hand out columns")
+
     def _close_self(self) -> None:
         """Stop threads and release accounts of this stage only (override in stages that have any)."""
 

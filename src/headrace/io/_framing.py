@@ -28,13 +28,12 @@ from __future__ import annotations
 import io
 import os
 import struct
-import zlib
-from typing import IO, Any
+from typing import IO
 
 import google_crc32c
 
 from .._errors import DataLossError
-from . import files
+from ._streams import COMPRESSED_STREAM, DEFAULT_BUFFER_BYTES, open_input, seek_input
 
 HEADER = struct.Struct("<QI")
 FOOTER = struct.Struct("<I")
@@ -43,16 +42,12 @@ HEADER_BYTES = HEADER.size  # 12
 FOOTER_BYTES = FOOTER.size  # 4
 OVERHEAD_BYTES = HEADER_BYTES + FOOTER_BYTES
 MASK_DELTA = 0xA282EAD8
-DEFAULT_BUFFER_BYTES = 256 * 1024  # TensorFlow's default TFRecordDataset buffer_size
 _CHUNK_BYTES = 16 * 1024 * 1024  # records longer than this are read in chunks (a bogus length never
 #                                 allocates more than what the file really holds)
-COMPRESSIONS = ("", "GZIP", "ZLIB")
-WBITS = {"GZIP": 31, "ZLIB": 15}
 
 DATA_CRC = "data_crc"
 LENGTH_CRC = "length_crc"
 TRUNCATED = "truncated"
-COMPRESSED_STREAM = "compressed_stream"
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -67,69 +62,16 @@ def frame(data: bytes) -> tuple[bytes, bytes]:
     return length + FOOTER.pack(masked_crc32c(length)), FOOTER.pack(masked_crc32c(data))
 
 
-def normalize_compression(value: Any, where: str = "compression_type") -> str:
-    """``None`` / ``""`` -> ``""``; ``"GZIP"`` / ``"ZLIB"`` (any case) as is; anything else raises."""
-    if value is None:
-        return ""
-    if isinstance(value, str) and value.upper() in COMPRESSIONS:
-        return value.upper()
-    raise ValueError(f"{where}={value!r} is not supported; use None or '' (uncompressed), 'GZIP' or 'ZLIB'")
-
-
-class _ZlibReader(io.RawIOBase):
-    """Raw stream decompressing a zlib (or gzip) stream from ``raw``, in bounded chunks."""
-
-    def __init__(self, raw: IO[bytes], wbits: int, chunk_bytes: int) -> None:
-        self._raw = raw
-        self._wbits = wbits
-        self._d = zlib.decompressobj(wbits)
-        self._chunk = chunk_bytes
-        self._started = False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        want = len(b)
-        while True:
-            if self._d.unconsumed_tail:
-                out = self._d.decompress(self._d.unconsumed_tail, want)
-            elif self._d.eof:
-                rest = self._d.unused_data or self._raw.read(self._chunk)
-                if not rest:
-                    return 0
-                self._d = zlib.decompressobj(self._wbits)  # another gzip member / zlib stream follows
-                out = self._d.decompress(rest, want)
-            else:
-                data = self._raw.read(self._chunk)
-                if not data:
-                    if not self._started:
-                        return 0  # an empty file holds no records
-                    raise EOFError("the compressed stream ends before its end-of-stream marker")
-                self._started = True
-                out = self._d.decompress(data, want)
-            if out:
-                n = len(out)
-                b[:n] = out
-                return n
-
-    def close(self) -> None:
-        if not self.closed:
-            self._raw.close()
-        super().close()
-
-
 def open_stream(path: str, compression: str, buffer_size: int) -> tuple[IO[bytes], int | None]:
-    """Open ``path`` for reading records; returns the stream and the file size when it is cheap to know
-    (local uncompressed files), else ``None``."""
-    f = files.open_file(path, "rb")
+    """Open ``path`` for reading records (:func:`headrace.io._streams.open_input`); returns the stream and the
+    file size when it is cheap to know (local uncompressed files), else ``None``."""
+    f = open_input(path, compression, buffer_size)
     size: int | None = None
-    if compression:
-        return io.BufferedReader(_ZlibReader(f, WBITS[compression], buffer_size), buffer_size), None
-    if isinstance(f, io.BufferedReader):
-        raw = f.detach()
-        size = os.fstat(raw.fileno()).st_size if hasattr(raw, "fileno") else None
-        return io.BufferedReader(raw, buffer_size), size
+    if not compression and hasattr(f, "fileno"):
+        try:
+            size = os.fstat(f.fileno()).st_size
+        except (OSError, io.UnsupportedOperation):
+            size = None
     return f, size
 
 
@@ -155,33 +97,19 @@ class RecordReader:
             self._skip_to(offset)
 
     def _skip_to(self, offset: int) -> None:
-        if not self._compression and self._f.seekable():
-            if self._size is not None and offset > self._size:
-                self.close()
-                raise DataLossError(f"cannot resume {self.path} at byte {offset}: the file has only "
-                                    f"{self._size} bytes; restore a state saved from this file",
-                                    path=self.path, offset=offset, reason=TRUNCATED)
-            self._f.seek(offset)
-            return
-        left = offset
-        while left:
-            got = len(self._read_guarded(min(left, _CHUNK_BYTES)))
-            if got == 0:
-                self.close()
-                raise DataLossError(f"cannot resume {self.path} at byte {offset} of its uncompressed "
-                                    f"stream: it ends at byte {offset - left}", path=self.path,
-                                    offset=offset, reason=TRUNCATED)
-            left -= got
+        try:
+            seek_input(self._f, offset, self.path)
+        except DataLossError:
+            self.close()
+            raise
 
     def _read_guarded(self, n: int) -> bytes:
         try:
             return self._f.read(n)
-        except (EOFError, zlib.error) as e:
+        except DataLossError as e:  # a damaged compressed stream (headrace.io._streams)
             self.dead = True
-            raise DataLossError(
-                f"damaged {self._compression or 'compressed'} stream in {self.path} near uncompressed byte "
-                f"{self.offset} (record {self.index}): {e}; the rest of the file cannot be read",
-                path=self.path, offset=self.offset, reason=COMPRESSED_STREAM) from e
+            raise DataLossError(f"{e} (in record {self.index}, which starts at byte {self.offset})", path=self.path,
+                                offset=self.offset, reason=COMPRESSED_STREAM) from e
 
     def _read(self, n: int) -> bytes:
         """Up to ``n`` bytes, fewer only at the end of the stream; big reads go in chunks."""

@@ -23,30 +23,23 @@ there (GZIP / ZLIB files are decompressed again and skipped up to the offset).
 from __future__ import annotations
 
 import copy
-import io
-import os
 import warnings
-from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-import numpy as np
-
-from .._args import as_int
 from .._dataset import Dataset
 from .._errors import DataLossError, StateError
-from .._machine import cpu_count
 from .._ops.base import check_state, note_error
 from .._ops.context import IteratorContext
-from .._ops.counting import counting_enabled, elements, memoized
-from .._ops.interleave import InterleaveNode
-from .._ops.node import DatasetNode, node_of
-from .._ops.sources import TensorSlicesNode
+from .._ops.counting import counting_enabled, memoized
+from .._ops.node import DatasetNode
 from .._ops.stage import Stage
-from .._options import AUTOTUNE, UNKNOWN_CARDINALITY
+from .._options import UNKNOWN_CARDINALITY
 from .._spec import STRING, TensorSpec
 from .._sync import Lock as TimedLock
 from . import files
-from ._framing import DEFAULT_BUFFER_BYTES, RecordReader, normalize_compression
+from ._filenames import FileNames, NameSource, parallel_reads, read_buffer_size
+from ._framing import DEFAULT_BUFFER_BYTES, RecordReader
+from ._streams import normalize_compression
 
 ON_CORRUPT = ("raise", "skip")
 
@@ -62,39 +55,6 @@ class SkippedRecord(NamedTuple):
     offset: int
     reason: str
     message: str
-
-
-def _name_list(filenames: Any) -> list[str]:
-    if isinstance(filenames, str | bytes | os.PathLike):
-        return [files.to_str_path(filenames)]
-    if isinstance(filenames, np.ndarray):
-        return [files.to_str_path(v) for v in filenames.reshape(-1).tolist()]
-    if isinstance(filenames, Iterable):
-        return [files.to_str_path(v) for v in filenames]
-    raise TypeError(f"TFRecordDataset(filenames={filenames!r}): expected a path (str, bytes, os.PathLike), "
-                    "a list of paths or a Dataset of paths")
-
-
-def _buffer_size(value: Any) -> int:
-    """``buffer_size`` as tf.data takes it: ``None`` (256 KiB) or an integer >= 0; 0 is "no buffering" in
-    tf.data, here the smallest read buffer Python's ``io`` uses (``io.DEFAULT_BUFFER_SIZE``)."""
-    if value is None:
-        return DEFAULT_BUFFER_BYTES
-    n = as_int(value, "TFRecordDataset(buffer_size)", minimum=0, fix="use None for the default (256 KiB) or 0 "
-               "for the smallest buffer")
-    return n or io.DEFAULT_BUFFER_SIZE
-
-
-def _parallel_reads(value: Any) -> int:
-    """``num_parallel_reads``: ``None`` (1), ``AUTOTUNE`` (the CPU count) or an integer >= 1."""
-    if value is None:
-        return 1
-    n = as_int(value, "TFRecordDataset(num_parallel_reads)")
-    if n == AUTOTUNE:
-        return cpu_count()
-    if n < 1:
-        raise ValueError(f"TFRecordDataset(num_parallel_reads={n}) must be None, headrace.AUTOTUNE or >= 1")
-    return n
 
 
 class TFRecordDataset(Dataset):
@@ -140,12 +100,11 @@ class TFRecordNode(DatasetNode):
     def __init__(self, filenames: Any, compression_type: str | None = None, buffer_size: int | None = None,
                  num_parallel_reads: int | None = None, *, on_corrupt: str = "raise",
                  check_crc: bool = True) -> None:
-        self._names_node = node_of(filenames)
-        super().__init__([self._names_node] if self._names_node is not None else [])
-        self._names = None if self._names_node is not None else _name_list(filenames)
+        self._files = FileNames(filenames, "TFRecordDataset")
+        super().__init__(self._files.inputs())
         self.compression_type = normalize_compression(compression_type)
-        self.buffer_size = _buffer_size(buffer_size)
-        self.num_parallel_reads = _parallel_reads(num_parallel_reads)
+        self.buffer_size = read_buffer_size(buffer_size, "TFRecordDataset")
+        self.num_parallel_reads = parallel_reads(num_parallel_reads, "TFRecordDataset")
         if on_corrupt not in ON_CORRUPT:
             raise ValueError(f"TFRecordDataset(on_corrupt={on_corrupt!r}): use 'raise' (stop with "
                              "DataLossError) or 'skip' (skip corrupt records, warn and list them)")
@@ -169,19 +128,12 @@ class TFRecordNode(DatasetNode):
     def shard_source(self, num_shards: int, index: int) -> DatasetNode | None:
         """Files ``index, index + num_shards, ...`` when there are at least ``num_shards`` files (else None:
         the records are sharded above); ``headrace._ops.shard.shard_at_source``."""
-        from .._ops.shard import shard_at_source
-
-        clone = copy.copy(self)
-        if self._names_node is not None:
-            n = self._names_node.cardinality()
-            if n < num_shards:
-                return None
-            clone._names_node = shard_at_source(self._names_node, num_shards, index)
-            clone.inputs = (clone._names_node,)
-            return clone
-        if self._names is None or len(self._names) < num_shards:
+        shard = self._files.shard(num_shards, index)
+        if shard is None:
             return None
-        clone._names = self._names[index::num_shards]
+        clone = copy.copy(self)
+        clone._files = shard
+        clone.inputs = tuple(shard.inputs())
         return clone
 
     def _single(self, name: Any) -> TFRecordNode:
@@ -193,11 +145,7 @@ class TFRecordNode(DatasetNode):
 
     def make_iterator(self, ctx: IteratorContext) -> Stage:
         if self.num_parallel_reads > 1:
-            names = self._names_node if self._names_node is not None else TensorSlicesNode(
-                np.array(self._names, dtype=object))
-            n = self.num_parallel_reads
-            return InterleaveNode(names, self._single, cycle_length=n, block_length=1, num_parallel_calls=n,
-                                  deterministic=None, name="TFRecordDataset").make_iterator(ctx)
+            return self._files.interleave(ctx, self._single, self.num_parallel_reads, "TFRecordDataset")
         return TFRecordIterator(ctx, self)
 
     def compute_spec(self, spec_of: Any) -> Any:
@@ -211,11 +159,9 @@ class TFRecordNode(DatasetNode):
         return memoized(self, self._count)
 
     def _count(self) -> int:
-        names = self._names
+        names = self._files.all_names()
         if names is None:
-            if self._names_node.cardinality() < 0:
-                return UNKNOWN_CARDINALITY
-            names = [files.to_str_path(v) for v in elements(self._names_node)]
+            return UNKNOWN_CARDINALITY
         return sum(count_records(f, self.compression_type, self.buffer_size) for f in names)
 
 
@@ -247,53 +193,6 @@ def count_records(path: str, compression: str = "", buffer_size: int = DEFAULT_B
         reader.close()
 
 
-class _NameSource:
-    """The file names of a TFRecordDataset: a list, or a Dataset of names pulled lazily, one at a time
-    (only the current name and the names iterator's state just before it are kept, so an endless
-    ``list_files(...).repeat()`` holds nothing more as it goes)."""
-
-    def __init__(self, ctx: IteratorContext, ds: TFRecordNode) -> None:
-        self._list = ds._names
-        self._it = ds._names_node.make_iterator(ctx) if ds._names_node is not None else None
-        self._index = -1  # file index of the last name pulled from the dataset
-        self._name: str | None = None
-        self._before: Any = None  # the names iterator's state just before that name was pulled
-
-    def get(self, i: int) -> str | None:
-        """File ``i``'s name, or None past the end (files are visited in order: ``i`` never goes back)."""
-        if self._list is not None:
-            return self._list[i] if i < len(self._list) else None
-        while self._index < i:
-            before = self._it.get_state()
-            try:
-                name = next(self._it)
-            except StopIteration:
-                return None
-            self._index, self._name, self._before = self._index + 1, files.to_str_path(name), before
-        return self._name if self._index == i else None
-
-    def known(self, i: int) -> str | None:
-        """File ``i``'s name if already known (never pulls from a names dataset)."""
-        if self._list is not None:
-            return self._list[i] if i < len(self._list) else None
-        return self._name if i == self._index else None
-
-    def state(self, i: int) -> Any:
-        """The names iterator's state just before file ``i`` is pulled (None for a list)."""
-        if self._list is not None:
-            return None
-        return self._before if i == self._index else self._it.get_state()
-
-    def restore(self, i: int, names_state: Any) -> None:
-        if self._list is not None:
-            return
-        self._it.set_state(names_state)
-        self._index, self._name, self._before = i - 1, None, None
-
-    def iterator(self) -> Stage | None:
-        return self._it
-
-
 class TFRecordIterator(Stage):
     """Reads the files of a :class:`TFRecordDataset` one after another (see the module docstring)."""
 
@@ -302,7 +201,7 @@ class TFRecordIterator(Stage):
     def __init__(self, ctx: IteratorContext, ds: TFRecordNode) -> None:
         super().__init__(ctx)
         self._ds = ds
-        self._names = _NameSource(ctx, ds)
+        self._names = NameSource(ctx, ds._files)
         self._file_index = 0
         self._reader: RecordReader | None = None
         self._resume_offset = 0

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from . import files
-from ._framing import WBITS, frame, normalize_compression
+from ._framing import frame
+from ._streams import WBITS, normalize_compression
 
 _MEM_LEVEL = 9  # TensorFlow's ZlibCompressionOptions default
 

@@ -5,9 +5,10 @@ record starts) for CSV and JSON Lines, the row number in the file (0-based) for 
 whole files (CSV, JSON Lines: a quoted CSV field may span lines, so a file cannot be split at arbitrary
 bytes) and row groups (Parquet).
 
-- **CSV** (RFC 4180 as Python's :mod:`csv` reads it, UTF-8): the first line names the columns; an empty
-  cell is a missing value; a column's kind is inferred over the whole dataset (int64, float32 or string;
-  see :mod:`headrace.convert.schema`). A line with the wrong number of fields is rejected.
+- **CSV** (RFC 4180 as Python's :mod:`csv` reads it, UTF-8; ``.csv``, or compressed ``.csv.gz`` (GZIP) /
+  ``.csv.zz`` / ``.csv.zlib`` (ZLIB), decompressed by ``headrace.io._streams``): the first line names the
+  columns; an empty cell is a missing value; a column's kind is inferred over the whole dataset (int64,
+  float32 or string; see :mod:`headrace.convert.schema`). A line with the wrong number of fields is rejected.
 - **JSON Lines** (https://jsonlines.org, UTF-8): each non-blank line one JSON object; ``null`` is a missing
   value; arrays of numbers or strings become list features. A line that is not valid JSON, not an object,
   or holds a nested object or array is rejected.
@@ -25,6 +26,7 @@ from typing import Any
 
 from ..._deps import require
 from ...io import files
+from ...io._streams import open_input
 from ...io.files import join
 from ..schema import TEXT, typed
 from .base import Item, Rejected, Source, list_files, total_size
@@ -62,11 +64,11 @@ class CSVSource(_FileSource):
     """CSV files (module docstring)."""
 
     kind = "csv"
-    extensions = (".csv",)
+    extensions = (".csv", ".csv.gz", ".csv.zz", ".csv.zlib")
 
     def read(self, unit: str) -> Iterator[Item]:
         path = join(self.root, unit)
-        with files.open_file(path, "rb") as raw:
+        with open_input(path, "AUTO") as raw:  # (by extension: .gz GZIP, .zz / .zlib ZLIB)
             reader = csv.reader((line.decode("utf-8") for line in raw), strict=True)  # decoded line by line
             header: list[str] | None = None
             line = 1

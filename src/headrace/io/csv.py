@@ -1,0 +1,419 @@
+"""``CsvDataset``: the records of CSV files as tuples of scalars, as ``tf.data.experimental.CsvDataset`` yields them.
+
+Format: RFC 4180 as tf.data reads it (``headrace.io._csv_parse``: records end at ``\\n``, ``\\r`` or ``\\r\\n``;
+``"``-quoted fields with ``""`` inside; empty or NA fields take the column's default). Files are read in order,
+local paths or fsspec URLs, uncompressed, ``"GZIP"`` or ``"ZLIB"`` (``headrace.io._streams``).
+
+Reading: a file is read in chunks of whole records (about 1 MiB, at most 1/32 of the memory budget), each parsed by
+pyarrow's CSV reader into numpy columns; a chunk pyarrow does not read as tf.data would (a bad row, quotes out of
+place, values such as ``+5``) goes through the exact record-by-record parser, which keeps the good rows. Rows
+reach the next stage in runs (``fill`` / ``elements_ready``), not one Python call per record.
+
+Memory: the read buffers (the stream's buffer, the chunk and what pyarrow makes of it, three times the chunk) are
+charged to the budget while a file is read, the parsed block of rows while rows are cut from it. A record that
+cannot fit 1/4 of the budget is refused with ``MemoryBudgetError`` naming the file, the line and its size so far,
+before more of it is read; the iterator then goes on with the next file.
+
+State: ``{"file", "offset", "line", "skip"}``: the file's index, the uncompressed byte offset of a record
+boundary, its line number and the positions (rows and bad rows) read after it. A restore opens the file, moves
+to the offset (a seek; in a compressed file, decompressing from the start: O(offset) CPU, little memory) and
+parses on from there, skipping ``skip`` positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .._args import as_int
+from .._dataset import Dataset
+from .._errors import MemoryBudgetError
+from .._memory import format_bytes
+from .._ops.base import check_state
+from .._ops.context import IteratorContext
+from .._ops.node import DatasetNode
+from .._ops.stage import Stage
+from .._spec import TensorSpec
+from ._blocks import READY_ROWS, BlockRowIterator, close_quietly, state_error
+from ._csv_args import csv_format
+from ._csv_parse import CsvFormat, FastParser, as_columns, count_lines, cut_point, parse_records
+from ._filenames import name_list
+from ._streams import buffer_bytes, normalize_compression, open_input, seek_input
+
+_WHAT = "CsvDataset"
+CHUNK_BYTES = 1 << 20
+_DEFAULT_BUFFER = 4 << 20  # tf.data's CsvDataset buffer_size
+
+
+class CsvDataset(Dataset):
+    """The records of CSV files, one tuple of scalars per record (``tf.data.experimental.CsvDataset``).
+
+    Example::
+
+        ds = hr.io.CsvDataset("table.csv", [np.int64, np.float32, [b"none"]], header=True)
+        for label, score, tag in ds: ...
+
+    Args:
+        filenames: a path or fsspec URL, or a list of them (read in order; no glob expansion, as tf.data).
+        record_defaults: one entry per output column: a dtype (``np.int32``, ``np.int64``, ``np.float32``,
+            ``np.float64``, ``bytes`` / ``str`` / ``object`` for strings, or their names), or an empty list
+            (a required column: an empty field is an error); or a default value (a scalar or a one-element list:
+            ``0``, ``[0.0]``, ``[b""]``, ``np.int64(-1)``; Python ints are int32, floats float32, strings bytes).
+        compression_type: ``None`` / ``""``, ``"GZIP"`` or ``"ZLIB"``.
+        buffer_size: read buffer in bytes (> 0; default 4 MiB, capped at the chunk size).
+        header: skip each file's first record.
+        field_delim: the one-byte field delimiter.
+        use_quote_delim: ``"`` quotes fields (``False``: ``"`` is an ordinary character).
+        na_value: a field equal to it (after unquoting) is missing (takes the default).
+        select_cols / exclude_cols: strictly increasing field indices to keep / to drop (at most one of them).
+        name: the stage's name (errors, ``explain()``).
+
+    Returns:
+        A Dataset of tuples, one numpy scalar (or ``bytes``) per column; ``element_spec`` is known at once.
+
+    Raises:
+        ValueError / TypeError: bad arguments (when the dataset is built). While iterating: ``ValueError`` for a
+            record that does not parse (one line naming the file, line, byte offset, column and value;
+            ``.ignore_errors()`` skips and counts them), ``FileNotFoundError``, ``DataLossError`` (a damaged
+            compressed stream), ``MemoryBudgetError`` (a record larger than the budget allows).
+    """
+
+    _node_attributes = frozenset({"filenames", "record_defaults", "compression_type", "header"})
+
+    def __init__(self, filenames: Any, record_defaults: Any, compression_type: str | None = None,
+                 buffer_size: int | None = None, header: bool = False, field_delim: str = ",",
+                 use_quote_delim: bool = True, na_value: str = "", select_cols: Any = None,
+                 exclude_cols: Any = None, name: str | None = None) -> None:
+        super().__init__(CsvNode(filenames, record_defaults, compression_type, buffer_size, header, field_delim,
+                                 use_quote_delim, na_value, select_cols, exclude_cols).named(name))
+
+
+class CsvNode(DatasetNode):
+    """The recipe node of :class:`CsvDataset` (same arguments)."""
+
+    label = _WHAT
+
+    def __init__(self, filenames: Any, record_defaults: Any, compression_type: str | None, buffer_size: Any,
+                 header: bool, field_delim: Any, use_quote_delim: bool, na_value: Any, select_cols: Any,
+                 exclude_cols: Any) -> None:
+        super().__init__()
+        self.filenames = name_list(filenames, _WHAT)
+        if not self.filenames:
+            raise ValueError(f"{_WHAT}: filenames is empty; pass a path or a list of paths")
+        self.record_defaults = record_defaults
+        self.fmt: CsvFormat = csv_format(record_defaults, field_delim, use_quote_delim, na_value, select_cols,
+                                         exclude_cols, _WHAT)
+        self.compression_type = normalize_compression(compression_type, f"{_WHAT}(compression_type)")
+        self.buffer_size = _DEFAULT_BUFFER if buffer_size is None else as_int(
+            buffer_size, f"{_WHAT}(buffer_size)", minimum=1, fix="use None for the default (4 MiB)")
+        self.header = bool(header)
+        FastParser(self.fmt)  # without pyarrow: MissingDependencyError here, not at the first element
+
+    def compute_spec(self, spec_of: Any) -> Any:
+        return tuple(TensorSpec((), d) for d in self.fmt.dtypes)
+
+    def make_iterator(self, ctx: IteratorContext) -> Stage:
+        return CsvIterator(ctx, self)
+
+
+class CsvIterator(BlockRowIterator):
+    """Reads the files' records in chunks into blocks of numpy columns (see the module docstring)."""
+
+    kind = "csv"
+
+    def __init__(self, ctx: IteratorContext, ds: CsvNode) -> None:
+        super().__init__(ctx, ds, _WHAT, None)
+        self._ds, self._fmt = ds, ds.fmt
+        self._fast = FastParser(ds.fmt)
+        limit = ctx.budget.limit_bytes
+        self._chunk = int(max(4096, min(CHUNK_BYTES, limit // 32)))
+        self._max_buf = max(self._chunk, limit // 4)
+        self._read_size = min(ds.buffer_size, self._chunk)
+        self._fixed = sum(d.itemsize for d in ds.fmt.dtypes if d.kind != "O")
+        self._strings = [k for k, d in enumerate(ds.fmt.dtypes) if d.kind == "O"]
+        self._f = 0
+        self._stream: Any = None
+        self._close_stream()
+        self._errs: list[tuple[int, Exception]] = []
+        self._err_i = 0
+        self._cols: list[np.ndarray] = []
+        self._sizes: np.ndarray | None = None
+        self._blk = (0, 0, 1)  # (file, offset, line) of the block in hand
+        self.open_work(0)
+
+    # ---- the stream ----------------------------------------------------------------------------------
+    def _path(self) -> str:
+        return self._ds.filenames[self._f]
+
+    def _open(self, offset: int, line: int) -> None:
+        self._close_stream()
+        ds = self._ds
+        self._stream = open_input(self._path(), ds.compression_type, self._read_size)
+        if offset:
+            seek_input(self._stream, offset, self._path())
+        self._base, self._line, self._header_due = offset, line, ds.header and offset == 0
+        self._charge(self._chunk)
+
+    def _close_stream(self) -> None:
+        close_quietly(self._stream)
+        self._stream, self._buf, self._base, self._line, self._eof = None, b"", 0, 1, False
+        self._header_due = False
+        self.release_work()
+
+    def _charge(self, size: int) -> None:
+        need = 3 * size + buffer_bytes(self._ds.compression_type, self._read_size)
+        self.charge_work(need, f"{_WHAT}: reading {self._path()} in chunks of {format_bytes(size)}",
+                         "raise Options(memory_budget=...)")
+
+    def _fill(self, want: int, at: int) -> None:
+        """Read until the buffer holds ``want`` bytes or the file ends; a record (starting at buffer index ``at``)
+        that would need more than the budget allows is refused before it is read."""
+        if want > self._max_buf and len(self._buf) < self._max_buf:
+            want = self._max_buf  # (grown to the most a record may take, then refused)
+        elif want > self._max_buf:
+            self._dead = True
+            line = self._line + count_lines(self._buf, at)
+            raise MemoryBudgetError(
+                f"{_WHAT}: the record at line {line} of {self._path()} (byte offset {self._base + at}) is longer "
+                f"than {format_bytes(len(self._buf) - at)} and does not fit the reader's share of the memory budget "
+                f"of {format_bytes(self.ctx.budget.limit_bytes)} ({format_bytes(self._max_buf)} for one record); "
+                "raise Options(memory_budget=...) or split the record; the rest of the file is skipped")
+        if want > 3 * self._chunk:
+            self._charge(want)
+        parts = [self._buf]
+        have = len(self._buf)
+        while have < want and not self._eof:
+            data = self._stream.read(want - have)
+            if not data:
+                self._eof = True
+                break
+            parts.append(data)
+            have += len(data)
+        self._buf = b"".join(parts)
+
+    def _consume(self, n: int) -> None:
+        self._line += count_lines(self._buf, n)
+        self._base += n
+        self._buf = self._buf[n:]
+
+    # ---- parsing -------------------------------------------------------------------------------------
+    _dead = False
+
+    def _read_block(self) -> dict[str, np.ndarray] | None:
+        while True:
+            if self._dead:
+                self._dead = False
+                self._close_stream()
+                self._f += 1
+            if self._stream is None:
+                if self._f >= len(self._ds.filenames):
+                    return None
+                self._open(0, 1)
+            self._blk = (self._f, self._base, self._line)
+            block = self._parse_chunk()
+            if block is not None:
+                return block
+            self._close_stream()
+            self._f += 1
+
+    def _parse_chunk(self) -> dict[str, np.ndarray] | None:
+        """The next block of the open file (None at its end): ``self._errs`` gets its bad records."""
+        self._errs, self._err_i = [], 0
+        if self._header_due:
+            return self._skip_header()
+        self._fill(self._chunk, 0)
+        if not self._buf:
+            return None
+        cut = cut_point(self._buf, 0, len(self._buf), self._fmt.quote, self._eof)
+        while cut == 0:
+            self._fill(2 * len(self._buf), 0)
+            cut = cut_point(self._buf, 0, len(self._buf), self._fmt.quote, self._eof)
+        cols = self._fast.parse(self._buf[:cut], self._eof and cut == len(self._buf))
+        if cols is not None:
+            self._consume(cut)
+            return self._as_block(cols)
+        rows: list[tuple[Any, ...]] = []
+        pos = 0
+        while pos < cut:
+            got = parse_records(self._fmt, self._buf, pos, cut, self._eof)
+            if got is None:  # a record past the buffer: the rows before it are done, the buffer grows
+                self._consume(pos)
+                cut, pos = cut - pos, 0
+                self._fill(2 * len(self._buf), 0)
+                continue
+            good, errs, end = got
+            for before, start, _, e in errs:
+                self._errs.append((len(rows) + before, self._row_error(start, e)))
+            rows.extend(good)
+            pos = end
+        self._consume(pos)
+        return self._as_block(as_columns(self._fmt, rows))
+
+    def _skip_header(self) -> dict[str, np.ndarray] | None:
+        self._header_due = False
+        self._fill(self._chunk, 0)
+        while True:
+            got = self._fmt.read_record(self._buf, 0, self._eof) if self._buf else (0, [], 0, "the file is empty")
+            if got is not None:
+                break
+            self._fill(2 * len(self._buf), 0)
+        end, _, _, error = got
+        if error is not None:
+            self._errs.append((0, ValueError(f"{_WHAT}: cannot read the header line of {self._path()}: {error}")))
+        self._consume(end)
+        return self._as_block(as_columns(self._fmt, []))
+
+    def _row_error(self, start: int, e: Exception) -> ValueError:
+        line = self._line + count_lines(self._buf, start)
+        err = ValueError(f"{_WHAT}: {self._path()} line {line} (byte offset {self._base + start}): {e}; fix the "
+                         "record or skip bad records with .ignore_errors()")
+        err.__cause__ = e
+        return err
+
+    def _as_block(self, cols: list[np.ndarray]) -> dict[str, np.ndarray]:
+        self._cols = cols
+        self._sizes = None
+        if self._strings and len(cols[0]):
+            sizes = np.full(len(cols[0]), self._fixed, np.int64)
+            for k in self._strings:
+                sizes += np.fromiter(map(len, cols[k]), np.int64, len(cols[k]))
+            self._sizes = sizes
+        return {str(k): c for k, c in enumerate(cols)}
+
+    # ---- rows ----------------------------------------------------------------------------------------
+    def _next_error_at(self) -> int:
+        return self._errs[self._err_i][0] if self._err_i < len(self._errs) else self._block_rows
+
+    def _raise_error(self) -> None:
+        err = self._errs[self._err_i][1]
+        self._err_i += 1
+        raise err
+
+    def _ensure(self) -> int:
+        """Rows left before the next bad record in the block in hand (reading blocks as needed); raises that
+        record's error when it is next, ``StopIteration`` at the end."""
+        while True:
+            stop = self._next_error_at()
+            if self._pos < stop:
+                return stop
+            if self._err_i < len(self._errs):
+                self._raise_error()
+            if self._read_held() is None:
+                raise StopIteration
+
+    def __next__(self) -> tuple[Any, ...]:
+        if self._run is not None:
+            self._end_run()
+        self._ensure()
+        i = self._pos
+        self._pos = i + 1
+        return tuple(col[i] for col in self._cols)
+
+    def _take(self, left: int, per: int) -> tuple[int, int, int, int]:
+        """The next run of rows ``[i, j)`` of the block (at most ``left``, ending before a bad record or after a row
+        larger than ``per``), with its bytes and its largest row; the position moves past it."""
+        stop = self._ensure()  # (an error or the end: the caller keeps what it has)
+        i = self._pos
+        j = min(stop, i + left)
+        sizes = self._sizes
+        if sizes is None:
+            n_bytes, big = self._fixed * (j - i), self._fixed
+        else:
+            run = sizes[i:j]
+            over = np.flatnonzero(run > per)
+            if len(over):
+                j = i + int(over[0]) + 1
+                run = run[:j - i]
+            n_bytes, big = int(run.sum()), int(run.max())
+        self._pos = j
+        return i, j, n_bytes, big
+
+    def _runs(self, k: int, per: int, emit: Any) -> tuple[int, int, int]:
+        """Up to ``k`` rows handed to ``emit(i, j)`` run by run; ``(rows, bytes, largest)``."""
+        if self._run is not None:
+            self._end_run()
+        held = largest = 0
+        left = k
+        while left > 0:
+            i, j, n_bytes, big = self._take(left, per)
+            emit(i, j)
+            left -= j - i
+            held += n_bytes
+            largest = max(largest, big)
+            if big > per:
+                break
+        return k - left, held, largest
+
+    def fill(self, items: list[Any], k: int, per: int) -> tuple[int, int]:
+        """``Stage.fill`` in runs of rows cut from the block's columns (C loops)."""
+        _, held, largest = self._runs(k, per, lambda i, j: items.extend(zip(*[list(c[i:j]) for c in self._cols])))
+        return held, largest
+
+    def fill_columns(self, runs: list[list[Any]], k: int, per: int) -> tuple[int, int, int]:
+        """``Stage.fill_columns``: the rows as slices of the block's columns, for ``batch`` to concatenate."""
+        return self._runs(k, per, lambda i, j: runs.append([c[i:j] for c in self._cols]))
+
+    def elements_ready(self) -> Iterator[Any] | None:
+        run = self._run
+        if run is not None:
+            if run[1].__length_hint__():
+                return run[0]
+            self._end_run()
+        if self._block is None:
+            return None
+        start = self._pos
+        stop = min(start + READY_ROWS, self._next_error_at())
+        if stop <= start:
+            return None
+        columns = [list(col[start:stop]) for col in self._cols]
+        track = iter(columns[0])
+        rows = zip(track, *columns[1:])
+        self._run = (rows, track, start, stop - start)
+        return rows
+
+    # ---- state ---------------------------------------------------------------------------------------
+    def _settings(self) -> dict[str, Any]:
+        ds = self._ds
+        return {"files": len(ds.filenames), "header": ds.header, "columns": len(ds.fmt.dtypes)}
+
+    def get_state(self) -> dict[str, Any]:
+        if self._block is not None:
+            f, offset, line = self._blk
+            skip = self._offset + self._err_i
+        else:
+            f, offset, line, skip = self._f, self._base, self._line, 0
+            if self._stream is not None and self._header_due:
+                offset = 0
+        return {"kind": self.kind, **self._settings(), "file": f, "offset": offset, "line": line, "skip": skip}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, self.kind, **self._settings())
+        self._drop()
+        self._close_stream()
+        self._dead = False
+        self._errs, self._err_i = [], 0
+        f = int(state["file"])
+        if not 0 <= f <= len(self._ds.filenames):
+            raise state_error(self.kind, f"file {f} is outside 0..{len(self._ds.filenames)}")
+        self._f = f
+        if f == len(self._ds.filenames):
+            return
+        self._open(int(state["offset"]), int(state["line"]))
+        left = int(state["skip"])
+        while left > 0:
+            try:
+                stop = self._ensure()
+            except StopIteration:
+                return
+            except Exception:  # a bad record, reported before the state was taken
+                left -= 1
+                continue
+            take = min(left, stop - self._pos)
+            self._pos += take
+            left -= take
+
+    def _close_self(self) -> None:
+        self._close_stream()
+        super()._close_self()
