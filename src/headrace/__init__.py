@@ -50,7 +50,8 @@ from ._spec import DatasetSpec, NoneTensorSpec, RaggedTensorSpec, TensorShape, T
 
 __version__ = "0.1.0"
 
-_LAZY_SUBMODULES = {"io", "image", "torch", "distribute", "train", "cli", "convert", "data", "compress", "keras", "jax"}
+_LAZY_SUBMODULES = {"io", "image", "torch", "distribute", "train", "cli", "convert", "data", "compress", "keras", "jax",
+                    "text"}
 
 
 def __getattr__(name: str) -> Any:
