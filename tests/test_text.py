@@ -159,6 +159,8 @@ def test_a_line_that_is_not_utf8_raises_naming_it_or_is_replaced(bpe):
     assert bpe.decode(replaced[1].tolist()) == "caf\ufffd au lait"
     with pytest.raises(ValueError, match=r"element 1: b'caf\\xe9 au lait' is not UTF-8"):
         text.train_tokenizer(hr.Dataset.from_tensor_slices(bad), "bpe", 300)
+    replacing = text.train_tokenizer(hr.Dataset.from_tensor_slices(bad * 3), "bpe", 300, errors="replace")
+    assert replacing.decode(text.encode(replacing, bad[1], errors="replace").tolist()) == "caf\ufffd au lait"
     with pytest.warns(hr.IgnoredErrorsWarning, match="dropped 1 of 2"):
         kept = list(hr.Dataset.from_tensor_slices(bad).map(text.Encoder(bpe)).ignore_errors())
     assert [a.tolist() for a in kept] == [bpe.encode("alpha beta", add_special_tokens=False).ids]
