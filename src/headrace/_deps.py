@@ -35,6 +35,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "keras": ("keras", "Keras 3"),
     "jax": ("jax", "JAX"),
     "ray": ("ray", "Ray"),
+    "tokenizers": ("text", "Hugging Face tokenizers"),
 }
 
 
