@@ -244,7 +244,7 @@ def run_case(case: Case, files: list[str], cluster: Any) -> Verdict:
 def _judge(v: Verdict, got: list[int], orders: list[list[int]]) -> None:
     where = {x: s for s, order in enumerate(orders) for x in order}
     have = collections.Counter(got)
-    want = collections.Counter(where)
+    want = collections.Counter(list(where))
     v.lost = sum((want - have).values())
     v.duplicated = sum((have - want).values())
     per_split: list[list[int]] = [[] for _ in orders]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -52,7 +52,6 @@ class Probe:
     nodes: set[str]
     free_cpus: float
     total_cpus: float
-    table: dict[str, Any] = field(default_factory=dict)
 
 
 def actor_id(actor: Any) -> str:
@@ -78,8 +77,7 @@ def probe(ray: ModuleType) -> Probe:
     nodes = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
     unplaced = {k for k, v in table.items() if v.get("State") in UNPLACED and not v.get("Pid")}
     return Probe({k: str(v.get("State")) for k, v in table.items()}, unplaced, nodes,
-                 float(ray.available_resources().get("CPU", 0.0)), float(ray.cluster_resources().get("CPU", 0.0)),
-                 table)
+                 float(ray.available_resources().get("CPU", 0.0)), float(ray.cluster_resources().get("CPU", 0.0)))
 
 
 def holders(ray: ModuleType, limit: int = 6) -> str:
