@@ -27,6 +27,7 @@ import collections
 import json
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,7 @@ def dispatcher(it: hr.Iterator) -> ServiceIterator:
 def split_orders(d: ServiceIterator, iteration: tuple[int, ...]) -> list[list[int]]:
     """Each split's elements in order, run here as a worker runs it (in order, in ``iteration``)."""
     out = []
+    warnings.simplefilter("ignore", hr.IgnoredErrorsWarning)  # (ignore_errors upstream says what it dropped)
     for split in d._plan.splits:
         with hr.Iterator(Dataset(InOrderNode(split_node(d._upstream, list(split)))), iteration=iteration) as it:
             out.append([int(x) for x in it])

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import collections
 import time
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +53,8 @@ from .._structure import nbytes
 from ..distribute import process_info
 from . import _cluster
 from ._splits import pipeline_seeds, plan_rank_splits, plan_splits, source_of, split_node, with_seeds
-from ._watch import PROBE_S, Lease, ServiceError, actor_id, probe, unplaced_error, yield_idle
+from ._watch import Lease, ServiceError, actor_id
+from ._workers import Watch, Worker, Workers
 
 WAIT_SLICE_S = 0.1  # one ray.wait slice; the close flag is checked between slices
 
@@ -119,22 +119,6 @@ class ServiceNode(DatasetNode):
         return ServiceIterator(ctx, self, ctx.stage_name(self, self.label))
 
 
-class _Worker:
-    """The dispatcher's view of one worker actor."""
-
-    __slots__ = ("actor", "calls", "dead", "node_id", "ready", "split")
-
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
-        # Splits go only to a worker that has answered (a replacement that cannot be placed, e.g. on a cluster
-        # that lost the node with the free CPU, must not sit on a split the live workers could run).
-        self.ready = actor.node_id.remote()
-        self.node_id: str | None = None
-        self.split: int | None = None
-        self.calls: collections.deque[tuple[Any, int, Reservation | None]] = collections.deque()  # (ref, split, r)
-        self.dead = False
-
-
 class ServiceIterator(Stage):
     """The dispatcher of one trainer (see the module docstring)."""
 
@@ -175,44 +159,31 @@ class ServiceIterator(Stage):
         self._chunk = (chunk_bytes, cfg.chunk_elements, cfg.chunk_s)
         self._upstream = node.inputs[0]
         self._node_ref = ray.put(self._upstream)
-        self._workers: list[_Worker] = []  # this epoch's, lost ones too, until the epoch ends or they are given back
-        self._held: list[Any] = []  # the actors started and not stopped (the finalizer stops them)
-        self._started_actors: list[Any] = []  # every actor this dispatcher started
+        self._pool = Workers(self, ray, self._start_one)  # (dropped: its finalizer stops the actors)
         self._lease = Lease(self)  # (another dispatcher of this process may take them back while this one idles)
-        self._finalizer = weakref.finalize(self, _cluster.stop_workers, ray, self._held)  # dropped: stopped
         self._lost = 0
         self._reports: dict[str, dict[str, Any]] = {}  # actor id -> its last report
         self._started_s = time.monotonic()
         self._count = 0
         self._iteration = list(ctx.iteration)  # the workers run the splits in this iteration path
-        self._probe_at = 0.0
-        self._unplaced_since: float | None = None
+        self._watch = Watch(ray, stage, cfg, self._lease)
         self._start_workers()
 
-    # ---- workers: started, lost, stopped -------------------------------------------------------------------
+    # ---- workers: started, lost, given back ----------------------------------------------------------------
+    def _start_one(self) -> Any:
+        return _cluster.start_worker(self._ray, self._node_ref, self._cfg.memory_budget, self._chunk)
+
     def _start_workers(self) -> None:
-        for _ in range(self._n - sum(not w.dead for w in self._workers)):
-            actor = _cluster.start_worker(self._ray, self._node_ref, self._cfg.memory_budget, self._chunk)
-            self._held.append(actor)
-            self._started_actors.append(actor)
-            self._workers.append(_Worker(actor))
+        self._pool.top_up(self._n)
 
-    def _drop(self, w: _Worker) -> None:
-        """``w`` runs nothing more: its calls are dropped, its split (if unfinished) goes back first in line
-        (the next worker opens it from the count received), its actor is stopped."""
-        w.dead = True
-        for _, _, r in w.calls:
-            if r is not None:
-                r.cancel()
-        w.calls.clear()
-        if w.split is not None and not self._finished[w.split]:
-            self._pending.appendleft(w.split)
-        w.split = None
-        _cluster.stop_workers(self._ray, [w.actor])
-        if w.actor in self._held:
-            self._held.remove(w.actor)
+    def _drop(self, w: Worker) -> None:
+        """``w`` runs nothing more; its split (if unfinished) goes back first in line (the next worker opens it
+        from the count received)."""
+        split = self._pool.drop(w)
+        if split is not None and not self._finished[split]:
+            self._pending.appendleft(split)
 
-    def _lose(self, w: _Worker) -> None:
+    def _lose(self, w: Worker) -> None:
         """``w`` is gone (Ray said so): its split moves, a replacement starts."""
         self._drop(w)
         self._lost += 1
@@ -225,15 +196,15 @@ class ServiceIterator(Stage):
         """Stop every worker (the epoch ended, the iterator is closed, or another dispatcher of this process
         needs the CPUs while this one idles: ``_watch.yield_idle``); unfinished splits go back to the queue and
         the next ``next()`` starts new workers. Returns the number of actors stopped."""
-        live = [w for w in self._workers if not w.dead]
+        live = self._pool.live()
         for w in live:
             self._drop(w)
-        self._workers = []
+        self._pool.all = []
         return len(live)
 
     def actors_held(self) -> list[Any]:
         """The actors this dispatcher holds now (started, not stopped)."""
-        return list(self._held)
+        return self._pool.held()
 
     # ---- iteration --------------------------------------------------------------------------------------
     def __next__(self) -> Any:
@@ -244,8 +215,7 @@ class ServiceIterator(Stage):
                 self._lease.last_call = time.monotonic()
 
     def _next(self) -> Any:
-        now = time.monotonic()
-        deadline, self._probe_at = now + self._cfg.timeout_s, now + PROBE_S
+        deadline = self._watch.progress(time.monotonic())
         while True:
             buf = self._buffer
             while buf:
@@ -268,59 +238,34 @@ class ServiceIterator(Stage):
                 raise StopIteration
             if self._stop.is_set():
                 raise StopIteration
-            if not any(not w.dead for w in self._workers):
+            if not self._pool.live():
                 self._start_workers()  # (after give_back: a restore of an ended epoch, a resumed idle iterator)
             self._ask()
-            now = time.monotonic()
             if self._receive():
-                deadline, self._probe_at, self._unplaced_since = now + self._cfg.timeout_s, now + PROBE_S, None
+                deadline = self._watch.progress(time.monotonic())
                 continue
-            if now >= self._probe_at:
-                self._watch(now)
-                self._probe_at = now + 2 * PROBE_S
+            now = time.monotonic()
+            self._watch.check(now, self._pool, self._lose)  # (Ray's tables, about once a second)
             if now > deadline:
-                running = sum(not w.dead and w.node_id is not None for w in self._workers)
-                starting = sum(not w.dead and w.node_id is None for w in self._workers)
+                running = self._pool.running()
+                starting = len(self._pool.live()) - running
                 raise ServiceError(f"{self._stage}: no worker made progress for {self._cfg.timeout_s:.0f} s "
                                    f"({running} of {self._n} workers running, {starting} starting, {self._lost} "
                                    f"lost, {len(self._pending)} splits waiting, Ray at {self._cfg.service!r}); "
                                    "check that the cluster has free CPUs (`ray status`) and that its nodes run")
-
-    def _watch(self, now: float) -> None:
-        """Nothing came for a while: ask Ray (``_watch.probe``). A worker whose actor is dead or whose node left
-        is lost now; workers that cannot be placed take the actors of an idle dispatcher of this process, or
-        raise after ``start_timeout_s`` naming the free CPUs and the actors holding them."""
-        answer = probe(self._ray)
-        for w in list(self._workers):  # (one still starting that died says why through its ready call)
-            gone_node = bool(answer.nodes) and w.node_id not in answer.nodes
-            if not w.dead and w.node_id is not None and (answer.states.get(actor_id(w.actor)) == "DEAD" or gone_node):
-                self._lose(w)
-        live = [w for w in self._workers if not w.dead]
-        unplaced = [w for w in live if w.node_id is None
-                    and (actor_id(w.actor) in answer.unplaced or not answer.states)]
-        if any(w.node_id is not None for w in live) or not unplaced or answer.free_cpus >= 1:
-            self._unplaced_since = None
-            return
-        if yield_idle(self._lease):
-            self._unplaced_since = None  # (their CPUs come free in a moment)
-            return
-        self._unplaced_since = self._unplaced_since or now
-        if now - self._unplaced_since >= self._cfg.start_timeout_s:
-            raise unplaced_error(self._ray, self._stage, self._cfg.service, len(unplaced), answer,
-                                 now - self._unplaced_since)
 
     def _all_finished(self) -> bool:
         return not self._pending and all(self._finished)
 
     def _ask(self) -> None:
         """Give idle workers a split and keep ``prefetch`` calls outstanding on each live one."""
-        for w in self._workers:
+        for w in self._pool.all:
             if w.dead or w.node_id is None:
                 continue
             if w.split is None and self._pending:
                 w.split = self._pending.popleft()
             while w.split is not None and len(w.calls) < self._cfg.prefetch:
-                r = self._reserve(urgent=not self._buffer and not any(x.calls for x in self._workers))
+                r = self._reserve(urgent=not self._buffer and not any(x.calls for x in self._pool.all))
                 if r is None:
                     return
                 split = w.split
@@ -336,8 +281,8 @@ class ServiceIterator(Stage):
 
     def _receive(self) -> bool:
         """Wait one slice for the oldest call of any worker; take what came. True if anything came."""
-        heads = {w.calls[0][0]: w for w in self._workers if w.calls and not w.dead}
-        starting = {w.ready: w for w in self._workers if w.node_id is None and not w.dead}
+        heads = {w.calls[0][0]: w for w in self._pool.all if w.calls and not w.dead}
+        starting = {w.ready: w for w in self._pool.all if w.node_id is None and not w.dead}
         if not heads and not starting:
             time.sleep(WAIT_SLICE_S)  # (nothing to wait on: the budget refused a call; the caller re-checks)
             return False
@@ -349,7 +294,7 @@ class ServiceIterator(Stage):
                 self._started(starting[ref])
         return bool(ready)
 
-    def _started(self, w: _Worker) -> None:
+    def _started(self, w: Worker) -> None:
         try:
             w.node_id = self._ray.get(w.ready, timeout=self._cfg.timeout_s)[0]
         except Exception as e:
@@ -357,7 +302,7 @@ class ServiceIterator(Stage):
                 raise _cause(e) from None
             self._lose(w)
 
-    def _take(self, w: _Worker) -> None:
+    def _take(self, w: Worker) -> None:
         ref, split, r = w.calls.popleft()
         try:
             elements, finished, report = self._ray.get(ref, timeout=self._cfg.timeout_s)
@@ -407,7 +352,7 @@ class ServiceIterator(Stage):
         check_state(state, self.kind, mode=self._cfg.processing_mode, splits=self._plan.what)
         if state.get("num_splits") != k:
             raise StateError(f"{self._stage}: the state has {state.get('num_splits')} splits, this pipeline {k}")
-        for w in self._workers:  # calls in flight belong to the old position
+        for w in self._pool.all:  # calls in flight belong to the old position
             for _, _, r in w.calls:
                 if r is not None:
                     r.cancel()
@@ -424,7 +369,7 @@ class ServiceIterator(Stage):
             # from its delivered count would skip other elements.
             self._upstream = with_seeds(self._upstream, [int(x) for x in seeds], self._stage)
             self._node_ref = self._ray.put(self._upstream)
-            for w in self._workers:
+            for w in self._pool.all:
                 if not w.dead:
                     w.actor.set_node.remote(self._node_ref)
         complete = set(state["complete"])
@@ -445,7 +390,7 @@ class ServiceIterator(Stage):
         k = len(self._plan.splits)
         return {"service": self._cfg.service, "processing_mode": self._cfg.processing_mode,
                 "job_name": self._cfg.job_name, "rank": self._rank, "world_size": self._world,
-                "workers": sum(not w.dead for w in self._workers), "lost": self._lost,
+                "workers": sum(not w.dead for w in self._pool.all), "lost": self._lost,
                 "splits": {"how": self._plan.what, "total": k, "complete": sum(map(self._complete, range(k)))},
                 "delivered": self._count, "throughput_per_s": round(self._count / elapsed, 1),
                 "memory_budget_per_worker": self._cfg.memory_budget,
@@ -465,13 +410,13 @@ class ServiceIterator(Stage):
 
     def _close_self(self) -> None:
         self.give_back()
-        self._finalizer()
+        self._pool.close()
         self._buffer.clear()
         self._account.close()
 
     def actors(self) -> list[Any]:
         """The handles of every worker actor this dispatcher started (live or not)."""
-        return list(self._started_actors)
+        return list(self._pool.started)
 
 
 def _cause(error: BaseException) -> BaseException:
