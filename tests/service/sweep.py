@@ -157,10 +157,11 @@ def dispatcher(it: hr.Iterator) -> ServiceIterator:
 def split_orders(d: ServiceIterator, iteration: tuple[int, ...]) -> list[list[int]]:
     """Each split's elements in order, run here as a worker runs it (in order, in ``iteration``)."""
     out = []
-    warnings.simplefilter("ignore", hr.IgnoredErrorsWarning)  # (ignore_errors upstream says what it dropped)
     for split in d._plan.splits:
-        with hr.Iterator(Dataset(InOrderNode(split_node(d._upstream, list(split)))), iteration=iteration) as it:
-            out.append([int(x) for x in it])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", hr.IgnoredErrorsWarning)  # (ignore_errors upstream says what it dropped)
+            with hr.Iterator(Dataset(InOrderNode(split_node(d._upstream, list(split)))), iteration=iteration) as it:
+                out.append([int(x) for x in it])
     return out
 
 
