@@ -41,3 +41,18 @@ def swap_worker_node(cluster) -> None:
     fresh 1-CPU one."""
     cluster.remove_node(cluster.holder["worker"])
     cluster.holder["worker"] = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+
+
+class TimedNext:
+    """``next(it)`` keeping the longest wait (``worst``, seconds): a service pipeline must never make one wait
+    long (a hang)."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+
+    def __call__(self, it):
+        t = time.monotonic()
+        try:
+            return next(it)
+        finally:
+            self.worst = max(self.worst, time.monotonic() - t)

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from service_helpers import swap_worker_node
+from service_helpers import TimedNext, swap_worker_node, write_shards
 
 import headrace as hr
 from headrace._dataset import Dataset
-from headrace.io import TFRecordDataset, TFRecordWriter
+from headrace.io import TFRecordDataset
 from headrace.service import ServiceError, distribute
 from headrace.service._dispatch import ServiceIterator
 from headrace.service._splits import InOrderNode, split_node
@@ -50,13 +50,7 @@ KILLS = ("none", "actor", "node", "trainer")
 
 def write_files(directory: Path) -> list[str]:
     """The TFRecord files of the ``files`` source: record ``i`` of file ``f`` is ``b"f:i"``."""
-    names = []
-    for f in range(FILES):
-        names.append(str(directory / f"sweep-{f}.tfrecord"))
-        with TFRecordWriter(names[-1]) as w:
-            for i in range(RECORDS):
-                w.write(f"{f}:{i}".encode())
-    return names
+    return write_shards(directory, FILES, RECORDS)
 
 
 def _record_id(r: Any) -> int:
@@ -195,6 +189,7 @@ def run_case(case: Case, files: list[str], cluster: Any) -> Verdict:
     started = time.monotonic()
     got: list[int] = []
     its: list[hr.Iterator] = []
+    timed = TimedNext()
     try:
         it = hr.Iterator(pipeline(case, files, cluster.address), iteration=case.epoch)
         its.append(it)
@@ -216,14 +211,10 @@ def run_case(case: Case, files: list[str], cluster: Any) -> Verdict:
                     it = hr.Iterator(pipeline(case, files, cluster.address), iteration=case.epoch)
                     its.append(it)
                     it.set_state(state)
-            t = time.monotonic()
             try:
-                x = next(it)
+                got.extend(_flat(timed(it)))
             except StopIteration:
                 break
-            finally:
-                v.worst_next_s = max(v.worst_next_s, time.monotonic() - t)
-            got.extend(_flat(x))
         _judge(v, got, orders)
         if any(op in ("shuffle_seeded", "shuffle_unseeded") for op, _ in case.ops):
             following = split_orders(d, (case.epoch + 1,))
@@ -238,6 +229,7 @@ def run_case(case: Case, files: list[str], cluster: Any) -> Verdict:
     finally:
         for it in its:
             it.close()
+    v.worst_next_s = timed.worst
     if v.worst_next_s > HANG_S:
         v.hang = 1
     v.seconds = time.monotonic() - started

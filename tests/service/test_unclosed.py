@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from service_helpers import alive_actors, swap_worker_node, wait_dead
+from service_helpers import TimedNext, alive_actors, swap_worker_node, wait_dead
 
 import headrace as hr
 import headrace.service
@@ -39,55 +39,46 @@ def _dispatcher(it):
     return it._root._source  # (batch's input: the distribute stage)
 
 
-class _Timed:
-    """Takes batches, keeping the longest ``next()``."""
-
-    def __init__(self) -> None:
-        self.worst = 0.0
-
-    def take(self, it, batches: int | None = None) -> list[int]:
-        got: list[int] = []
-        while batches is None or batches > 0:
-            t = time.monotonic()
-            try:
-                b = next(it)
-            except StopIteration:
-                break
-            finally:
-                self.worst = max(self.worst, time.monotonic() - t)
-            got.extend(int(x) for x in b)
-            batches = None if batches is None else batches - 1
-        return got
+def _take(it, timed: TimedNext, batches: int | None = None) -> list[int]:
+    """The elements of ``batches`` batches (all that are left: None)."""
+    got: list[int] = []
+    while batches is None or batches > 0:
+        try:
+            got.extend(int(x) for x in timed(it))
+        except StopIteration:
+            break
+        batches = None if batches is None else batches - 1
+    return got
 
 
 @pytest.mark.slow
 def test_unclosed_iterators_and_a_lost_node_never_stall_the_next_pipeline(cluster):
     everything = list(range(N))
     kept: list = []  # every iterator stays referenced and unclosed, as a notebook keeps them
-    timed = _Timed()
+    timed = TimedNext()
     try:
         p1 = iter(_pipeline(cluster))
         kept.append(p1)
-        assert sorted(timed.take(p1)) == everything
+        assert sorted(_take(p1, timed)) == everything
         assert not wait_dead(_dispatcher(p1).actors(), 10), "an ended epoch kept its actors"
         p2 = iter(_pipeline(cluster))
         kept.append(p2)
-        head2 = timed.take(p2, 30)
+        head2 = _take(p2, timed, 30)
         state = p2.get_state()
         p3 = iter(_pipeline(cluster))  # p2 is idle, unclosed, mid-epoch: it gives its actors back
         kept.append(p3)
         p3.set_state(state)
-        assert sorted(head2 + timed.take(p3)) == everything
+        assert sorted(head2 + _take(p3, timed)) == everything
         p4 = iter(_pipeline(cluster))
         kept.append(p4)
-        head4 = timed.take(p4, 30)
+        head4 = _take(p4, timed, 30)
         swap_worker_node(cluster)
-        assert sorted(head4 + timed.take(p4)) == everything
+        assert sorted(head4 + _take(p4, timed)) == everything
         assert service_report(p4)[0]["lost"] >= 1
         p5 = iter(_pipeline(cluster))
         kept.append(p5)
-        assert sorted(timed.take(p5)) == everything
-        assert sorted(head2 + timed.take(p2)) == everything  # the idle one resumes with new actors
+        assert sorted(_take(p5, timed)) == everything
+        assert sorted(head2 + _take(p2, timed)) == everything  # the idle one resumes with new actors
         assert timed.worst < 30, f"a next() waited {timed.worst:.1f} s"
     finally:
         for it in kept:
