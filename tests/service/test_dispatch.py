@@ -126,7 +126,7 @@ def test_a_worker_killed_mid_epoch_gives_its_split_to_another(cluster):
     got = collections.Counter(int(next(it)) for _ in range(100))
     time.sleep(0.5)  # back-pressure: what the workers made ahead is bounded by the calls outstanding
     root = it._root
-    assert all(len(w.calls) <= 2 for w in root._workers) and len(root._buffer) <= 2 * 2 + 1
+    assert all(len(w.calls) <= 2 for w in root._pool.all) and len(root._buffer) <= 2 * 2 + 1
     ray.kill(root.actors()[0], no_restart=True)
     got.update(int(x) for x in it)
     assert got == collections.Counter(range(0, 2400, 3))
