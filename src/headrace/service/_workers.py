@@ -102,9 +102,9 @@ class Workers:
 class Watch:
     """When a dispatcher that receives nothing asks Ray about its workers (:data:`_watch.PROBE_S` after the last
     progress, then about once a second), and what it does with the answer: a worker Ray says is gone is lost
-    now (``lose``: its split moves); workers that cannot be placed take the actors of an idle dispatcher of this
-    process (``_watch.yield_idle``), or raise ``ServiceError`` after ``cfg.start_timeout_s`` naming the free CPUs
-    and the actors holding them. ``cfg``: the dispatcher's ``ServiceConfig``."""
+    now (``lose``: its split moves); when none of its workers can be placed, they take the actors of an idle
+    dispatcher of this process (``_watch.yield_idle``), or raise ``ServiceError`` after ``cfg.start_timeout_s``
+    naming the free CPUs and the actors holding them. ``cfg``: the dispatcher's ``ServiceConfig``."""
 
     def __init__(self, ray: ModuleType, stage: str, cfg: Any, lease: Lease) -> None:
         self._ray, self._stage, self._cfg, self._lease = ray, stage, cfg, lease
@@ -125,8 +125,9 @@ class Watch:
         for w in pool.gone(answer):
             lose(w)
         unplaced = pool.unplaced(answer)
-        if pool.running() or not unplaced or answer.free_cpus >= 1 or yield_idle(self._lease):
-            self._unplaced_since = None  # (running, starting, or an idle dispatcher's CPUs come free in a moment)
+        if len(unplaced) < len(pool.live()) or not unplaced or answer.free_cpus >= 1 or yield_idle(self._lease):
+            # (a worker placed: running, or starting however slowly; or an idle dispatcher's CPUs come free)
+            self._unplaced_since = None
             return
         self._unplaced_since = self._unplaced_since or now
         if now - self._unplaced_since >= self._cfg.start_timeout_s:
