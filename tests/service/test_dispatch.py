@@ -8,54 +8,29 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import random
 import sys
 import time
 
 import numpy as np
 import pytest
-from service_helpers import write_shards
+from service_helpers import wait_dead, write_shards
 
 import headrace as hr
 from headrace.io import TFRecordDataset
 from headrace.service import distribute, service_report
 
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # (read when ray is imported) every Ray process on 127.0.0.1
 ray = pytest.importorskip("ray")
 MiB = 1 << 20
 # The functions of this module go to the workers by value (their processes cannot import the test module).
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1"})
-    c.holder = {"worker": c.add_node(num_cpus=1, node_ip_address="127.0.0.1")}
-    ray.init(address=c.address, log_to_driver=False)
-    try:
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
-
-
-def _alive(actors) -> list[str]:
-    from ray._private import state
-
-    ids = {a._actor_id.hex() for a in actors}
-    return [k for k, v in state.actors().items() if k in ids and v["State"] != "DEAD"]
-
-
 def _closed_without_leaks(it, timeout_s: float = 20.0) -> None:
     actors = it._root.actors() if hasattr(it._root, "actors") else it._root._source.actors()
     it.close()
-    deadline = time.monotonic() + timeout_s
-    while _alive(actors) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(actors), f"actors left alive after close(): {_alive(actors)}"
+    alive = wait_dead(actors, timeout_s)
+    assert not alive, f"actors left alive after close(): {alive}"
 
 
 def _slow(x):
@@ -151,7 +126,7 @@ def test_a_worker_killed_mid_epoch_gives_its_split_to_another(cluster):
     got = collections.Counter(int(next(it)) for _ in range(100))
     time.sleep(0.5)  # back-pressure: what the workers made ahead is bounded by the calls outstanding
     root = it._root
-    assert all(len(w.calls) <= 2 for w in root._workers) and len(root._buffer) <= 2 * 2 + 1
+    assert all(len(w.calls) <= 2 for w in root._pool.all) and len(root._buffer) <= 2 * 2 + 1
     ray.kill(root.actors()[0], no_restart=True)
     got.update(int(x) for x in it)
     assert got == collections.Counter(range(0, 2400, 3))

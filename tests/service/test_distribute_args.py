@@ -41,7 +41,8 @@ def test_the_address_forms_are_accepted(service):
     ({"num_workers": 0}, "num_workers"), ({"num_workers": 1.5}, "num_workers"),
     ({"memory_budget": "lots"}, "memory_budget"), ({"timeout_s": 0}, "timeout_s"),
     ({"chunk_bytes": 0}, "chunk_bytes"), ({"job_name": ""}, "job_name"), ({"job_name": "a b"}, "job_name"),
-    ({"job_name": 7}, "job_name"),
+    ({"job_name": 7}, "job_name"), ({"start_timeout_s": -1}, "start_timeout_s"),
+    ({"start_timeout_s": "10"}, "start_timeout_s"),
 ])
 def test_bad_numbers_raise_naming_the_argument(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):

@@ -4,6 +4,8 @@ chunk made before it, and ``close()`` (a restore) forgetting the split finished 
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -27,7 +29,8 @@ def _worker(ds: hr.Dataset, **chunk) -> tuple[SplitWorker, list]:
     return SplitWorker(ds._node, None, **settings), [list(s) for s in plan.splits]
 
 
-def test_chunks_are_bounded_and_a_split_is_opened_at_its_skip():
+def test_chunks_are_bounded_and_a_split_is_opened_at_its_skip(monkeypatch):
+    monkeypatch.delitem(sys.modules, "ray", raising=False)  # (outside Ray, even where a test module started one)
     w, splits = _worker(hr.Dataset.range(1000))
     assert splits[3] == ["index", 187, 250]
     chunk, finished, report = w.next_chunk(splits[3], 2)

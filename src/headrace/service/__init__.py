@@ -13,6 +13,9 @@ downstream (usually ``batch`` and ``prefetch``) in the trainer. ``ray`` is the o
   delivered; small JSON).
 - ``processing_mode="parallel_epochs"``: every worker runs the whole dataset (``num_workers`` copies of each
   element, in no fixed order).
+- Workers live for one epoch: its end stops them (a new ``iter()`` or a restore starts new ones); a dropped
+  iterator's are stopped; workers that cannot be placed take an idle iterator's actors or say so within
+  ``start_timeout_s``; a lost node or actor is seen from Ray's node and actor tables within seconds.
 - ``job_name``: the ranks of a data-parallel job share one job: disjoint, equal shares of an index source (the
   same element and batch counts on every rank), checked at a named coordinator actor.
 
@@ -37,7 +40,7 @@ _JOB_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 
 def distribute(processing_mode: str, service: str, *, num_workers: int | None = None, job_name: str | None = None,
                memory_budget: int | str | None = None, timeout_s: float = 300.0,
-               chunk_bytes: int = 4 << 20) -> Callable[[Dataset], Dataset]:
+               chunk_bytes: int = 4 << 20, start_timeout_s: float = 10.0) -> Callable[[Dataset], Dataset]:
     """A transformation for ``ds.apply``: ``ds`` runs on Ray worker actors, what follows in this process.
 
     Args:
@@ -56,9 +59,14 @@ def distribute(processing_mode: str, service: str, *, num_workers: int | None = 
             restores in the same rank of a job of the same size (``StateError`` otherwise, naming both).
         memory_budget: each worker's own hard byte budget (an int of bytes or ``"512MiB"``); default: the
             process budget headrace gives any process (half of the node's available memory).
-        timeout_s: seconds without any worker making progress before ``ServiceError`` (every wait is timed).
+        timeout_s: seconds without any worker making progress before ``ServiceError`` (every wait is timed): the
+            last resort; a lost node or actor is seen from Ray's node and actor tables within seconds.
         chunk_bytes: the most bytes one worker call returns (elements travel in chunks, one Ray call each); at
             most a quarter of the trainer's budget shared among the calls in flight.
+        start_timeout_s: seconds the workers may wait to be placed (Ray's ``PENDING_CREATION``, no free CPU on
+            the cluster, none of them running) before ``ServiceError`` names the free CPUs and the actors alive;
+            first they take the actors of this process's idle ``distribute`` iterators (not called for 2 s).
+            Raise it on an autoscaling cluster that adds nodes on demand.
 
     Returns:
         A function ``Dataset -> Dataset`` whose result yields the upstream elements (same structure, shapes
@@ -70,7 +78,8 @@ def distribute(processing_mode: str, service: str, *, num_workers: int | None = 
         ValueError: an unknown ``processing_mode`` or ``service`` form (the message lists the allowed ones),
             ``num_workers < 1``, a bad ``memory_budget``; when applied: ``distributed_epoch`` over a source
             that cannot be split (the message names the op and the fixes). When iterated: ``num_workers``
-            over the cluster's CPUs. ``ServiceError`` when no worker makes progress for ``timeout_s``.
+            over the cluster's CPUs. ``ServiceError`` when no worker makes progress for ``timeout_s``, or the
+            workers cannot be placed for ``start_timeout_s``.
     """
     if processing_mode not in PROCESSING_MODES:
         raise ValueError(f"distribute(processing_mode={processing_mode!r}): expected one of {PROCESSING_MODES} "
@@ -85,13 +94,14 @@ def distribute(processing_mode: str, service: str, *, num_workers: int | None = 
                          "(the same on every rank of the job), or None")
     if memory_budget is not None:
         parse_bytes(memory_budget, "distribute(memory_budget)")
-    if not (isinstance(timeout_s, int | float) and timeout_s > 0):
-        raise ValueError(f"distribute(timeout_s={timeout_s!r}): expected seconds > 0")
+    for name, value in (("timeout_s", timeout_s), ("start_timeout_s", start_timeout_s)):
+        if isinstance(value, bool) or not (isinstance(value, int | float) and value > 0):
+            raise ValueError(f"distribute({name}={value!r}): expected seconds > 0")
     chunk_bytes = count_arg(chunk_bytes, "distribute(chunk_bytes)", minimum=1,
                             fix="pass the most bytes one worker call returns (e.g. 4 MiB)")
     ray_module()  # MissingDependencyError naming pip install 'headrace[ray]' now, not at the first next()
     config = ServiceConfig(processing_mode, service, num_workers, job_name, memory_budget, timeout_s=float(timeout_s),
-                           chunk_bytes=chunk_bytes)
+                           chunk_bytes=chunk_bytes, start_timeout_s=float(start_timeout_s))
 
     def apply(ds: Dataset) -> Dataset:
         return Dataset(ServiceNode(ds._node, config))

@@ -8,7 +8,15 @@ the elements it has received and those it has delivered (``next()`` returned the
 
 - a worker that dies (its actor, its process or its node: ``ray.exceptions.RayActorError`` and kin) gives its
   split back; the next worker that asks opens it and skips the elements the dispatcher has received (they are in
-  its buffer and will be delivered), and a replacement actor is started in the background;
+  its buffer and will be delivered), and a replacement actor is started in the background. Ray's own signals
+  say so within about a second of a wait with nothing received (``headrace.service._watch``: the actor table's
+  ``DEAD``, a node gone from ``ray.nodes()``), not only a call that fails;
+- the workers live for one epoch: when its last element is delivered they are stopped (their CPUs go back to
+  the cluster at once, not when the iterator is closed or collected); a restore of the ended iterator, or the
+  next epoch (a new ``iter()``, a ``repeat`` epoch), starts new ones. A dropped iterator's are stopped by its
+  finalizer (``ray.kill``: a message to Ray, nothing waited on). Workers that cannot be placed (no free CPU)
+  take those of an idle iterator of this process, which starts new ones when it is called again, or raise
+  ``ServiceError`` after ``start_timeout_s`` naming the free CPUs and the actors holding them;
 - ``get_state()`` is ``{"kind": "service", "epoch", "splits": <how the source was cut>, "delivered": {split:
   count}, "complete": [split, ...], "seeds": [...], "iteration": [...]}``: positions only, small JSON.
   ``set_state`` in a fresh pipeline re-opens every split not complete at its delivered count: the rest of the
@@ -24,7 +32,7 @@ restore.
 
 The receive buffer (chunks received and not yet delivered, and the chunks asked for) is charged to the trainer's
 memory budget (an account of this stage, ``headrace._budget``). Every wait is a timed ``ray.wait`` slice that
-re-checks the close flag; no progress for ``timeout_s`` raises :class:`ServiceError`.
+re-checks the close flag; no progress for ``timeout_s`` (the last resort) raises :class:`ServiceError`.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._budget.account import Reservation
-from .._errors import HeadraceError, StateError
+from .._errors import StateError
 from .._ops.base import check_state
 from .._ops.context import IteratorContext
 from .._ops.node import DatasetNode
@@ -45,13 +53,10 @@ from .._structure import nbytes
 from ..distribute import process_info
 from . import _cluster
 from ._splits import pipeline_seeds, plan_rank_splits, plan_splits, source_of, split_node, with_seeds
+from ._watch import Lease, ServiceError, actor_id
+from ._workers import Watch, Worker, Workers
 
 WAIT_SLICE_S = 0.1  # one ray.wait slice; the close flag is checked between slices
-
-
-class ServiceError(HeadraceError, RuntimeError):
-    """The Ray service cannot go on: no worker made progress for ``timeout_s`` (none could be started, or
-    every one was lost), or too many workers were lost."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,7 @@ class ServiceConfig:
     chunk_s: float = 0.1
     timeout_s: float = 300.0
     max_replacements: int = 16
+    start_timeout_s: float = 10.0
 
 
 class ServiceNode(DatasetNode):
@@ -113,22 +119,6 @@ class ServiceNode(DatasetNode):
         return ServiceIterator(ctx, self, ctx.stage_name(self, self.label))
 
 
-class _Worker:
-    """The dispatcher's view of one worker actor."""
-
-    __slots__ = ("actor", "calls", "dead", "node_id", "ready", "split")
-
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
-        # Splits go only to a worker that has answered (a replacement that cannot be placed, e.g. on a cluster
-        # that lost the node with the free CPU, must not sit on a split the live workers could run).
-        self.ready = actor.node_id.remote()
-        self.node_id: str | None = None
-        self.split: int | None = None
-        self.calls: collections.deque[tuple[Any, int, Reservation | None]] = collections.deque()  # (ref, split, r)
-        self.dead = False
-
-
 class ServiceIterator(Stage):
     """The dispatcher of one trainer (see the module docstring)."""
 
@@ -169,18 +159,63 @@ class ServiceIterator(Stage):
         self._chunk = (chunk_bytes, cfg.chunk_elements, cfg.chunk_s)
         self._upstream = node.inputs[0]
         self._node_ref = ray.put(self._upstream)
-        self._workers = [_Worker(_cluster.start_worker(ray, self._node_ref, cfg.memory_budget, self._chunk))
-                         for _ in range(n)]
+        self._pool = Workers(self, ray, self._start_one)  # (dropped: its finalizer stops the actors)
+        self._lease = Lease(self)  # (another dispatcher of this process may take them back while this one idles)
         self._lost = 0
-        self._reports: dict[int, dict[str, Any]] = {}
+        self._reports: dict[str, dict[str, Any]] = {}  # actor id -> its last report
         self._started_s = time.monotonic()
         self._count = 0
-        self._epoch = 0
         self._iteration = list(ctx.iteration)  # the workers run the splits in this iteration path
+        self._watch = Watch(ray, stage, cfg, self._lease)
+        self._start_workers()
+
+    # ---- workers: started, lost, given back ----------------------------------------------------------------
+    def _start_one(self) -> Any:
+        return _cluster.start_worker(self._ray, self._node_ref, self._cfg.memory_budget, self._chunk)
+
+    def _start_workers(self) -> None:
+        self._pool.top_up(self._n)
+
+    def _drop(self, w: Worker) -> None:
+        """``w`` runs nothing more; its split (if unfinished) goes back first in line (the next worker opens it
+        from the count received)."""
+        split = self._pool.drop(w)
+        if split is not None and not self._finished[split]:
+            self._pending.appendleft(split)
+
+    def _lose(self, w: Worker) -> None:
+        """``w`` is gone (Ray said so): its split moves, a replacement starts."""
+        self._drop(w)
+        self._lost += 1
+        if self._lost > self._cfg.max_replacements:
+            raise ServiceError(f"{self._stage}: {self._lost} workers lost (max_replacements="
+                               f"{self._cfg.max_replacements}); the cluster is failing, see `ray status`")
+        self._start_workers()
+
+    def give_back(self) -> int:
+        """Stop every worker (the epoch ended, the iterator is closed, or another dispatcher of this process
+        needs the CPUs while this one idles: ``_watch.yield_idle``); unfinished splits go back to the queue and
+        the next ``next()`` starts new workers. Returns the number of actors stopped."""
+        live = self._pool.live()
+        for w in live:
+            self._drop(w)
+        self._pool.all = []
+        return len(live)
+
+    def actors_held(self) -> list[Any]:
+        """The actors this dispatcher holds now (started, not stopped)."""
+        return self._pool.held()
 
     # ---- iteration --------------------------------------------------------------------------------------
     def __next__(self) -> Any:
-        deadline = time.monotonic() + self._cfg.timeout_s
+        with self._lease.lock:
+            try:
+                return self._next()
+            finally:
+                self._lease.last_call = time.monotonic()
+
+    def _next(self) -> Any:
+        deadline = self._watch.progress(time.monotonic())
         while True:
             buf = self._buffer
             while buf:
@@ -199,30 +234,38 @@ class ServiceIterator(Stage):
                 buf.popleft()
                 self._account.release(size)
             if self._all_finished():
+                self.give_back()  # the epoch ended: its actors go back to the cluster now, not at close()
                 raise StopIteration
             if self._stop.is_set():
                 raise StopIteration
+            if not self._pool.live():
+                self._start_workers()  # (after give_back: a restore of an ended epoch, a resumed idle iterator)
             self._ask()
             if self._receive():
-                deadline = time.monotonic() + self._cfg.timeout_s
-            elif time.monotonic() > deadline:
+                deadline = self._watch.progress(time.monotonic())
+                continue
+            now = time.monotonic()
+            self._watch.check(now, self._pool, self._lose)  # (Ray's tables, about once a second)
+            if now > deadline:
+                running = self._pool.running()
+                starting = len(self._pool.live()) - running
                 raise ServiceError(f"{self._stage}: no worker made progress for {self._cfg.timeout_s:.0f} s "
-                                   f"({sum(not w.dead for w in self._workers)} of {self._n} workers alive, "
-                                   f"{len(self._pending)} splits waiting, Ray at {self._cfg.service!r}); check "
-                                   "that the cluster has free CPUs (`ray status`) and that its nodes run")
+                                   f"({running} of {self._n} workers running, {starting} starting, {self._lost} "
+                                   f"lost, {len(self._pending)} splits waiting, Ray at {self._cfg.service!r}); "
+                                   "check that the cluster has free CPUs (`ray status`) and that its nodes run")
 
     def _all_finished(self) -> bool:
         return not self._pending and all(self._finished)
 
     def _ask(self) -> None:
         """Give idle workers a split and keep ``prefetch`` calls outstanding on each live one."""
-        for w in self._workers:
+        for w in self._pool.all:
             if w.dead or w.node_id is None:
                 continue
             if w.split is None and self._pending:
                 w.split = self._pending.popleft()
             while w.split is not None and len(w.calls) < self._cfg.prefetch:
-                r = self._reserve(urgent=not self._buffer and not any(x.calls for x in self._workers))
+                r = self._reserve(urgent=not self._buffer and not any(x.calls for x in self._pool.all))
                 if r is None:
                     return
                 split = w.split
@@ -238,9 +281,10 @@ class ServiceIterator(Stage):
 
     def _receive(self) -> bool:
         """Wait one slice for the oldest call of any worker; take what came. True if anything came."""
-        heads = {w.calls[0][0]: w for w in self._workers if w.calls and not w.dead}
-        starting = {w.ready: w for w in self._workers if w.node_id is None and not w.dead}
+        heads = {w.calls[0][0]: w for w in self._pool.all if w.calls and not w.dead}
+        starting = {w.ready: w for w in self._pool.all if w.node_id is None and not w.dead}
         if not heads and not starting:
+            time.sleep(WAIT_SLICE_S)  # (nothing to wait on: the budget refused a call; the caller re-checks)
             return False
         ready, _ = self._ray.wait([*heads, *starting], num_returns=1, timeout=WAIT_SLICE_S)
         for ref in ready:
@@ -250,7 +294,7 @@ class ServiceIterator(Stage):
                 self._started(starting[ref])
         return bool(ready)
 
-    def _started(self, w: _Worker) -> None:
+    def _started(self, w: Worker) -> None:
         try:
             w.node_id = self._ray.get(w.ready, timeout=self._cfg.timeout_s)[0]
         except Exception as e:
@@ -258,7 +302,7 @@ class ServiceIterator(Stage):
                 raise _cause(e) from None
             self._lose(w)
 
-    def _take(self, w: _Worker) -> None:
+    def _take(self, w: Worker) -> None:
         ref, split, r = w.calls.popleft()
         try:
             elements, finished, report = self._ray.get(ref, timeout=self._cfg.timeout_s)
@@ -269,7 +313,7 @@ class ServiceIterator(Stage):
                 raise _cause(e) from None
             self._lose(w)
             return
-        self._reports[id(w)] = report
+        self._reports[actor_id(w.actor)] = report
         stale = self._finished[split] or w.split != split
         size = sum(nbytes(x) for x in elements) if elements and not stale else 0
         if r is not None:
@@ -286,42 +330,29 @@ class ServiceIterator(Stage):
             self._finished[split] = True
             w.split = None
 
-    def _lose(self, w: _Worker) -> None:
-        """``w`` is gone: its split goes back first in line, its calls are dropped, a replacement starts."""
-        w.dead = True
-        for _, _, r in w.calls:
-            if r is not None:
-                r.cancel()
-        w.calls.clear()
-        if w.split is not None and not self._finished[w.split]:
-            self._pending.appendleft(w.split)
-        w.split = None
-        _cluster.stop_workers(self._ray, [w.actor])
-        self._lost += 1
-        if self._lost > self._cfg.max_replacements:
-            raise ServiceError(f"{self._stage}: {self._lost} workers lost (max_replacements="
-                               f"{self._cfg.max_replacements}); the cluster is failing, see `ray status`")
-        self._workers.append(_Worker(_cluster.start_worker(self._ray, self._node_ref, self._cfg.memory_budget,
-                                                           self._chunk)))
-
     # ---- state ------------------------------------------------------------------------------------------
     def _complete(self, s: int) -> bool:
         return self._finished[s] and self._delivered[s] == self._received[s]
 
     def get_state(self) -> dict[str, Any]:
         k = len(self._plan.splits)
-        return {"kind": self.kind, "mode": self._cfg.processing_mode, "epoch": self._epoch,
+        # ("epoch": the innermost epoch of the iteration path: which iter() of the dataset, which repeat epoch)
+        return {"kind": self.kind, "mode": self._cfg.processing_mode, "epoch": self._iteration[-1],
                 "splits": self._plan.what, "num_splits": k,
                 "complete": [s for s in range(k) if self._complete(s)],
                 "delivered": {str(s): d for s, d in enumerate(self._delivered) if d and not self._complete(s)},
                 "seeds": pipeline_seeds(self._upstream), "iteration": self._iteration}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        with self._lease.lock:
+            self._restore(state)
+
+    def _restore(self, state: dict[str, Any]) -> None:
         k = len(self._plan.splits)
         check_state(state, self.kind, mode=self._cfg.processing_mode, splits=self._plan.what)
         if state.get("num_splits") != k:
             raise StateError(f"{self._stage}: the state has {state.get('num_splits')} splits, this pipeline {k}")
-        for w in self._workers:  # calls in flight belong to the old position
+        for w in self._pool.all:  # calls in flight belong to the old position
             for _, _, r in w.calls:
                 if r is not None:
                     r.cancel()
@@ -338,7 +369,7 @@ class ServiceIterator(Stage):
             # from its delivered count would skip other elements.
             self._upstream = with_seeds(self._upstream, [int(x) for x in seeds], self._stage)
             self._node_ref = self._ray.put(self._upstream)
-            for w in self._workers:
+            for w in self._pool.all:
                 if not w.dead:
                     w.actor.set_node.remote(self._node_ref)
         complete = set(state["complete"])
@@ -347,24 +378,23 @@ class ServiceIterator(Stage):
         self._received = list(self._delivered)
         self._finished = [s in complete for s in range(k)]
         self._pending = collections.deque(s for s in range(k) if s not in complete)
-        self._epoch = int(state["epoch"])
         # (a state taken in another epoch: its splits re-run in that epoch's order)
         self._iteration = [int(i) for i in state.get("iteration", self._iteration)]
 
     # ---- reporting and shutdown -------------------------------------------------------------------------
     def report(self) -> dict[str, Any]:
         """What the service did so far: ``workers`` (live), ``lost``, ``splits`` (how the source was cut,
-        ``complete`` count), ``throughput_per_s`` (elements delivered), ``worker_reports`` (each live worker's
-        last report: RSS, peak RSS, budget, elements made, busy seconds)."""
+        ``complete`` count), ``throughput_per_s`` (elements delivered), ``worker_reports`` (the last report
+        of each worker, stopped and lost ones too: RSS, peak RSS, budget, elements made, busy seconds)."""
         elapsed = max(1e-9, time.monotonic() - self._started_s)
         k = len(self._plan.splits)
         return {"service": self._cfg.service, "processing_mode": self._cfg.processing_mode,
                 "job_name": self._cfg.job_name, "rank": self._rank, "world_size": self._world,
-                "workers": sum(not w.dead for w in self._workers), "lost": self._lost,
+                "workers": sum(not w.dead for w in self._pool.all), "lost": self._lost,
                 "splits": {"how": self._plan.what, "total": k, "complete": sum(map(self._complete, range(k)))},
                 "delivered": self._count, "throughput_per_s": round(self._count / elapsed, 1),
                 "memory_budget_per_worker": self._cfg.memory_budget,
-                "worker_reports": [self._reports[id(w)] for w in self._workers if id(w) in self._reports]}
+                "worker_reports": list(self._reports.values())}
 
     def optimization(self) -> str | None:
         r = self.report()
@@ -379,18 +409,14 @@ class ServiceIterator(Stage):
         return self._plan.what
 
     def _close_self(self) -> None:
-        for w in self._workers:
-            for _, _, r in w.calls:
-                if r is not None:
-                    r.cancel()
-            w.calls.clear()
-        _cluster.stop_workers(self._ray, [w.actor for w in self._workers])
+        self.give_back()
+        self._pool.close()
         self._buffer.clear()
         self._account.close()
 
     def actors(self) -> list[Any]:
         """The handles of every worker actor this dispatcher started (live or not)."""
-        return [w.actor for w in self._workers]
+        return list(self._pool.started)
 
 
 def _cause(error: BaseException) -> BaseException:
