@@ -199,7 +199,7 @@ class ServiceIterator(Stage):
         live = self._pool.live()
         for w in live:
             self._drop(w)
-        self._pool.all = []
+        self._pool.forget()
         return len(live)
 
     def actors_held(self) -> list[Any]:

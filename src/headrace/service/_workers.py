@@ -77,6 +77,10 @@ class Workers:
             self._held.remove(w.actor)
         return split
 
+    def forget(self) -> None:
+        """The epoch's workers are all dropped: start the next epoch's list empty."""
+        self.all = []
+
     def gone(self, answer: Probe) -> list[Worker]:
         """The live, started workers Ray says are gone: actor ``DEAD``, or node no longer alive. (One still
         starting that died says why through its ready call: a pipeline its ``__init__`` could not load.)"""
