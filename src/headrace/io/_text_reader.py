@@ -1,0 +1,246 @@
+"""The iterator of :mod:`headrace.io.text`: reads the files one after another in chunks, cuts each chunk into
+elements at C speed (``bytes.split`` / slices) and holds them as the block in hand of a
+:class:`~headrace.io._blocks.BlockRowIterator` (charged to the budget, handed to ``batch`` in runs by ``fill``).
+
+Budget: before each read the reader's ``buffers`` account reserves the stream's buffers, the chunk, the
+unfinished element carried over and the Python objects the chunk's elements will be (estimated from the mean
+element size so far); an element that outgrows the whole budget is refused there, before it is read further.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from .._errors import DataLossError, MemoryBudgetError
+from .._memory import format_bytes
+from .._ops.base import check_state
+from .._ops.context import IteratorContext
+from ._blocks import BlockRowIterator, close_quietly, state_error
+from ._filenames import NameSource
+from ._streams import buffer_bytes, compression_of, open_input, seek_input
+from .text import TextFileNode
+
+CHUNK_BYTES = 1024 * 1024
+"""The most bytes one read takes (smaller under a small budget: 1/64 of it, at least 4 KiB)."""
+_OBJECT_BYTES = sys.getsizeof(b"") + 8  # one element as a Python bytes object in a list, beside its data
+_FIRST_MEAN = 16.0  # the mean element size assumed before any is read (lines: short ones are the costly case)
+
+
+class TextFileIterator(BlockRowIterator):
+    """Reads the files of a :class:`~headrace.io.text.TextFileNode` one after another (see the module docstring)."""
+
+    def __init__(self, ctx: IteratorContext, ds: TextFileNode) -> None:
+        fmt = ds.format
+        super().__init__(ctx, ds, fmt.label, None)
+        self.kind = fmt.kind
+        self.row_key = fmt.unit
+        self._ds, self._fmt = ds, fmt
+        self._names = NameSource(ctx, ds._files)
+        self._file_index = 0
+        self._path: str | None = None
+        self._stream: Any = None
+        self._compression = ""
+        limit = ctx.budget.limit_bytes
+        self._chunk = max(4096, min(CHUNK_BYTES, limit // 64))
+        if isinstance(fmt.__dict__.get("record_bytes"), int):
+            self._chunk = max(self._chunk // fmt.record_bytes, 1) * fmt.record_bytes
+        self._buffers = buffer_bytes(ds.compression_type, ds.buffer_size)
+        self._parts: list[bytes] = []  # bytes read past the last whole element (an unfinished one)
+        self._pending = 0
+        self._next_offset = 0  # uncompressed offset just past the last whole element cut
+        self._skip = 0  # elements still to skip from _next_offset (a restore)
+        self._block_offset = 0  # offset where the block in hand's first cut element starts
+        self._block_skip = 0  # elements cut there before the block's first row
+        self._done = 0  # whole elements cut from this file (the next one's number is _done + 1)
+        self._block_first = 0  # elements of the file before the block's first row
+        self._list: list[bytes] = []  # the block's rows (fill takes slices of it)
+        self._seen_bytes = self._seen_items = 0
+        self._failed: BaseException | None = None
+        self._resume: tuple[int, int, int] | None = None  # (offset, skip, elements before) to reopen at
+        self.open_work(self._read_need(0))
+
+    # ---- reading -------------------------------------------------------------------------------------------
+    def _read_need(self, pending: int) -> int:
+        """What one read holds at once: the buffers, the chunk, the carried part (joined: twice) and the chunk's
+        elements as Python objects (from the mean element size so far)."""
+        mean = self._seen_bytes / self._seen_items if self._seen_items else _FIRST_MEAN
+        objects = int((self._chunk + pending) / (mean + 1) * _OBJECT_BYTES)
+        return self._buffers + 2 * (self._chunk + pending) + objects
+
+    def _open(self) -> bool:
+        while True:
+            name = self._names.get(self._file_index)
+            if name is None:
+                return False
+            offset, skip, done = self._resume or (self._fmt.header_bytes, 0, 0)
+            self._resume = None
+            self._path, self._compression = name, compression_of(name, self._ds.compression_type)
+            stream = open_input(name, self._compression, self._ds.buffer_size)
+            try:
+                if not self._compression and stream.seekable():
+                    size = stream.seek(0, 2)
+                    stream.seek(0)
+                    why = self._fmt.check_size(size)
+                    if why is not None:
+                        raise DataLossError(f"{self._fmt.label}: {name} ({size} bytes): {why}", path=name,
+                                            offset=0, reason="partial record")
+                seek_input(stream, offset, name)
+            except BaseException:
+                close_quietly(stream)
+                self._file_index += 1
+                raise
+            self._stream = stream
+            self._next_offset, self._skip, self._parts, self._pending = offset, skip, [], 0
+            self._done = done - skip
+            return True
+
+    def _finish_file(self) -> None:
+        close_quietly(self._stream)
+        self._stream = None
+        self._parts, self._pending = [], 0
+        self._file_index += 1
+
+    def _charge(self) -> None:
+        fmt, path = self._fmt, self._path
+        if self._pending <= self._chunk:
+            self.charge_work(self._read_need(self._pending), f"{fmt.label}: reading {path}",
+                             "raise Options(memory_budget=...)")
+            return
+        number = f"{fmt.unit} {self._done + 1}"
+        self.charge_work(self._read_need(self._pending),
+                         f"{fmt.label}: {number} of {path} (at least {format_bytes(self._pending)} "
+                         f"({self._pending} bytes) long so far, read in chunks)",
+                         f"split the {fmt.unit} or raise Options(memory_budget=...)")
+
+    def _read_items(self) -> list[bytes] | None:
+        """The next whole elements of the open file (possibly none yet), or None at its end; they start at the
+        ``_next_offset`` before the call, which moves past them."""
+        fmt, stream = self._fmt, self._stream
+        while True:
+            self._charge()
+            chunk = stream.read(self._chunk)
+            if chunk and not fmt.whole(chunk, self._pending):
+                self._parts.append(chunk)
+                self._pending += len(chunk)
+                continue
+            if not chunk and not self._pending:
+                return None
+            self._parts.append(chunk)
+            data = b"".join(self._parts) if len(self._parts) > 1 else chunk
+            self._parts = []
+            try:
+                items, used = fmt.cut(data, not chunk)
+            except ValueError as e:
+                raise DataLossError(f"{fmt.label}: {self._path} at uncompressed byte {self._next_offset}: {e}",
+                                    path=self._path, offset=self._next_offset, reason="partial record") from None
+            self._pending = len(data) - used
+            if self._pending:
+                self._parts.append(data[used:])
+            self._next_offset += used
+            return items
+
+    def _read_block(self) -> dict[str, np.ndarray] | None:
+        if self._failed is not None:
+            raise self._failed
+        while True:
+            if self._stream is None and not self._open():
+                return None
+            start = self._next_offset
+            try:
+                items = self._read_items()
+            except MemoryBudgetError as e:
+                self._failed = e  # (raised again on every later call: never a silent skip, never a hang)
+                raise
+            except DataLossError:
+                self._finish_file()  # the rest of this file cannot be read: ignore_errors goes on with the next
+                raise
+            if items is None:
+                self._finish_file()
+                continue
+            n = len(items)
+            self._seen_items += n
+            self._seen_bytes += sum(map(len, items))
+            skip = min(self._skip, n)
+            self._skip -= skip
+            self._block_offset, self._block_skip, self._block_first = start, skip, self._done + skip
+            self._done += n
+            if skip == n:
+                continue
+            rows = items[skip:] if skip else items
+            col = np.empty(len(rows), dtype=object)
+            col[:] = rows
+            self._list = rows
+            return {self._fmt.unit: col}
+
+    # ---- batch in runs -------------------------------------------------------------------------------------
+    def fill(self, items: list[Any], k: int, per: int) -> tuple[int, int]:
+        """``Stage.fill`` taking the elements of the block in hand by slices (no Python call per element)."""
+        start = len(items)
+        while len(items) - start < k:
+            if self._run is not None:
+                self._end_run()
+            pos, rows = self._pos, self._block_rows
+            if pos >= rows:
+                items.append(self.__next__())  # the next block (or StopIteration)
+                if len(items[-1]) > per:
+                    break
+                continue
+            take = min(k - (len(items) - start), rows - pos)
+            got = self._list[pos:pos + take]
+            big = [i for i, n in enumerate(map(len, got)) if n > per][:1] if max(map(len, got)) > per else []
+            if big:
+                got = got[:big[0] + 1]
+            items.extend(got)
+            self._pos = pos + len(got)
+            if big:
+                break
+        new = items[start:]
+        sizes = list(map(len, new))
+        return sum(sizes), max(sizes, default=0)
+
+    def __next__(self) -> Any:
+        return super().__next__()[self._fmt.unit]
+
+    # ---- state ---------------------------------------------------------------------------------------------
+    def _position(self) -> tuple[int, int, int, int]:
+        """``(file index, offset, skip, elements of the file before the next one)``."""
+        if self._stream is None and self._resume is not None:
+            return (self._file_index, *self._resume)
+        if self._block is not None and self._offset < self._block_rows:
+            taken = self._offset
+            offset, skip = self._fmt.advance(self._block_offset, self._block_skip + taken)
+            return self._file_index, offset, skip, self._block_first + taken
+        if self._stream is None:
+            return self._file_index, self._fmt.header_bytes, 0, 0
+        return (self._file_index, *self._fmt.advance(self._next_offset, self._skip), self._done + self._skip)
+
+    def get_state(self) -> dict[str, Any]:
+        file_index, offset, skip, number = self._position()
+        return {"kind": self.kind, "compression_type": self._ds.compression_type, "file_index": file_index,
+                "path": self._names.known(file_index), "offset": offset, "skip": skip, "number": number,
+                "names": self._names.state(file_index)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, self.kind, compression_type=self._ds.compression_type)
+        self._drop()
+        self._finish_file()
+        self._failed = None
+        self._file_index = int(state["file_index"])
+        self._names.restore(self._file_index, state.get("names"))
+        name = self._names.get(self._file_index)
+        if name is not None and state.get("path") is not None and name != state["path"]:
+            raise state_error(self.kind, f"file {self._file_index} is {name!r} in this pipeline but "
+                                         f"{state['path']!r} in the state")
+        self._resume = (int(state["offset"]), int(state["skip"]), int(state.get("number", 0)))
+
+    def _children(self) -> list[Any]:
+        it = self._names.iterator()
+        return [it] if it is not None else []
+
+    def _close_self(self) -> None:
+        super()._close_self()
+        close_quietly(self._stream)
+        self._stream = None
