@@ -21,7 +21,6 @@ from .._ops.context import IteratorContext
 from ._blocks import BlockRowIterator, close_quietly, state_error
 from ._filenames import NameSource
 from ._streams import buffer_bytes, compression_of, open_input, seek_input
-from .text import TextFileNode
 
 CHUNK_BYTES = 1024 * 1024
 """The most bytes one read takes (smaller under a small budget: 1/64 of it, at least 4 KiB)."""
@@ -32,7 +31,7 @@ _FIRST_MEAN = 16.0  # the mean element size assumed before any is read (lines: s
 class TextFileIterator(BlockRowIterator):
     """Reads the files of a :class:`~headrace.io.text.TextFileNode` one after another (see the module docstring)."""
 
-    def __init__(self, ctx: IteratorContext, ds: TextFileNode) -> None:
+    def __init__(self, ctx: IteratorContext, ds: Any) -> None:  # (a headrace.io.text.TextFileNode)
         fmt = ds.format
         super().__init__(ctx, ds, fmt.label, None)
         self.kind = fmt.kind
