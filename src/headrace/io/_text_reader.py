@@ -9,6 +9,7 @@ element size so far); an element that outgrows the whole budget is refused there
 
 from __future__ import annotations
 
+import io
 import sys
 from typing import Any
 
@@ -23,7 +24,8 @@ from ._filenames import NameSource
 from ._streams import buffer_bytes, compression_of, open_input, seek_input
 
 CHUNK_BYTES = 1024 * 1024
-"""The most bytes one read takes (smaller under a small budget: 1/64 of it, at least 4 KiB)."""
+"""The most bytes one read takes (smaller under a small budget: 1/64 of it, at least 4 KiB). The read buffer
+(``buffer_size``) is at most 1/32 of the budget too."""
 _OBJECT_BYTES = sys.getsizeof(b"") + 8  # one element as a Python bytes object in a list, beside its data
 _FIRST_MEAN = 16.0  # the mean element size assumed before any is read (lines: short ones are the costly case)
 
@@ -44,9 +46,10 @@ class TextFileIterator(BlockRowIterator):
         self._compression = ""
         limit = ctx.budget.limit_bytes
         self._chunk = max(4096, min(CHUNK_BYTES, limit // 64))
-        if isinstance(fmt.__dict__.get("record_bytes"), int):
+        if isinstance(getattr(fmt, "record_bytes", None), int):
             self._chunk = max(self._chunk // fmt.record_bytes, 1) * fmt.record_bytes
-        self._buffers = buffer_bytes(ds.compression_type, ds.buffer_size)
+        self._buffer_size = min(ds.buffer_size, max(io.DEFAULT_BUFFER_SIZE, limit // 32))  # (a small budget: less)
+        self._buffers = buffer_bytes(ds.compression_type, self._buffer_size)
         self._parts: list[bytes] = []  # bytes read past the last whole element (an unfinished one)
         self._pending = 0
         self._next_offset = 0  # uncompressed offset just past the last whole element cut
@@ -57,16 +60,19 @@ class TextFileIterator(BlockRowIterator):
         self._block_first = 0  # elements of the file before the block's first row
         self._list: list[bytes] = []  # the block's rows (fill takes slices of it)
         self._seen_bytes = self._seen_items = 0
+        self._first_mean = float(getattr(fmt, "record_bytes", _FIRST_MEAN))
         self._failed: BaseException | None = None
+        self._damage: DataLossError | None = None
         self._resume: tuple[int, int, int] | None = None  # (offset, skip, elements before) to reopen at
-        self.open_work(self._read_need(0))
+        self._unit = self._read_need(0)
+        self.open_work(self._unit)
 
     # ---- reading -------------------------------------------------------------------------------------------
     def _read_need(self, pending: int) -> int:
         """What one read holds at once: the buffers, the chunk, the carried part (joined: twice) and the chunk's
         elements as Python objects (from the mean element size so far)."""
-        mean = self._seen_bytes / self._seen_items if self._seen_items else _FIRST_MEAN
-        objects = int((self._chunk + pending) / (mean + 1) * _OBJECT_BYTES)
+        mean = self._seen_bytes / self._seen_items if self._seen_items else self._first_mean
+        objects = int(self._chunk / (mean + 1) * _OBJECT_BYTES)
         return self._buffers + 2 * (self._chunk + pending) + objects
 
     def _open(self) -> bool:
@@ -77,7 +83,7 @@ class TextFileIterator(BlockRowIterator):
             offset, skip, done = self._resume or (self._fmt.header_bytes, 0, 0)
             self._resume = None
             self._path, self._compression = name, compression_of(name, self._ds.compression_type)
-            stream = open_input(name, self._compression, self._ds.buffer_size)
+            stream = open_input(name, self._compression, self._buffer_size)
             try:
                 if not self._compression and stream.seekable():
                     size = stream.seek(0, 2)
@@ -103,15 +109,17 @@ class TextFileIterator(BlockRowIterator):
         self._file_index += 1
 
     def _charge(self) -> None:
-        fmt, path = self._fmt, self._path
+        """Reserve what the next read holds (``_read_need``), growing the buffers' unit of work when it grew (so
+        that the budget's shares leave room for it); refused when it cannot fit the whole budget."""
+        fmt, path, need = self._fmt, self._path, self._read_need(self._pending)
+        if need > self._unit:
+            self._work.grow_unit(need)  # type: ignore[union-attr]
+            self._unit = need
         if self._pending <= self._chunk:
-            self.charge_work(self._read_need(self._pending), f"{fmt.label}: reading {path}",
-                             "raise Options(memory_budget=...)")
+            self.charge_work(need, f"{fmt.label}: reading {path}", "raise Options(memory_budget=...)")
             return
-        number = f"{fmt.unit} {self._done + 1}"
-        self.charge_work(self._read_need(self._pending),
-                         f"{fmt.label}: {number} of {path} (at least {format_bytes(self._pending)} "
-                         f"({self._pending} bytes) long so far, read in chunks)",
+        self.charge_work(need, f"{fmt.label}: {fmt.unit} {self._done + 1} of {path} (at least "
+                               f"{format_bytes(self._pending)} ({self._pending} bytes) long so far, read in chunks)",
                          f"split the {fmt.unit} or raise Options(memory_budget=...)")
 
     def _read_items(self) -> list[bytes] | None:
@@ -120,21 +128,29 @@ class TextFileIterator(BlockRowIterator):
         fmt, stream = self._fmt, self._stream
         while True:
             self._charge()
-            chunk = stream.read(self._chunk)
+            try:  # (compressed: one decompression per call, so a damaged stream loses no whole element read)
+                chunk: bytes | None = stream.read1(self._chunk) if self._compression else stream.read(self._chunk)
+            except DataLossError as e:
+                if not self._pending:
+                    raise
+                self._damage, chunk = e, None  # the whole elements read before it are handed out first
             if chunk and not fmt.whole(chunk, self._pending):
                 self._parts.append(chunk)
                 self._pending += len(chunk)
                 continue
             if not chunk and not self._pending:
                 return None
-            self._parts.append(chunk)
-            data = b"".join(self._parts) if len(self._parts) > 1 else chunk
+            if chunk is not None:
+                self._parts.append(chunk)
+            data = b"".join(self._parts) if len(self._parts) > 1 else self._parts[0]
             self._parts = []
             try:
-                items, used = fmt.cut(data, not chunk)
+                items, used = fmt.cut(data, chunk == b"")
             except ValueError as e:
                 raise DataLossError(f"{fmt.label}: {self._path} at uncompressed byte {self._next_offset}: {e}",
                                     path=self._path, offset=self._next_offset, reason="partial record") from None
+            if not chunk:  # the end (footer bytes, or a damaged element's start): nothing is carried over
+                used = len(data)
             self._pending = len(data) - used
             if self._pending:
                 self._parts.append(data[used:])
@@ -145,7 +161,12 @@ class TextFileIterator(BlockRowIterator):
         if self._failed is not None:
             raise self._failed
         while True:
+            if self._damage is not None:  # a damaged compressed stream, after the whole elements before it
+                damage, self._damage = self._damage, None
+                self._finish_file()  # the rest of this file cannot be read: ignore_errors goes on with the next
+                raise damage
             if self._stream is None and not self._open():
+                self.release_work()  # (the end: no buffers left)
                 return None
             start = self._next_offset
             try:
@@ -226,7 +247,7 @@ class TextFileIterator(BlockRowIterator):
         check_state(state, self.kind, compression_type=self._ds.compression_type)
         self._drop()
         self._finish_file()
-        self._failed = None
+        self._failed = self._damage = None
         self._file_index = int(state["file_index"])
         self._names.restore(self._file_index, state.get("names"))
         name = self._names.get(self._file_index)

@@ -121,7 +121,7 @@ class TextFileNode(DatasetNode):
         self.label = fmt.label
         self._files = filenames if isinstance(filenames, FileNames) else FileNames(filenames, fmt.label)
         super().__init__(self._files.inputs())
-        self.compression_type = normalize_compression(compression_type, f"{fmt.label}(compression_type)",
+        self.compression_type = normalize_compression(compression_type, f"{fmt.label}: compression_type",
                                                       allow_auto=True)
         self.buffer_size = read_buffer_size(buffer_size, fmt.label)
         self.num_parallel_reads = parallel_reads(num_parallel_reads, fmt.label)
@@ -223,7 +223,7 @@ class FixedLengthRecordDataset(Dataset):
                  compression_type: str | None = None, num_parallel_reads: int | None = None,
                  name: str | None = None) -> None:
         what = "FixedLengthRecordDataset"
-        fmt = Records(as_int(record_bytes, f"{what}(record_bytes)", minimum=1),
-                      as_int(header_bytes or 0, f"{what}(header_bytes)", minimum=0),
-                      as_int(footer_bytes or 0, f"{what}(footer_bytes)", minimum=0))
+        fmt = Records(as_int(record_bytes, f"{what}: record_bytes", minimum=1),
+                      as_int(header_bytes or 0, f"{what}: header_bytes", minimum=0),
+                      as_int(footer_bytes or 0, f"{what}: footer_bytes", minimum=0))
         super().__init__(TextFileNode(filenames, fmt, compression_type, buffer_size, num_parallel_reads))
