@@ -10,10 +10,10 @@ import zlib
 
 import numpy as np
 import pytest
+from rss_child import cap, run_child
 
 import headrace as hr
 from headrace.io import FixedLengthRecordDataset, TextLineDataset
-from rss_child import cap, run_child
 
 KiB, MiB = 1024, 1024**2
 SMALL = hr.Options(memory_budget=256 * KiB)  # 4 KiB reads: many chunks per file
@@ -86,7 +86,7 @@ def test_lines_every_state_restores_exactly_the_rest(text_files, reads):
     for _ in range(len(want) + 1):
         states.append(it.get_state())
         next(it, None)
-    for k in list(range(0, len(want) + 1, 37)) + [len(want) - 1, len(want)]:
+    for k in [*range(0, len(want) + 1, 37), len(want) - 1, len(want)]:
         it = iter(ds)
         it.set_state(states[k])
         got = [next(it) for _ in range(min(5, len(want) - k))]
