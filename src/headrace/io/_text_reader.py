@@ -58,7 +58,10 @@ class TextFileIterator(BlockRowIterator):
         self._block_skip = 0  # elements cut there before the block's first row
         self._done = 0  # whole elements cut from this file (the next one's number is _done + 1)
         self._block_first = 0  # elements of the file before the block's first row
-        self._list: list[bytes] = []  # the block's rows (fill takes slices of it)
+        self._list: list[bytes] = []  # the block's rows (fill takes slices of it), their lengths and cumulative sum
+        self._lens = np.zeros(0, np.int64)
+        self._cum = np.zeros(1, np.int64)
+        self._block_rows_next = 0
         self._seen_bytes = self._seen_items = 0
         self._first_mean = float(getattr(fmt, "record_bytes", _FIRST_MEAN))
         self._failed: BaseException | None = None
@@ -181,8 +184,7 @@ class TextFileIterator(BlockRowIterator):
                 self._finish_file()
                 continue
             n = len(items)
-            self._seen_items += n
-            self._seen_bytes += sum(map(len, items))
+            self._seen_items += n - min(self._skip, n)
             skip = min(self._skip, n)
             self._skip -= skip
             self._block_offset, self._block_skip, self._block_first = start, skip, self._done + skip
@@ -192,34 +194,46 @@ class TextFileIterator(BlockRowIterator):
             rows = items[skip:] if skip else items
             col = np.empty(len(rows), dtype=object)
             col[:] = rows
-            self._list = rows
+            self._list, self._block_rows_next = rows, len(rows)
+            self._lens = np.fromiter(map(len, rows), np.int64, len(rows))
+            self._cum = np.zeros(len(rows) + 1, np.int64)
+            np.cumsum(self._lens, out=self._cum[1:])
+            self._seen_bytes += int(self._cum[-1])
             return {self._fmt.unit: col}
 
     # ---- batch in runs -------------------------------------------------------------------------------------
     def fill(self, items: list[Any], k: int, per: int) -> tuple[int, int]:
-        """``Stage.fill`` taking the elements of the block in hand by slices (no Python call per element)."""
-        start = len(items)
+        """``Stage.fill`` taking the elements of the block in hand by slices, sized from the block's lengths (no
+        Python call per element); stops after an element of more than ``per`` bytes, as ``Stage.fill``."""
+        start, held, largest = len(items), 0, 0
         while len(items) - start < k:
             if self._run is not None:
                 self._end_run()
             pos, rows = self._pos, self._block_rows
             if pos >= rows:
-                items.append(self.__next__())  # the next block (or StopIteration)
-                if len(items[-1]) > per:
+                x = self.__next__()  # the next block (or StopIteration)
+                items.append(x)
+                held += len(x)
+                largest = max(largest, len(x))
+                if len(x) > per:
                     break
                 continue
-            take = min(k - (len(items) - start), rows - pos)
-            got = self._list[pos:pos + take]
-            big = [i for i, n in enumerate(map(len, got)) if n > per][:1] if max(map(len, got)) > per else []
-            if big:
-                got = got[:big[0] + 1]
-            items.extend(got)
-            self._pos = pos + len(got)
-            if big:
+            end = min(pos + k - (len(items) - start), rows)
+            lens = self._lens[pos:end]
+            big = int(lens.max())
+            if big > per:  # stop after the first element larger than per
+                end = pos + int(np.flatnonzero(lens > per)[0]) + 1
+                big = int(self._lens[pos:end].max())
+            items.extend(self._list[pos:end])
+            self._pos = end
+            held += int(self._cum[end] - self._cum[pos])
+            largest = max(largest, big)
+            if big > per:
                 break
-        new = items[start:]
-        sizes = list(map(len, new))
-        return sum(sizes), max(sizes, default=0)
+        return held, largest
+
+    def block_nbytes(self, block: dict[str, np.ndarray]) -> int:
+        return 8 * self._block_rows_next + int(self._cum[-1])  # (nbytes: a slot per element and its bytes)
 
     def __next__(self) -> Any:
         return super().__next__()[self._fmt.unit]
