@@ -8,6 +8,7 @@ figure (``img_s``, ``ns_per_element``, ``elem_s`` or ``rows_s``) and what else t
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import time
@@ -263,7 +264,9 @@ def parquet_grain(p: dict[str, Any]) -> dict[str, Any]:
 def run_one() -> None:
     """The child's entry: no machine line here (bench/peers.py prints it; .venv-tf has no headrace)."""
     workload, contender, params = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    out = globals()[f"{workload}_{contender}"](params)
+    name = f"{workload}_{contender}"
+    run = globals().get(name) or getattr(importlib.import_module(f"peers_{workload}"), name)  # (peers_text.py)
+    out = run(params)
     print(json.dumps(out, default=str))
 
 
