@@ -12,36 +12,21 @@ limit and the machine. (``tests/io/test_text.py`` checks a smaller shape on ever
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import psutil
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "io"))  # the child and the RSS sampling of tests/io/test_text.py
+sys.path.insert(0, str(REPO))
 
-from headrace._machine import machine_line
+from rss_child import cap, run_child  # noqa: E402
+
+from headrace._machine import machine_line  # noqa: E402
+from tests.io.test_text import HUGE_LINE_CHILD  # noqa: E402
 
 MiB = 1024**2
-REPO = Path(__file__).resolve().parents[1]
-_CHILD = r"""
-import json, sys
-import headrace as hr
-path, budget = sys.argv[1], int(sys.argv[2])
-ds = hr.io.TextLineDataset(path).batch(1024).with_options(hr.Options(memory_budget=budget))
-print("ready", flush=True)
-sys.stdin.readline()
-out = {"lines": 0, "error": None}
-try:
-    for b in ds:
-        out["lines"] += len(b)
-except hr.MemoryBudgetError as e:
-    out["error"] = str(e)
-print(json.dumps(out), flush=True)
-"""
 
 
 def write_file(path: Path, total: int, line: int) -> int:
@@ -62,42 +47,6 @@ def write_file(path: Path, total: int, line: int) -> int:
     return n + 1
 
 
-def run(path: Path, budget: int) -> tuple[dict, int]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(path), str(budget)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, env=env)
-    assert child.stdout is not None and child.stdin is not None
-    if child.stdout.readline().strip() != "ready":
-        raise RuntimeError("the child did not start")
-    proc = psutil.Process(child.pid)
-
-    def rss() -> int:
-        total = 0
-        for p in [proc, *proc.children(recursive=True)]:
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:
-                pass
-        return total
-
-    base, peak, done = rss(), [0], threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], rss())
-            done.wait(0.002)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    child.stdin.write("go\n")
-    child.stdin.flush()
-    line = child.stdout.readline()
-    done.set()
-    sampler.join(5)
-    child.wait(60)
-    return json.loads(line), peak[0] - base
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gb", type=float, default=1.0)
@@ -114,10 +63,10 @@ def main() -> None:
           f"{time.perf_counter() - t:.1f} s")
     try:
         t = time.perf_counter()
-        out, growth = run(path, budget)
-        limit = budget * 1.1 + 64 * MiB
+        out, growth = run_child(HUGE_LINE_CHILD, str(path), str(budget), "1024")
+        limit = cap(budget)
         named = out["error"] is not None and f"line {number} of" in out["error"] and str(path) in out["error"]
-        print(f"read {out['lines']:,} lines in {time.perf_counter() - t:.1f} s; error: {out['error']}")
+        print(f"read {out['rows']:,} lines in {time.perf_counter() - t:.1f} s; error: {out['error']}")
         print(f"RSS growth {growth / MiB:.1f} MiB, limit {limit / MiB:.1f} MiB (budget {args.budget_mib} MiB x 1.1 "
               f"+ 64 MiB): {'OK' if growth <= limit else 'OVER'}; refusal names the file and line: "
               f"{'OK' if named else 'NO'}; one line: {'OK' if named and chr(10) not in out['error'] else 'NO'}")

@@ -10,7 +10,7 @@ import zlib
 
 import numpy as np
 import pytest
-from rss_child import cap, run_child
+from rss_child import cap, reader_child, run_child
 
 import headrace as hr
 from headrace.io import FixedLengthRecordDataset, TextLineDataset
@@ -233,21 +233,8 @@ def test_a_line_longer_than_the_budget_is_refused_in_one_line(tmp_path):
         next(it)  # raised again, never a silent skip
 
 
-_HUGE_LINE = r"""
-import json, sys
-import headrace as hr
-path, budget = sys.argv[1], int(sys.argv[2])
-ds = hr.io.TextLineDataset(path).batch(1024).with_options(hr.Options(memory_budget=budget))
-print("ready", flush=True)
-sys.stdin.readline()
-out = {"rows": 0, "error": None}
-try:
-    for b in ds:
-        out["rows"] += len(b)
-except hr.MemoryBudgetError as e:
-    out["error"] = str(e).splitlines()[0]
-print(json.dumps(out), flush=True)
-"""
+HUGE_LINE_CHILD = reader_child("TextLineDataset", "TextLineDataset(path).batch(batch_size)", "el")
+"""The child of the huge-line checks (also ``bench/text_huge_line.py``'s): batches of 1024 lines under a budget."""
 
 
 def test_a_huge_line_is_refused_within_the_budget_as_the_os_sees_it(tmp_path):
@@ -262,7 +249,7 @@ def test_a_huge_line_is_refused_within_the_budget_as_the_os_sees_it(tmp_path):
         f.write(b"z" * (24 * MiB) + b"\n")
         for _ in range(36):
             f.write(block)
-    out, growth = run_child(_HUGE_LINE, str(p), str(budget))
+    out, growth = run_child(HUGE_LINE_CHILD, str(p), str(budget), "1024")
     assert out["error"] is not None and "line 1800001 of" in out["error"] and "big.txt" in out["error"], out
     assert out["rows"] >= 1799000, out
     assert growth <= cap(budget), (growth, cap(budget))

@@ -104,6 +104,19 @@ class FileNames:
                               deterministic=None, name=label).make_iterator(ctx)
 
 
+def shard_by_file(node: Any, num_shards: int, index: int) -> DatasetNode | None:
+    """A copy of a reader's ``node`` (its files in ``node._files``) reading files ``index, index + num_shards,
+    ...`` when there are at least ``num_shards`` files, else None (its elements are sharded above);
+    ``headrace._ops.shard.shard_at_source``."""
+    shard = node._files.shard(num_shards, index)
+    if shard is None:
+        return None
+    clone = copy.copy(node)
+    clone._files = shard
+    clone.inputs = tuple(shard.inputs())
+    return clone
+
+
 class NameSource:
     """The file names of a reader's iterator: a list, or a Dataset of names pulled lazily, one at a time
     (only the current name and the names iterator's state just before it are kept, so an endless

@@ -27,7 +27,6 @@ seeks (uncompressed) or decompresses and skips from the start (GZIP / ZLIB: O(of
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from .._args import as_int
@@ -37,7 +36,7 @@ from .._ops.node import DatasetNode
 from .._ops.stage import Stage
 from .._options import UNKNOWN_CARDINALITY
 from .._spec import STRING, TensorSpec
-from ._filenames import FileNames, parallel_reads, read_buffer_size
+from ._filenames import FileNames, parallel_reads, read_buffer_size, shard_by_file
 from ._streams import normalize_compression
 
 
@@ -127,15 +126,8 @@ class TextFileNode(DatasetNode):
         self.num_parallel_reads = parallel_reads(num_parallel_reads, fmt.label)
 
     def shard_source(self, num_shards: int, index: int) -> DatasetNode | None:
-        """Files ``index, index + num_shards, ...`` when there are at least ``num_shards`` files (else None: the
-        elements are sharded above); ``headrace._ops.shard.shard_at_source``."""
-        shard = self._files.shard(num_shards, index)
-        if shard is None:
-            return None
-        clone = copy.copy(self)
-        clone._files = shard
-        clone.inputs = tuple(shard.inputs())
-        return clone
+        """Files ``index, index + num_shards, ...`` (``_filenames.shard_by_file``)."""
+        return shard_by_file(self, num_shards, index)
 
     def _single(self, name: Any) -> TextFileNode:
         return TextFileNode(name, self.format, self.compression_type, self.buffer_size, None)

@@ -22,7 +22,6 @@ there (GZIP / ZLIB files are decompressed again and skipped up to the offset).
 
 from __future__ import annotations
 
-import copy
 import warnings
 from typing import Any, NamedTuple
 
@@ -37,7 +36,7 @@ from .._options import UNKNOWN_CARDINALITY
 from .._spec import STRING, TensorSpec
 from .._sync import Lock as TimedLock
 from . import files
-from ._filenames import FileNames, NameSource, parallel_reads, read_buffer_size
+from ._filenames import FileNames, NameSource, parallel_reads, read_buffer_size, shard_by_file
 from ._framing import DEFAULT_BUFFER_BYTES, RecordReader
 from ._streams import normalize_compression
 
@@ -126,15 +125,8 @@ class TFRecordNode(DatasetNode):
         warnings.warn(f"skipped: {err}", CorruptRecordWarning, stacklevel=3)
 
     def shard_source(self, num_shards: int, index: int) -> DatasetNode | None:
-        """Files ``index, index + num_shards, ...`` when there are at least ``num_shards`` files (else None:
-        the records are sharded above); ``headrace._ops.shard.shard_at_source``."""
-        shard = self._files.shard(num_shards, index)
-        if shard is None:
-            return None
-        clone = copy.copy(self)
-        clone._files = shard
-        clone.inputs = tuple(shard.inputs())
-        return clone
+        """Files ``index, index + num_shards, ...`` (``_filenames.shard_by_file``)."""
+        return shard_by_file(self, num_shards, index)
 
     def _single(self, name: Any) -> TFRecordNode:
         """A one-file reader with this dataset's settings, sharing its skip list."""
