@@ -11,21 +11,24 @@ from __future__ import annotations
 
 import io
 import sys
+import threading
 from typing import Any
 
 import numpy as np
 
 from .._errors import DataLossError, MemoryBudgetError
 from .._memory import format_bytes
-from .._ops.base import check_state
+from .._ops.base import check_state, stop_flag
 from .._ops.context import IteratorContext
 from ._blocks import BlockRowIterator, close_quietly, state_error
 from ._filenames import NameSource
-from ._streams import buffer_bytes, compression_of, open_input, seek_input
+from ._streams import ReadAhead, buffer_bytes, compression_of, open_input, seek_input
 
 CHUNK_BYTES = 1024 * 1024
 """The most bytes one read takes (smaller under a small budget: 1/64 of it, at least 4 KiB). The read buffer
 (``buffer_size``) is at most 1/32 of the budget too."""
+READ_AHEAD = 2
+"""Chunks read (and decompressed) ahead by a thread of the reader's (``_streams.ReadAhead``), charged too."""
 _OBJECT_BYTES = sys.getsizeof(b"") + 8  # one element as a Python bytes object in a list, beside its data
 _FIRST_MEAN = 16.0  # the mean element size assumed before any is read (lines: short ones are the costly case)
 
@@ -76,7 +79,7 @@ class TextFileIterator(BlockRowIterator):
         elements as Python objects (from the mean element size so far)."""
         mean = self._seen_bytes / self._seen_items if self._seen_items else self._first_mean
         objects = int(self._chunk / (mean + 1) * _OBJECT_BYTES)
-        return self._buffers + 2 * (self._chunk + pending) + objects
+        return self._buffers + (2 + READ_AHEAD) * self._chunk + 2 * pending + objects
 
     def _open(self) -> bool:
         while True:
@@ -100,7 +103,7 @@ class TextFileIterator(BlockRowIterator):
                 close_quietly(stream)
                 self._file_index += 1
                 raise
-            self._stream = stream
+            self._stream = ReadAhead(stream, self._chunk, READ_AHEAD, f"{self._fmt.label}", stop_flag(self.ctx))
             self._next_offset, self._skip, self._parts, self._pending = offset, skip, [], 0
             self._done = done - skip
             return True
@@ -131,8 +134,8 @@ class TextFileIterator(BlockRowIterator):
         fmt, stream = self._fmt, self._stream
         while True:
             self._charge()
-            try:  # (compressed: one decompression per call, so a damaged stream loses no whole element read)
-                chunk: bytes | None = stream.read1(self._chunk) if self._compression else stream.read(self._chunk)
+            try:  # (one decompression per chunk: a damaged stream loses no whole element read before it)
+                chunk: bytes | None = stream.read()
             except DataLossError as e:
                 if not self._pending:
                     raise
@@ -273,6 +276,13 @@ class TextFileIterator(BlockRowIterator):
     def _children(self) -> list[Any]:
         it = self._names.iterator()
         return [it] if it is not None else []
+
+    def _signal_self(self) -> None:
+        if self._stream is not None:
+            self._stream.signal_stop()
+
+    def _own_threads(self) -> list[threading.Thread]:
+        return [self._stream.thread] if self._stream is not None else []
 
     def _close_self(self) -> None:
         super()._close_self()
