@@ -216,6 +216,9 @@ def test_partial_record_is_refused_as_tf_data_does(tmp_path):
     assert [next(it), next(it)] == [b"xxxx", b"xxxx"]
     with pytest.raises(hr.DataLossError, match=r"odd\.gz at uncompressed byte 9: the file ends inside a record"):
         next(it)
+    with pytest.raises(hr.DataLossError, match=r"odd\.gz: its uncompressed bytes end before the end of its header "
+                                               r"\(header_bytes=30\)"):
+        next(iter(FixedLengthRecordDataset(str(z), 4, header_bytes=30, compression_type="GZIP")))
 
 
 def test_a_line_longer_than_the_budget_is_refused_in_one_line(tmp_path):

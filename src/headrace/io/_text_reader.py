@@ -86,8 +86,8 @@ class TextFileIterator(BlockRowIterator):
             name = self._names.get(self._file_index)
             if name is None:
                 return False
-            offset, skip, done = self._resume or (self._fmt.header_bytes, 0, 0)
-            self._resume = None
+            resumed, self._resume = self._resume, None
+            offset, skip, done = resumed or (self._fmt.header_bytes, 0, 0)
             self._path, self._compression = name, compression_of(name, self._ds.compression_type)
             stream = open_input(name, self._compression, self._buffer_size)
             try:
@@ -99,6 +99,14 @@ class TextFileIterator(BlockRowIterator):
                         raise DataLossError(f"{self._fmt.label}: {name} ({size} bytes): {why}", path=name,
                                             offset=0, reason="partial record")
                 seek_input(stream, offset, name)
+            except DataLossError as e:
+                close_quietly(stream)
+                self._file_index += 1
+                if resumed is None and e.reason == "truncated":  # (a compressed file shorter than its header)
+                    raise DataLossError(f"{self._fmt.label}: {name}: its uncompressed bytes end before the end of "
+                                        f"its header (header_bytes={offset}); check header_bytes and "
+                                        "compression_type", path=name, offset=0, reason="partial record") from None
+                raise
             except BaseException:
                 close_quietly(stream)
                 self._file_index += 1
