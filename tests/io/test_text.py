@@ -256,3 +256,20 @@ def test_a_huge_line_is_refused_within_the_budget_as_the_os_sees_it(tmp_path):
     assert out["error"] is not None and "line 1800001 of" in out["error"] and "big.txt" in out["error"], out
     assert out["rows"] >= 1799000, out
     assert growth <= cap(budget), (growth, cap(budget))
+
+
+def test_fsspec_urls_compressed_and_restored():
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/text-test/a.txt", b"one\ntwo\nthree\n")
+    fs.pipe("/text-test/b.txt.gz", gzip.compress(b"four\nfive\n"))
+    ds = TextLineDataset(["memory://text-test/a.txt", "memory://text-test/b.txt.gz"], compression_type="AUTO")
+    assert list(ds) == [b"one", b"two", b"three", b"four", b"five"]
+    for k in range(6):
+        it = iter(ds)
+        for _ in range(k):
+            next(it)
+        again = iter(ds)
+        again.set_state(it.get_state())
+        assert list(again) == [b"one", b"two", b"three", b"four", b"five"][k:]
