@@ -7,7 +7,8 @@ Each case (``tests/promises/cases.py``, seeded) is a source of the public API - 
 transformations (``tests/promises/ops.py``: map on threads or processes, filter, flat_map, interleave,
 batch, padded_batch, ragged_batch, unbatch, rebatch, shuffle, repeat, take, skip, shard, zip, concatenate,
 enumerate, window, scan, cache, prefetch, ignore_errors, take_while, unique, group_by_window,
-bucket_by_sequence_length, sample_from_datasets, choose_from_datasets, rejection_resample), under a budget
+bucket_by_sequence_length, sample_from_datasets, choose_from_datasets, rejection_resample; and in about a fifth
+of the cases, drawn apart so that the others stay as they were, headrace's ``pack``), under a budget
 that is sometimes below two elements (the case must run or refuse with a clear ``MemoryBudgetError``), on
 inputs that are sometimes damaged at one record (with ``ignore_errors()``: exactly the good records; without
 it: a clear error). Judged (``tests/promises/judge.py``):

@@ -30,6 +30,7 @@ WHOLE_TREE = {
     "test_fixtures.py": "the repository is self-contained",
     "test_tf_env.py": "the TensorFlow environment of the differential tests",
     "test_seed_examples.py": "the seeds' tf.data pipelines through headrace.data, whole",
+    "test_public_names.py": "every headrace.X / hr.X the README and docs/ name resolves after import headrace",
 }
 
 

@@ -11,8 +11,10 @@ Public surface::
 New sources: subclass :class:`DatasetIterator` (the iterator protocol) and wrap it with
 ``Dataset.from_source``.
 
-Submodules ``headrace.io`` (TFRecord, tf.train.Example, Parquet, HDF5, image folders) and
-``headrace.image`` load on first use.
+Submodules (``headrace.io``: TFRecord, tf.train.Example, Parquet, HDF5, image folders; ``headrace.image``,
+``headrace.torch``, ``headrace.service``, ``headrace.lightning``, ...: every public one, ``_LAZY_SUBMODULES``) are
+attributes after ``import headrace`` and load on first use; one whose optional dependency is missing raises
+``MissingDependencyError`` then.
 """
 
 from __future__ import annotations
@@ -50,7 +52,11 @@ from ._spec import DatasetSpec, NoneTensorSpec, RaggedTensorSpec, TensorShape, T
 
 __version__ = "0.1.0"
 
-_LAZY_SUBMODULES = {"io", "image", "torch", "distribute", "train", "cli", "convert", "data", "compress", "keras", "jax"}
+# every public submodule (tests/test_public_names.py keeps this in step with the package and the docs)
+_LAZY_SUBMODULES = frozenset({
+    "cli", "compress", "convert", "data", "demo", "distribute", "image", "io", "jax", "jax_orbax", "keras",
+    "lightning", "service", "torch", "train",
+})
 
 
 def __getattr__(name: str) -> Any:

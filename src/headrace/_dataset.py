@@ -32,6 +32,7 @@ from ._ops.list_files import list_files
 from ._ops.map import MapNode
 from ._ops.node import DatasetNode, node_of, set_wrapper, stage_label
 from ._ops.options import OptionsNode
+from ._ops.pack import PackNode
 from ._ops.padded_batch import PaddedBatchNode
 from ._ops.prefetch import PrefetchNode
 from ._ops.ragged_batch import RaggedBatchNode
@@ -475,6 +476,47 @@ class Dataset:
             raise TypeError(f"rebatch(batch_size={batch_size!r}): headrace takes one batch size; a list of "
                             "sizes (tf.data's form for distribution strategies) is not supported")
         return self.unbatch().batch(batch_size, drop_remainder, name=name)
+
+    def pack(self, sequence_length: int, num_packing_bins: int | None = None, padding_value: Any = 0,
+             truncate: bool = True, name: str | None = None) -> Dataset:
+        """Pack 1-D sequences (or tuples / dicts of 1-D arrays of one length) into rows of ``sequence_length``
+        tokens by first fit over ``num_packing_bins`` open rows (default 16; Grain's ``FirstFitPackIterDataset``):
+        when a sequence fits no open row and all are open, they are handed out in the order they opened.
+        Same input, same rows. See docs/how-to/packing.md.
+
+        Example: ``[1, 2, 3], [4, 5], [6]`` with ``pack(4, num_packing_bins=2)`` gives ``([1, 2, 3, 6], [1, 1,
+        1, 2], [0, 1, 2, 0])`` and ``([4, 5, 0, 0], [1, 1, 0, 0], [0, 1, 0, 0])``.
+
+        Args:
+            sequence_length: tokens per row (>= 1).
+            num_packing_bins: rows filled at once (>= 1); ``num_packing_bins + 2`` rows are charged to the budget.
+            padding_value: one scalar, or one per component (default 0).
+            truncate: a longer sequence keeps its first ``sequence_length`` tokens; ``False`` raises instead.
+
+        Returns:
+            ``(packed, segment_ids, positions)``, each in the input's structure with components of shape
+            ``[sequence_length]``: packed keeps the dtypes; segment_ids (int32) number a row's sequences from 1,
+            0 on padding; positions (int32) count from 0 in each sequence. An empty sequence takes no room and
+            no id. ``explain()`` reports the packing efficiency. Cardinality unknown.
+
+        Raises:
+            ValueError: a size < 1, a component that is not 1-D, components of different lengths, or a sequence
+                longer than a row with ``truncate=False`` (naming the stage, element and component).
+            TypeError: a non-integer size or a non-numeric component.
+            MemoryBudgetError: the budget cannot hold the rows.
+        """
+        return _wrap(PackNode(self._node, "first_fit", sequence_length, num_packing_bins, padding_value, truncate),
+                     name)
+
+    def concat_then_split(self, sequence_length: int, separator: Any = None, padding_value: Any = 0,
+                          drop_remainder: bool = False, name: str | None = None) -> Dataset:
+        """Join sequences end to end, each followed by ``separator`` (if given), and cut the stream into rows of
+        ``sequence_length`` tokens (Grain's ``ConcatThenSplitIterDataset``); only the last row is padded
+        (``drop_remainder`` drops it). Rows as :meth:`pack` gives them; a sequence cut by a row's end goes on
+        as a new segment of the next row. Example: ``[1, 2, 3], [4, 5]`` with ``concat_then_split(3,
+        separator=9)`` gives ``[1, 2, 3], [9, 4, 5], [9, 0, 0]``. Raises as :meth:`pack`."""
+        return _wrap(PackNode(self._node, "concat", sequence_length, separator=separator,
+                              padding_value=padding_value, drop_remainder=drop_remainder), name)
 
     def unique(self, name: str | None = None) -> Dataset:
         """Each distinct element once, in order of first appearance (int32 / int64 / string scalars, as

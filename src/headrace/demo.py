@@ -47,6 +47,7 @@ SOURCE_SIZE = (500, 375)  # (width, height) of the generated JPEGs
 SPLITS = ("train", "eval")
 DEMO_MARKER = "demo.json"
 IN_PROCESS_BEAM = ("direct_running_mode=in_memory", "direct_num_workers=1")
+MIN_IMAGE_SIDE = 16  # pixels a side: the smallest training resolution the demo takes
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class DemoConfig:
 
     images: int = 5000
     epochs: int = 3
-    image_size: int | tuple[int, int] = 96  # S (S x S) or (height, width), at least 16 pixels a side
+    image_size: int | tuple[int, int] = 96  # S (S x S) or (height, width), >= MIN_IMAGE_SIDE pixels a side
     memory_budget: int | str = "384MiB"
     output: str = "demo_output"
     global_batch_size: int = 64
@@ -85,7 +86,7 @@ class DemoConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}={v!r} must be an int >= 1")
-        image_hw(self.image_size, minimum=16)
+        image_hw(self.image_size, minimum=MIN_IMAGE_SIDE)
         n_eval = int(self.images * self.eval_fraction)
         if self.images - n_eval < self.global_batch_size or n_eval < 1:
             raise ValueError(f"images={self.images} is too few: the demo needs at least one global batch "
@@ -345,6 +346,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     from .train.data import image_classification_dataset
     from .train.memory import PeakRSS, release_free_memory, rss_bytes
     from .train.models import build_model
+    from .train.schedule import one_cycle
 
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -364,11 +366,9 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         steps_per_epoch = info["train_records"] // cfg.global_batch_size
         optimizer = torch.optim.SGD(model.parameters(), lr=cfg.learning_rate, momentum=0.9, nesterov=True,
                                     weight_decay=5e-4)
-        scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=cfg.learning_rate,
-                                                        total_steps=max(1, steps_per_epoch * cfg.epochs),
-                                                        pct_start=0.25)
+        scheduler = one_cycle(optimizer, max_lr=cfg.learning_rate, total_steps=max(1, steps_per_epoch * cfg.epochs))
         recorder = _Recorder(budget, base)
-        height, width = image_hw(cfg.image_size, minimum=16)
+        height, width = image_hw(cfg.image_size, minimum=MIN_IMAGE_SIDE)
         train_bytes = info["train_records"] * height * width * 3  # what the model reads: uint8 (H, W, 3)
         _say(f"training {cfg.model} on {info['train_records']} images at {width}x{height}, "
              f"{cfg.epochs} epoch(s), global batch {cfg.global_batch_size}; memory budget "

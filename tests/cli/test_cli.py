@@ -115,8 +115,7 @@ def test_inspect_takes_the_files_an_unquoted_glob_expands_to(shards: Path, tmp_p
     assert info["path"] == f"{names[0]} ... {names[-1]} (3 paths)"
     (tmp_path / "t.parquet").write_bytes(b"PAR1")
     mixed = runner.invoke(app, ["inspect", names[0], str(tmp_path / "t.parquet")])
-    assert mixed.exit_code == 1 and f"{names[0]} holds tfrecord and {tmp_path / 't.parquet'} holds parquet" \
-        in mixed.stderr, mixed.stderr
+    assert f"{names[0]} holds tfrecord and {tmp_path / 't.parquet'} holds parquet" in _one_line_error(mixed)
     # commands that take one path say to quote the pattern
     extra = runner.invoke(app, ["bench", *names])
     assert extra.exit_code == 2 and "unexpected extra argument" in extra.stderr, extra.stderr
@@ -197,7 +196,7 @@ def test_image_size_wxh_trains_and_benches_on_that_shape(shards: Path, tmp_path:
     assert _last_json(train.output)["steps"] == 3
     small = runner.invoke(app, ["train", str(shards), "--image-size", "40x24", "--global-batch-size", "64",
                                 "--memory-budget", "1MiB"])  # the budget check counts 40 x 24 pixels
-    assert small.exit_code == 1 and "2 batches of 64 images of 40x24" in small.stderr, small.stderr
+    assert "2 batches of 64 images of 40x24" in _one_line_error(small)
 
 
 def test_train_then_resume(shards: Path, tmp_path: Path) -> None:
@@ -224,7 +223,7 @@ def test_train_then_resume(shards: Path, tmp_path: Path) -> None:
     info = _last_json(again.output)
     assert info["resumed_from"].endswith("ckpt-000000006.pt") and info["steps"] == 6  # nothing left to do
     longer = runner.invoke(app, [*args[:-4], "--epochs", "3", *args[-2:], "--resume"])
-    assert longer.exit_code == 1 and "--resume: " in longer.stderr and "--epochs" in longer.stderr
+    assert "--resume: " in _one_line_error(longer) and "--epochs" in longer.stderr
 
 
 def _restored_signals() -> None:
@@ -462,6 +461,9 @@ USAGE_ERRORS = [
      "'--image-size': '96x': use N (N x N pixels) or WxH (width x height)"),
     (["bench", "{shards}", "--image-size", "wide"], "'--image-size': 'wide': use N (N x N pixels) or WxH"),
     (["demo", "--image-size", "0x64"], "'--image-size': '0x64': use N"),
+    # as written (WxH), not as the (height, width) it becomes: it said "(10, 100) must be ... (height, width)"
+    (["demo", "--image-size", "100x10"], "'--image-size': '100x10': at least 16 pixels a side; use N (N x N "
+                                         "pixels) or WxH (width x height)"),
     (["compress", "{shards}", "{shards}", "--image-size", "4x96"], "'--image-size': '4x96': at least 8 pixels a side"),
     (["train", "{shards}", "--resume"], "--resume: needs --checkpoint-dir"),
     (["train", "{shards}", "--micro-batch-size", "0"], "'--micro-batch-size'"),
@@ -512,6 +514,8 @@ def test_python_parameter_names_become_flags() -> None:
     assert translate("pass source_format= (--from) one of", flags) == "pass --from one of"
     assert translate("epochs=0 must be >= 1; more epochs help", flags) == "--epochs 0 must be >= 1; more epochs help"
     assert translate("unknown model 'x'", flags) == "unknown model 'x'"  # a bare word stays a word
+    assert translate("read past it with on_corrupt='skip' or", {"on_corrupt": "--on-corrupt"}) == \
+        "read past it with --on-corrupt skip or"  # a flag's value as typed, not a Python string
 
 
 def test_bad_paths_are_refused_before_torch_is_imported(tmp_path: Path) -> None:
@@ -558,7 +562,7 @@ def test_resume_with_another_model_is_one_line(shards: Path, tmp_path: Path) -> 
     assert "small-cnn model with 12 classes" in line and "--model resnet18 with 12 classes" in line
     assert "resume with --model small-cnn" in line and "another --checkpoint-dir" in line
     fewer = runner.invoke(app, [*args, "--model", "small-cnn", "--num-classes", "20", "--resume"])
-    assert fewer.exit_code == 1 and "small-cnn model with 12 classes" in fewer.stderr
+    assert "small-cnn model with 12 classes" in _one_line_error(fewer)
     assert "--model small-cnn with 20 classes" in fewer.stderr and "--num-classes 12" in fewer.stderr
 
 
@@ -612,8 +616,7 @@ def test_train_stops_on_a_corrupt_record_after_a_checkpoint(corrupt_shards: tupl
     args = ["train", str(data), "--model", "small-cnn", "--image-size", "16", "--global-batch-size", "2",
             "--micro-batch-size", "2", "--checkpoint-dir", str(ck), "--checkpoint-every", "1000"]
     result = runner.invoke(app, args)
-    assert result.exit_code == 1, result.output
-    line = result.stderr.strip().splitlines()[-1]
+    line = _one_line_error(result)
     assert line.startswith(f"headrace: error: {shard}: record ") and f"at byte offset {offset}:" in line
     assert "--on-corrupt skip" in line and "ignore_errors" not in line
     latest = json.loads((ck / "latest.json").read_text())
@@ -629,9 +632,143 @@ def test_bench_names_or_skips_a_corrupt_record(corrupt_shards: tuple[Path, str, 
     data, shard, offset = corrupt_shards
     args = ["bench", str(data), "--image-size", "16", "--batch-size", "4", "--max-batches", "12"]
     stopped = runner.invoke(app, args)
-    assert stopped.exit_code == 1
-    assert f"{shard}: record " in stopped.stderr and f"at byte offset {offset}" in stopped.stderr
+    assert f"{shard}: record " in _one_line_error(stopped) and f"at byte offset {offset}" in stopped.stderr
     assert "--on-corrupt skip" in stopped.stderr and "ignore_errors" not in stopped.stderr
     skipped = runner.invoke(app, [*args, "--on-corrupt", "skip"])
     assert skipped.exit_code == 0, skipped.output
     assert _last_json(skipped.stdout)["skipped_records"] == 1  # once, however often the data repeats
+
+
+def _one_line_error(result) -> str:
+    """The one stderr line of a failed command (no traceback, nothing else); returns it."""
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("headrace: error: "), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def few_hundred(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """264 records (the demo's eval shard's size) of 32x24 JPEGs in 2 shards: 4 steps of the default global
+    batch of 64."""
+    from headrace.image.photos import iter_photo_jpegs
+    from headrace.io.example import encode
+    from headrace.io.sharded_writer import ShardedWriter
+
+    out = tmp_path_factory.mktemp("few-hundred")
+    with ShardedWriter(out, "eval", num_shards=2) as w:
+        for jpeg, label in iter_photo_jpegs(264, (32, 24)):
+            w.write(encode({"image/encoded": jpeg, "image/class/label": label}))
+    return out
+
+
+def test_train_on_a_shard_of_a_few_hundred_records_trains(few_hundred: Path) -> None:
+    """264 records at the default global batch (64) are 4 steps: the one-cycle schedule's rise ended at step 0
+    and its first step raised ZeroDivisionError (a 63-line traceback)."""
+    result = _invoke("train", str(few_hundred), "--model", "small-cnn", "--epochs", "1", "--image-size", "16")
+    assert result.exit_code == 0, result.output
+    info = _last_json(result.stdout)
+    assert info["records"] == 264 and info["steps"] == 4 and info["history"][0]["steps"] == 4
+
+
+@pytest.fixture(scope="module")
+def damaged_framing(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, str, int]]:
+    """24 JPEG Examples in 2 shards, twice: the first shard cut inside its last record ("truncated"), or one
+    byte of its record 1's data flipped ("data_crc"): ``{reason: (directory, that shard, the record's byte
+    offset)}``."""
+    from headrace.image.photos import iter_photo_jpegs
+    from headrace.io.example import encode
+    from headrace.io.sharded_writer import ShardedWriter
+    from headrace.io.tfrecord import TFRecordDataset
+
+    out = {}
+    for reason in ("truncated", "data_crc"):
+        base = tmp_path_factory.mktemp(reason)
+        with ShardedWriter(base, "train", num_shards=2) as w:
+            for jpeg, label in iter_photo_jpegs(24, (32, 24)):
+                w.write(encode({"image/encoded": jpeg, "image/class/label": label}))
+        shard = sorted(base.glob("*.tfrecord"))[0]
+        sizes = [len(r) + 16 for r in TFRecordDataset(str(shard))]  # framing: length, its CRC, data, data CRC
+        data = bytearray(shard.read_bytes())
+        if reason == "truncated":
+            offset = sum(sizes[:-1])
+            del data[offset + 20:]
+        else:
+            offset = sizes[0]
+            data[offset + 12 + 5] ^= 0xFF  # a byte of record 1's data
+        shard.write_bytes(bytes(data))
+        out[reason] = (base, str(shard), offset)
+    return out
+
+
+@pytest.mark.parametrize("reason", ["truncated", "data_crc"])
+def test_train_skips_truncated_and_crc_corrupt_records_when_asked(damaged_framing, reason: str) -> None:
+    """--on-corrupt skip over a damaged TFRecord finishes and reports the skip, as bench does (the label pass
+    before training read with on_corrupt='raise' and stopped, advising --on-corrupt 'skip'); without it, one
+    line names the shard, the offset and the flag, and a data-CRC failure does not say that reading goes on."""
+    data, shard, offset = damaged_framing[reason]
+    args = ["train", str(data), "--model", "small-cnn", "--image-size", "16", "--global-batch-size", "8",
+            "--micro-batch-size", "8"]
+    skipped = _invoke(*args, "--on-corrupt", "skip")
+    assert skipped.exit_code == 0, skipped.output
+    info = _last_json(skipped.stdout)
+    assert info["skipped_records"] == 1 and info["records"] == 23 and info["steps"] == 2, info
+    assert f"skipped 1 corrupt record(s); the first: {shard} at byte offset {offset} ({reason})" in skipped.stdout
+    line = _one_line_error(runner.invoke(app, args))
+    assert f"{shard} at byte {offset}" in line and "--on-corrupt skip" in line and "'skip'" not in line
+    assert "continues" not in line
+    assert ("the records after it can still be read" if reason == "data_crc" else
+            "the rest of this file cannot be read") in line
+
+
+_RUN_CASES = r"""
+import json, os, sys, tempfile
+from headrace.cli import main
+out = []
+for args in json.loads(sys.stdin.read()):
+    with tempfile.TemporaryFile("w+") as err:  # the process's real stderr (fd 2): C-level and thread output too
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            main(args)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        out.append([code, err.read()])
+print(json.dumps(out))
+"""
+
+
+def test_every_error_case_is_one_line_on_the_process_stderr(shards: Path, tmp_path: Path, damaged_framing) -> None:
+    """The error cases of this file (the tables above, damaged TFRecord framing, a damaged HDF5 object
+    header) run through ``main`` in a process of their own: what reaches the process's stderr (fd 2, not
+    click's captured stream: a thread's or a library's output too) is one ``headrace: error:`` line, never a
+    traceback."""
+    import h5py
+    import numpy as np
+
+    paths = _error_paths(shards, tmp_path)
+    cases = [[a.format(**paths) for a in args] for args, _ in USER_ERRORS + USAGE_ERRORS]
+    cases += [["train", str(damaged_framing[r][0]), "--image-size", "16"] for r in ("truncated", "data_crc")]
+    cases += [["bench", str(damaged_framing["data_crc"][0]), "--image-size", "16", "--max-batches", "2"]]
+    h5 = tmp_path / "damaged.h5"  # a flipped byte in an object header: h5py's bare RuntimeError before
+    with h5py.File(h5, "w") as f:
+        f.create_dataset("x", data=np.arange(12).reshape(6, 2))
+    with h5py.File(h5, "r") as f:
+        addr = h5py.h5o.get_info(f["x"].id).addr
+    h5.write_bytes(h5.read_bytes()[:addr] + b"\xff" + h5.read_bytes()[addr + 1:])
+    cases += [["inspect", str(h5)]]
+    done = subprocess.run([sys.executable, "-c", _RUN_CASES], input=json.dumps(cases), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(results) == len(cases)
+    wrong = [(args, code, err) for args, (code, err) in zip(cases, results)
+             if code not in (1, 2) or len(err.strip().splitlines()) != 1 or not err.startswith("headrace: error: ")]
+    assert not wrong, wrong

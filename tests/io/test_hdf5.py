@@ -146,6 +146,35 @@ def test_corrupt_file(tmp_path: Path, h5_path: str, damage: str) -> None:
     assert e.value.path == str(bad)
 
 
+def _flip_header_byte(path: Path, key: str, at: int) -> None:
+    """Flip byte ``at`` of dataset ``key``'s object header (h5py tells where the header starts)."""
+    with h5py.File(path, "r") as f:
+        addr = h5py.h5o.get_info(f[key].id).addr
+    data = bytearray(path.read_bytes())
+    data[addr + at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+# byte 0: the header's version; 9: a message's size (h5py: "Object visitation failed (actual len exceeds EOA)",
+# "Unable to synchronously open object (bad object header version number)", ...)
+@pytest.mark.parametrize("at", [0, 9])
+def test_a_damaged_object_header_is_a_data_loss_error_naming_the_file_and_key(tmp_path: Path, h5_path: str,
+                                                                             at: int) -> None:
+    """A flipped byte in an object header gave h5py's bare ``RuntimeError: Object visitation failed (...)``
+    (or a ``KeyError``) without the file's name."""
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(Path(h5_path).read_bytes())
+    _flip_header_byte(bad, "labels", at)
+    with pytest.raises(DataLossError, match=rf"cannot read dataset 'labels' in {bad}: .*metadata is damaged") as e:
+        HDF5Dataset(str(bad), ["images", "labels"])
+    assert (e.value.path, e.value.reason) == (str(bad), "bad metadata")
+    # a missing key lists the file's datasets: the walk meets the damaged header
+    with pytest.raises(DataLossError, match=rf"cannot read the list of datasets in {bad}: ") as e:
+        HDF5Dataset(str(bad), "labelz")
+    assert e.value.path == str(bad)
+    assert list(HDF5Dataset(str(bad), "group/feat").take(2))  # the other datasets still read
+
+
 def test_missing_key_names_file_key_and_datasets(h5_path: str) -> None:
     with pytest.raises(ValueError, match=r"key 'labelz' is missing in .*data\.h5; the file has datasets "
                                          r"\[.*'group/feat'.*'labels'"):

@@ -40,6 +40,10 @@ def test_raise_after_every_good_record_before_it(name):
     assert got == GOOD[:bad]  # TensorFlow too reads exactly these, then raises
     assert (e.value.path, e.value.offset, e.value.reason) == (fixture(name), offset, reason)
     assert name in str(e.value) and f"byte {offset}" in str(e.value)
+    # the run stops here: the message does not say that reading goes on (it said "the reader continues")
+    assert "continues" not in str(e.value)
+    assert ("records after it can still be read" if CASES[name][3] else "rest of this file cannot be read") \
+        in str(e.value)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -72,7 +76,7 @@ def test_skip_policy_yields_good_records_warns_and_lists(name):
     assert [(s.path, s.offset, s.reason) for s in ds.skipped_records] == [(fixture(name), offset, reason)]
     message = str(caught[0].message)
     assert f"byte {offset}" in message
-    assert ("continues with the next record" if resync else "rest of this file cannot be read") in message
+    assert ("records after it can still be read" if resync else "rest of this file cannot be read") in message
     assert ds.skipped_records[0].message in message
 
 

@@ -2,12 +2,12 @@
 
 Below a ``deterministic=False`` stage each pass delivers the same elements in another order. An op that
 groups, pairs, counts, cuts or carries state by position (``zip``, ``enumerate``, the ``batch`` family,
-``window``, ``group_by_window``, ``bucket_by_sequence_length``, ``scan``, ``take``, ``skip``, ``take_while``,
-``rejection_resample``, ``sample_from_datasets``, ``choose_from_datasets``) therefore makes *other* elements
-on a re-read, and the shuffle's content hashes cannot find its buffered elements again (it raised
-``StateError``: sweep seed 39, a ``bucket_by_sequence_length`` between the two). The shuffle saves its buffer
-by value there. The order after a restore may differ (deterministic=False); the records are exact: every
-record not delivered before the checkpoint, once.
+``pack``, ``concat_then_split``, ``window``, ``group_by_window``, ``bucket_by_sequence_length``, ``scan``,
+``take``, ``skip``, ``take_while``, ``rejection_resample``, ``sample_from_datasets``, ``choose_from_datasets``)
+therefore makes *other* elements on a re-read, and the shuffle's content hashes cannot find its buffered
+elements again (it raised ``StateError``: sweep seed 39, a ``bucket_by_sequence_length`` between the two). The
+shuffle saves its buffer by value there. The order after a restore may differ (deterministic=False); the
+records are exact: every record not delivered before the checkpoint, once.
 """
 
 from __future__ import annotations
@@ -74,6 +74,16 @@ def _first_of_rows(x) -> list[int]:
     return [int(row[0]) for row in np.asarray(x)]  # one record per padded row
 
 
+def _first_of_segments(x) -> list[int]:
+    packed, segment_ids, _ = x  # pack: one record per segment of a row
+    return [int(packed[segment_ids == k][0]) for k in range(1, int(segment_ids.max(initial=0)) + 1)]
+
+
+def _tokens(x) -> list[int]:
+    packed, segment_ids, _ = x  # concat_then_split of one-token sequences: one record per token
+    return [int(v) for v in packed[segment_ids > 0]]
+
+
 def _records_of_pairs(x) -> list[int]:
     return [int(x[1])]  # enumerate / scan: the record, not its index or running count
 
@@ -88,6 +98,8 @@ ORDER_SENSITIVE: dict[str, tuple[Callable[[D], D], Callable[[object], list[int]]
     "bucket_by_sequence_length": (lambda d: d.map(_row).bucket_by_sequence_length(
         lambda v: np.shape(v)[0], [3], [2, 2], padding_values=np.int64(-1)), _first_of_rows),
     "enumerate": (lambda d: d.enumerate(), _records_of_pairs),
+    "pack": (lambda d: d.map(_row).pack(4, num_packing_bins=2), _first_of_segments),
+    "concat_then_split": (lambda d: d.map(lambda v: np.reshape(v, [1])).concat_then_split(3), _tokens),
     "scan": (lambda d: d.scan(np.int64(0), lambda s, v: (s + 1, (s, v))), _records_of_pairs),
 }
 PARTIAL: dict[str, Callable[[D], D]] = {  # records are a prefix-dependent subset: exactly-once, none repeated

@@ -52,6 +52,8 @@ NAMED = {  # method -> a dataset built by it with name="nm" (the outermost stage
     "unique": lambda: R.unique(name="nm"),
     "rejection_resample": lambda: R.rejection_resample(lambda x: x % 2, [0.5, 0.5], seed=1, name="nm"),
     "ignore_errors": lambda: R.ignore_errors(name="nm"),
+    "pack": lambda: R.map(lambda x: np.arange(x % 3 + 1)).pack(4, name="nm"),
+    "concat_then_split": lambda: R.map(lambda x: np.arange(x % 3 + 1)).concat_then_split(4, name="nm"),
 }
 NOT_A_DATASET = {"reduce", "get_single_element", "save"}  # tested below
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import headrace as hr
+from headrace._ops import tuner
 
 # Holds time, CPU-share or scaling bounds: under pytest-xdist it runs while the other worker waits.
 pytestmark = pytest.mark.alone
@@ -248,9 +249,10 @@ def test_a_consumer_that_works_keeps_its_prefetch_thread():
                                and h["change"].endswith("->0")], rep["history"]
 
 
-def test_the_tuner_leaves_a_map_alone_while_its_worker_processes_start():
+def test_the_tuner_leaves_a_map_alone_while_its_worker_processes_start(auto_picks_processes):
     """Rates measured while a map's executor measures the function or starts processes say nothing about a
-    setting: no trial touches that stage before its processes are up."""
+    setting: no trial touches that stage before its processes are up. ("auto" is made to pick processes: its
+    own measurement of this GIL-bound function said threads on a loaded machine, and the case was skipped.)"""
     from tests.ops.proc_fns import _spin
 
     ds = D.range(10**6).map(_spin, num_parallel_calls=hr.AUTOTUNE).prefetch(2)
@@ -258,8 +260,7 @@ def test_the_tuner_leaves_a_map_alone_while_its_worker_processes_start():
         rep = _run_until_converged(it, limit_s=20.0)
         node = it.explain()["tree"]["inputs"][0]
     ex = node["executor"]
-    if ex["executor"] != "process":
-        pytest.skip(f"the measurement chose threads on this machine: {ex['why']}")
+    assert ex["executor"] == "process", ex
     up_s = ex["measured"]["decided_after_s"] + min(ex["start_s"])  # both clocks start with the iterator
     trials = [h for h in rep["history"] if h["stage"] == node["stage"]]
     assert all(h["at_s"] >= up_s - 0.05 for h in trials), (up_s, trials)
@@ -316,8 +317,9 @@ def test_where_no_core_is_left_a_worker_moves_from_the_less_busy_stage_to_the_sl
     """Two tuned maps start with half the cores each (cpu_budget=2: one worker each). The slow one cannot get
     a second worker from the budget; it takes the less busy map's (which goes inline) in one trial, within
     the budget at every step (issue 24: a normalize map after a decoding one halved the image pipeline)."""
-    ds = (D.range(10**9).map(_sort, num_parallel_calls=hr.AUTOTUNE).map(_light, num_parallel_calls=hr.AUTOTUNE)
-          .batch(4).with_options(hr.Options(cpu_budget=2)))
+    ds = (D.range(10**9).map(_sort, num_parallel_calls=hr.AUTOTUNE, executor="thread")  # the case: threads
+          .map(_light, num_parallel_calls=hr.AUTOTUNE, executor="thread").batch(4)
+          .with_options(hr.Options(cpu_budget=2)))
     with iter(ds) as it:
         sampler = _Sampler(it)
         rep = _run_until_converged(it, limit_s=12.0)
@@ -326,6 +328,13 @@ def test_where_no_core_is_left_a_worker_moves_from_the_less_busy_stage_to_the_sl
     moved = [h for h in rep["history"] if h["stage"] == "map(_sort)" and "(map(_light))" in h["change"]]
     assert moved and moved[0]["change"].startswith("workers 1->2") and "workers 1->0 (map(_light))" in moved[0][
         "change"], rep["history"]
-    assert knobs["map(_sort)"]["workers"] == 2 and knobs["map(_light)"]["workers"] == 0, (knobs, rep["history"])
+    # Whether the move pays is measured: beside another job (a CPU hog) the second core is not there and the
+    # trial's gain stays under ACCEPT. The test judges the tuner by what its own trial measured, not by a guess
+    # about the machine: a kept move (gain >= ACCEPT) leaves 2 + 0 workers, an undone one gives the worker back.
+    assert all(h["kept"] == (h["gain"] is not None and h["gain"] >= tuner.ACCEPT) for h in moved), rep["history"]
+    if any(h["kept"] for h in moved):
+        assert knobs["map(_sort)"]["workers"] == 2 and knobs["map(_light)"]["workers"] == 0, (knobs, rep["history"])
+    else:
+        assert knobs["map(_sort)"]["workers"] == 1, (knobs, rep["history"])
     assert sampler.max_workers["map(_sort)"] <= 2 and sampler.max_workers.get("map(_light)", 0) <= 1
     assert rep["cpu_granted"] <= 2.0 + 1e-9

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 import headrace as hr
-from tests.promises.ops import OPS, Model
+from tests.promises.ops import ADDITIONS, OPS, Model
 from tests.promises.shapes import size_of
 from tests.promises.sources import FILE_KINDS, KINDS, TEXT_KINDS, build_source, nondeterministic
 
@@ -42,6 +42,9 @@ SIZES = [
 ]
 OP_WEIGHTS = {name: 1.0 for name in OPS} | {"map": 3.0, "prefetch": 2.0, "batch": 1.5, "shuffle": 1.5}
 TEXT_SHARE = 0.15  # of the cases read text files (TextLineDataset / FixedLengthRecordDataset)
+ADDITION_P = 0.25
+"""The share of cases given one of headrace's additions (``ops.ADDITIONS``), drawn from a random stream of
+their own so that the tf.data ops' case of every seed stays what it was before the additions joined."""
 TIGHT_OPS = ("map", "prefetch", "shuffle", "filter", "interleave", "batch", "cache", "zip", "enumerate", "scan")
 
 
@@ -126,9 +129,19 @@ def random_case(seed: int) -> dict[str, Any]:
     if src.get("corrupt", {}).get("ignore"):
         case["stages"].append({"op": "ignore_errors"})
     raises = src.get("corrupt") and not src["corrupt"]["ignore"]  # (no ignore_errors further on either)
-    names = [k for k in OPS if (not tight or k in TIGHT_OPS) and not (raises and k == "ignore_errors")]
+    names = [k for k in OPS if (not tight or k in TIGHT_OPS) and not (raises and k == "ignore_errors")
+             and k not in ADDITIONS]
     weights = [OP_WEIGHTS[k] for k in names]
-    for _ in range(rng.randint(0, 2) if tight else rng.randint(1, 5)):
+    count = rng.randint(0, 2) if tight else rng.randint(1, 5)
+    more = random.Random(f"additions:{seed}")
+    addition_at = more.randrange(count) if count and not tight and more.random() < ADDITION_P else None
+    for k in range(count):
+        if k == addition_at:
+            name = more.choice(sorted(ADDITIONS))
+            st = OPS[name][0](more, m)
+            if st is not None:
+                case["stages"].append(st)
+                OPS[name][2](m, st)
         for _attempt in range(20):
             name = rng.choices(names, weights)[0]
             st = OPS[name][0](rng, m)

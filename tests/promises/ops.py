@@ -490,3 +490,48 @@ def _upd_resample(m: Model, st: dict[str, Any]) -> None:
 op("rejection_resample", _depth0(lambda rng, m: {"op": "rejection_resample", "seed": rng.randint(0, 9)}),
    lambda ds, st, env: ds.rejection_resample(KeyMod(2), [0.5, 0.5], seed=st["seed"]).map(Second()),
    _upd_resample)
+
+
+# ---- headrace's additions (drawn apart: ``cases.ADDITION_P``) ----------------------------------------------
+ADDITIONS = {"pack"}
+SEQUENCE = {"id": hr.TensorSpec((), np.int64), "payload": hr.TensorSpec((None,), np.uint8)}
+
+
+class ToSequence:
+    """``pack``'s input: one uint8 sequence, the id's 8 bytes and then the payload."""
+
+    def __call__(self, x: Any) -> Any:
+        return np.concatenate([np.asarray(x["id"], np.int64).reshape(1).view(np.uint8), x["payload"]])
+
+
+class Listed:
+    def __init__(self, elements: list[Any]) -> None:
+        self.elements = elements
+
+    def __call__(self) -> Any:
+        return iter(self.elements)
+
+
+class Unpack:
+    """A packed row back to its elements ``{"id", "payload"}``, one per segment (a payload longer than the row
+    comes back truncated: its first byte still says its id)."""
+
+    def __call__(self, packed: Any, segment_ids: Any, positions: Any) -> hr.Dataset:
+        out = []
+        for k in range(1, int(segment_ids.max(initial=0)) + 1):
+            seq = packed[segment_ids == k]
+            out.append({"id": seq[:8].copy().view(np.int64)[0], "payload": seq[8:].copy()})
+        return hr.Dataset.from_generator(Listed(out), output_signature=SEQUENCE)
+
+
+def _upd_pack(m: Model, st: dict[str, Any]) -> None:
+    m.worst = max(m.worst, (st["bins"] + 2) * st["length"] * 9.0)  # open rows, the row built, the row unpacked
+    m.unit = min(m.unit, float(st["length"]))
+    m.uniform = False  # payloads truncated to the row
+    m.set_order(None)  # first fit reorders (deterministically)
+
+
+op("pack", _depth0(lambda rng, m: {"op": "pack", "length": rng.choice([64, 4096, 65536]),
+                                   "bins": rng.choice([1, 2, 4])}),
+   lambda ds, st, env: ds.map(ToSequence()).pack(st["length"], num_packing_bins=st["bins"]).flat_map(Unpack()),
+   _upd_pack)

@@ -10,14 +10,14 @@
   inside ``__next__``; every call here turns it into ``RuntimeError`` naming the stage
   (:func:`stop_iteration_error`).
 - Results: ``map``'s are normalized (:func:`element_caller` with ``normalize_result``) and must have a
-  component: ``()``, ``[]`` or ``{}`` raises ``ValueError`` (:func:`refuse_empty`), when the traced spec
+  component: ``None``, ``()``, ``[]``, ``{}`` or containers of only those raise ``ValueError``
+  (:func:`refuse_empty`), when the traced spec
   says so (the spec is asked for: ``element_spec``, a stage built on it), else at the first result, where
   tf.data refuses the function when ``map()`` traces it. A result must fit
   the spec the pipeline was built with (:func:`traced_guard`); a running state (``scan``, ``reduce``) must
   keep its structure and dtypes (:func:`check_state_kept`).
 
-The worker process of ``map(executor="process")`` (``proc_child``, which imports nothing from headrace so
-that it starts fast) applies the same rule with the same message on its side.
+``map(executor="process")`` applies the same rule to the results its worker processes send back.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._spec import conformance, most_specific_compatible, spec_of
+from .._spec import NoneTensorSpec, conformance, most_specific_compatible, spec_of
 from .._structure import SCALAR_TYPES, describe, normalize
 
 
@@ -83,12 +83,29 @@ def element_caller(fn: Callable[..., Any], stage: str, *, normalize_result: bool
 _CONTAINERS = (tuple, list, dict)
 
 
+def no_component(y: Any) -> bool:
+    """True for an element with no tensor component: ``None`` (or its spec, ``NoneTensorSpec``), ``()``,
+    ``[]``, ``{}``, or containers of only those (``(None,)``, ``{"a": None}``). tf.data has no element without
+    a component (its dataset ops need at least one output type) and refuses a map that returns one when it
+    traces the function. Stops at the first component: one check of the first leaf for most elements."""
+    if y is None or type(y) is NoneTensorSpec:
+        return True
+    if type(y) not in _CONTAINERS:
+        return False
+    return all(no_component(v) for v in (y.values() if type(y) is dict else y))
+
+
+def empty_element_error(stage: str, what: str) -> ValueError:
+    """The refusal of a map whose function returns an element with no component (``what``: how it shows)."""
+    return ValueError(f"{stage}: the function returned {what}, an element with no component (None is no value; "
+                      "tf.data refuses such a map when the dataset is built); return at least one value, e.g. "
+                      "the input or np.int64(0), or drop elements with filter()")
+
+
 def refuse_empty(y: Any, stage: str) -> Any:
-    """``y``, unless it is an element with no component (``()``, ``[]``, ``{}``): ``ValueError`` then."""
-    if type(y) in _CONTAINERS and not y:
-        raise ValueError(f"{stage}: the function returned {y!r}, an element with no component (tf.data refuses "
-                         "such a map too); return at least one value, e.g. the input or np.int64(0), or drop "
-                         "elements with filter()")
+    """``y``, unless it is an element with no component (:func:`no_component`): ``ValueError`` then."""
+    if y is None or (type(y) in _CONTAINERS and no_component(y)):
+        raise empty_element_error(stage, repr(y))
     return y
 
 

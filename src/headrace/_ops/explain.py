@@ -5,8 +5,9 @@ user's argument, AUTOTUNE's starting rule, or the tuner's change with the rate i
 a ``map`` with the measurement behind ``"auto"``'s choice and its worker processes, the elements it
 delivered per second, the shares of its workers' time spent computing, waiting on input, waiting for room
 (its consumer) and waiting for the memory budget, the bytes it holds now / at its peak and its share of
-the budget. Then the bottleneck (:func:`bottleneck`), the CPU and memory budgets, the RSS of this process
-plus its worker processes, and the tuner's state.
+the budget, and figures of the stage's own (``Stage.stage_figures``: a ``pack``'s packing efficiency).
+Then the bottleneck (:func:`bottleneck`), the CPU and memory budgets, the RSS of this process plus its
+worker processes, and the tuner's state.
 
 Shares are over the stage's lifetime: ``busy`` = time inside the function / the time its workers existed
 (not parked); the same for ``input`` (getting the next input element, which includes the work of the sequential stages
@@ -90,6 +91,9 @@ def describe_stage(it: Any, stages: dict[str, dict[str, Any]], limit: int, tunin
     optimization = it.optimization() if hasattr(it, "optimization") else None
     if optimization:
         node["why"]["optimization"] = optimization
+    figures = it.stage_figures() if hasattr(it, "stage_figures") else None
+    if figures:
+        node["figures"] = figures
     executor = resources.get(name)
     if executor is not None:
         node["executor"] = executor.report()
@@ -187,6 +191,8 @@ def render(plan: dict[str, Any]) -> str:
         for key, why in n.get("why", {}).items():
             if why and key != "settings":
                 lines.append(f"{pad}    {key}: {why}")
+        if "figures" in n:
+            lines.append(f"{pad}    figures: " + ", ".join(_figure(k, v) for k, v in n["figures"].items()))
         ex = n.get("executor")
         if ex:
             extra = ""
@@ -214,6 +220,13 @@ def render(plan: dict[str, Any]) -> str:
     lines.append(f"output: {plan['throughput_per_s']:.0f} {plan.get('output_unit', 'elements')}/s; next() waited "
                  f"{plan['consumer_wait_share']:.0%} of the time")
     return "\n".join(lines)
+
+
+def _figure(key: str, value: Any) -> str:
+    """One of a stage's figures as text (a share, ``*_efficiency``, as a percentage)."""
+    if key.endswith("efficiency") and isinstance(value, float):
+        return f"{key.replace('_', ' ')} {value:.1%}"
+    return f"{key.replace('_', ' ')} {value}"
 
 
 class Plan(dict):  # type: ignore[type-arg]

@@ -34,7 +34,9 @@ from .base import fn_name, note_error
 from .calls import (
     call_with_element,
     element_caller,
+    empty_element_error,
     guarded_call,  # noqa: F401  (interleave.py imports it from here)
+    no_component,
     refuse_empty,
     stop_iteration_error,
     traced_guard,
@@ -76,8 +78,8 @@ class MapNode(DatasetNode):
         if self.signature is not None:
             return self.signature
         spec = trace(lambda x: normalize(call_with_element(self.fn, x), self.label), spec_of(self.inputs[0]))
-        if type(spec) in (tuple, dict) and not spec:
-            refuse_empty(spec, self.label)
+        if spec is not None and no_component(spec):
+            raise empty_element_error(self.label, f"an element of spec {spec!r}")
         return spec
 
     def make_iterator(self, ctx: IteratorContext) -> Stage:

@@ -106,6 +106,10 @@ class Stage(Replayable, DatasetIterator):
         """The static optimization applied at this stage, for ``explain()`` (``headrace._ops.map_fusion``)."""
         return None
 
+    def stage_figures(self) -> dict[str, Any] | None:
+        """Figures of this stage's own for ``explain()`` (``pack``: its packing efficiency), or None."""
+        return None
+
     def elements_ready(self) -> Iterator[Any] | None:
         """An iterator (C-level where it can be) over the elements ``__next__`` would return next, consuming them
         as ``__next__`` would (this stage's state follows it); when it ends, ``__next__`` gives the next element

@@ -117,14 +117,15 @@ def flags_of(ctx: typer.Context, extra: Mapping[str, str] | None = None) -> dict
 def translate(message: str, flags: Mapping[str, str]) -> str:
     """``message`` with the Python parameter names in it replaced by their flags.
 
-    ``Options(name=...)`` and ``name=True`` -> ``--flag``; ``name=value`` -> ``--flag value``; a bare
-    ``snake_case`` name -> ``--flag``
-    (bare one-word names are left alone: they are ordinary words too). ``--flag (--flag)``, left where a
-    message named both, collapses to ``--flag``.
+    ``Options(name=...)`` and ``name=True`` -> ``--flag``; ``name=value`` and ``name='word'`` -> ``--flag
+    value`` / ``--flag word``; a bare ``snake_case`` name -> ``--flag`` (bare one-word names are left alone:
+    they are ordinary words too). ``--flag (--flag)``, left where a message named both, collapses to
+    ``--flag``.
     """
     for name, flag in sorted(flags.items(), key=lambda kv: -len(kv[0])):
         edge = rf"(?<![\w.\-]){re.escape(name)}"
         message = re.sub(rf"\b\w+\(\s*{re.escape(name)}=\.\.\.\s*\)", flag, message)  # Options(name=...)
+        message = re.sub(edge + r"='([\w.\-]+)'", rf"{flag} \1", message)  # name='skip' -> --flag skip
         message = re.sub(edge + r"=True\b", flag, message)
         message = re.sub(edge + r"=(?=[^\s,;)])", flag + " ", message)
         message = re.sub(edge + "=", flag, message)

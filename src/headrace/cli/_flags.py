@@ -71,13 +71,15 @@ def image_size(text: str) -> tuple[int, int]:
     return w, int(m.group(2)) if m.group(2) is not None else w
 
 
-def training_image_size(text: str) -> tuple[int, int]:
+def training_image_size(text: str, minimum: int = 8) -> tuple[int, int]:
     """:func:`image_size` for the commands that decode and resize images (train, bench, demo, compress):
     ``"96"`` -> ``(96, 96)``, ``"128x96"`` (width x height) -> ``(96, 128)``, i.e. ``(height, width)`` as
-    :func:`headrace.train.data.image_classification_dataset` takes it; at least 8 pixels a side."""
+    :func:`headrace.train.data.image_classification_dataset` takes it; at least ``minimum`` pixels a side
+    (refused as the user wrote it, WxH, not as the ``(height, width)`` it becomes)."""
     w, h = image_size(text)
-    if min(w, h) < 8:
-        raise typer.BadParameter(f"{text!r}: at least 8 pixels a side; use {IMAGE_SIZE_HELP}, e.g. 96 or 128x96")
+    if min(w, h) < minimum:
+        raise typer.BadParameter(f"{text!r}: at least {minimum} pixels a side; use {IMAGE_SIZE_HELP}, e.g. 96 or "
+                                 "128x96")
     return h, w
 
 

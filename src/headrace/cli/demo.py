@@ -8,8 +8,13 @@ from typing import Any
 import typer
 
 from .._memory import parse_bytes
+from ..demo import MIN_IMAGE_SIDE
 from ._app import run
 from ._flags import IMAGE_SIZE_HELP, Model, check_batch_budget, memory_size, training_image_size
+
+
+def _demo_image_size(text: str) -> tuple[int, int]:
+    return training_image_size(text, minimum=MIN_IMAGE_SIDE)
 
 
 def command(ctx: typer.Context,
@@ -17,9 +22,9 @@ def command(ctx: typer.Context,
                                        help="Photos to generate [default: 5000; 2000 with --compress, 300 of "
                                             "them held out, and a quick compression budget]."),
             epochs: int = typer.Option(None, min=1, metavar="N", help="Training epochs [default: 3]."),
-            image_size: str = typer.Option("96", parser=training_image_size, metavar="SIZE",
-                                           help=f"Training resolution: {IMAGE_SIZE_HELP}, at least 16 pixels "
-                                                "a side."),
+            image_size: str = typer.Option("96", parser=_demo_image_size, metavar="SIZE",
+                                           help=f"Training resolution: {IMAGE_SIZE_HELP}, at least "
+                                                f"{MIN_IMAGE_SIDE} pixels a side."),
             memory_budget: str = typer.Option("384MiB", parser=memory_size, metavar="SIZE",
                                               help="Memory budget above the process base RSS."),
             output: str = typer.Option("demo_output", metavar="DIR",

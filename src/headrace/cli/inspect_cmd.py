@@ -88,28 +88,19 @@ def _inspect_parquet(found: list[str]) -> dict[str, Any]:
             "bytes": sum(s["bytes"] for s in shards), "features": {k: {"dtype": v} for k, v in schema.items()}}
 
 
-def _hdf5_dataset_names(h: Any, h5py: Any) -> list[str]:
-    names: list[str] = []
-
-    def visit(name: str, obj: Any) -> None:
-        if isinstance(obj, h5py.Dataset):
-            names.append(name)
-
-    h.visititems(visit)
-    return names
-
-
 def _inspect_hdf5(found: list[str]) -> dict[str, Any]:
     h5py = require("h5py", "headrace inspect (HDF5)")
+    from ..io.hdf5 import damaged_metadata, dataset_names
 
     shards, features = [], {}
     for f in found:
         with h5py.File(f, "r") as h:
-            names = _hdf5_dataset_names(h, h5py)
-            for name in names:
-                d = h[name]
-                features.setdefault(name, {"dtype": str(d.dtype), "shape": list(d.shape[1:])})
-            rows = {h[n].shape[0] for n in names if h[n].shape}
+            names = dataset_names(h, f)
+            with damaged_metadata(f, f"the datasets {names}"):
+                for name in names:
+                    d = h[name]
+                    features.setdefault(name, {"dtype": str(d.dtype), "shape": list(d.shape[1:])})
+                rows = {h[n].shape[0] for n in names if h[n].shape}
         shards.append({"path": f, "records": max(rows) if rows else 0, "bytes": files.file_size(f)})
     return {"format": "hdf5", "shards": shards, "records": sum(s["records"] for s in shards),
             "bytes": sum(s["bytes"] for s in shards), "features": features}

@@ -123,12 +123,13 @@ def run_train(path: str, *, model: str, image_size: int | tuple[int, int], globa
     from ..train import fit
     from ..train.data import CorruptRecords, count_classes, find_tfrecords, image_classification_dataset
     from ..train.models import build_model
+    from ..train.schedule import one_cycle
 
     if len(train_files) == 1 and "://" in train_files[0]:  # remote: listed only now
         train_files = find_tfrecords(train_files[0])
     if eval_files is not None and len(eval_files) == 1 and "://" in eval_files[0]:
         eval_files = find_tfrecords(eval_files[0])
-    records, found_classes = count_classes(train_files)
+    records, found_classes = count_classes(train_files, on_corrupt=on_corrupt)
     if num_classes is not None and num_classes < found_classes:
         raise ValueError(f"--num-classes {num_classes} is too few: the labels in {path} go up to "
                          f"{found_classes - 1}; use --num-classes {found_classes} or more, or leave it out")
@@ -143,8 +144,7 @@ def run_train(path: str, *, model: str, image_size: int | tuple[int, int], globa
         _check_resume(checkpoint_dir, steps_per_epoch * epochs, model, net, classes)  # type: ignore[arg-type]
     optimizer = torch.optim.SGD(net.parameters(), lr=learning_rate, momentum=0.9, nesterov=True,
                                 weight_decay=5e-4)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=learning_rate,
-                                                   total_steps=steps_per_epoch * epochs, pct_start=0.25)
+    schedule = one_cycle(optimizer, max_lr=learning_rate, total_steps=steps_per_epoch * epochs)
     corrupt = CorruptRecords()
     train_ds = image_classification_dataset(train_files, image_size, training=True, seed=seed,
                                             on_corrupt=on_corrupt, corrupt=corrupt)

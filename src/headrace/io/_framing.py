@@ -131,13 +131,20 @@ class RecordReader:
 
     def _fail(self, reason: str, message: str, dead: bool) -> DataLossError:
         self.dead = self.dead or dead
-        tail = ("the rest of this file cannot be read" if dead else "the reader continues with the next record")
-        lost = self._lost_tail() if reason == LENGTH_CRC else None  # a truncated tail is one record
-        if lost is not None:
-            tail += f" (about {lost} records, from the bytes left and the mean record size)"
+        # one text for both policies: raised, the run stops here; skipped (on_corrupt='skip', ignore_errors)
+        # the reader goes on with the next record or, for a dead file, the next file
+        if dead:
+            tail = "the rest of this file cannot be read"
+            lost = self._lost_tail() if reason == LENGTH_CRC else None  # a truncated tail is one record
+            if lost is not None:
+                tail += f" (about {lost} records, from the bytes left and the mean record size)"
+            fix = "Re-create the file, or read past it with on_corrupt='skip' or .ignore_errors()"
+        else:
+            tail, lost = "the records after it can still be read", None
+            fix = ("Re-create the file, or skip this record with on_corrupt='skip' or .ignore_errors() (reading "
+                   "then goes on with the next one)")
         return DataLossError(f"{message} in {self.path} at byte {self.offset} (record {self.index} of the "
-                             f"file); {tail}. Re-create the file, or read past it with on_corrupt='skip' or "
-                             ".ignore_errors()", path=self.path, offset=self.offset, reason=reason,
+                             f"file); {tail}. {fix}", path=self.path, offset=self.offset, reason=reason,
                              lost_elements=lost or 1, lost_estimated=lost is not None)
 
     def _lost_tail(self) -> int | None:

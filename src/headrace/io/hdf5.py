@@ -22,6 +22,8 @@ datasets give ``bytes`` (h5py's variable-length strings) or ``numpy.bytes_`` (fi
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -58,11 +60,37 @@ def _open(path: str) -> tuple[Any, Any]:
     return open_source(path, lambda src: h5py.File(src, "r", rdcc_nbytes=0), (OSError,), _WHAT, "HDF5")
 
 
-def _dataset_names(f: Any) -> list[str]:
+@contextlib.contextmanager
+def damaged_metadata(path: str, what: str) -> Iterator[None]:
+    """Raise h5py's errors while reading ``what`` of the file's metadata (object headers, links, the
+    dataspace) as ``DataLossError`` naming ``path`` and ``what``: a flipped byte in an object header gave
+    h5py's bare ``RuntimeError: Object visitation failed (...)`` or ``KeyError: 'Unable to synchronously
+    open object (...)'``, without the file's name.
+
+    Raises:
+        DataLossError: ``reason="bad metadata"``, ``path``; h5py's message kept.
+    """
+    try:
+        yield
+    except DataLossError:
+        raise
+    except (RuntimeError, KeyError, OSError) as e:
+        detail = e.args[0] if isinstance(e, KeyError) and e.args else e
+        raise DataLossError(f"{_WHAT}: cannot read {what} in {path}: {detail}; the file's metadata is damaged: "
+                            "re-create the file (or copy it again)", path=path, reason="bad metadata") from e
+
+
+def dataset_names(f: Any, path: str) -> list[str]:
+    """Every dataset of the open ``h5py.File`` ``f`` (of ``path``), by path (``"g/z"``), in h5py's visit order.
+
+    Raises:
+        DataLossError: a damaged object header on the way (:func:`damaged_metadata`).
+    """
     h5py = require("h5py", _WHAT)
 
     names: list[str] = []
-    f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+    with damaged_metadata(path, "the list of datasets"):
+        f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
     return names
 
 
@@ -171,19 +199,22 @@ class HDF5Node(DatasetNode):
 
         datasets = []
         for key in self.keys:
-            obj = f.get(key)
-            if not isinstance(obj, h5py.Dataset):
+            with damaged_metadata(self.path, f"dataset {key!r}"):
+                obj = f[key] if key in f else None  # noqa: SIM401 (f.get() calls a damaged object missing)
+                ndim = obj.ndim if isinstance(obj, h5py.Dataset) else None
+            if ndim is None:
                 what = "is a group, not a dataset" if obj is not None else "is missing"
                 raise ValueError(f"{_WHAT}: key {key!r} {what} in {self.path}; the file has datasets "
-                                 f"{_dataset_names(f)}")
-            if obj.ndim == 0:
+                                 f"{dataset_names(f, self.path)}")
+            if ndim == 0:
                 raise ValueError(f"{_WHAT}: key {key!r} in {self.path} is a scalar; rows need at least one "
                                  "dimension (read it with h5py directly)")
             datasets.append(obj)
-        self.chunks = {k: d.chunks for k, d in zip(self.keys, datasets)}
-        self.chunk_bytes = {k: _chunk_bytes(d) for k, d in zip(self.keys, datasets)}
-        self.chunk_need = {k: _chunk_need(d) for k, d in zip(self.keys, datasets)}
-        lengths = {k: d.shape[0] for k, d in zip(self.keys, datasets)}
+        with damaged_metadata(self.path, f"the shape and chunk layout of datasets {self.keys}"):
+            self.chunks = {k: d.chunks for k, d in zip(self.keys, datasets)}
+            self.chunk_bytes = {k: _chunk_bytes(d) for k, d in zip(self.keys, datasets)}
+            self.chunk_need = {k: _chunk_need(d) for k, d in zip(self.keys, datasets)}
+            lengths = {k: d.shape[0] for k, d in zip(self.keys, datasets)}
         if len(set(lengths.values())) > 1:
             raise ValueError(f"{_WHAT}: datasets of {self.path} are misaligned on axis 0: lengths {lengths}; "
                              "every key must have one row per example")

@@ -87,9 +87,14 @@ class CorruptRecords:
         return reader
 
     def records(self) -> list[Any]:
+        """Each skipped record once (a reader lists its skips of every iteration: a record skipped in two
+        passes over the data is one record), in the order first met."""
         with self._lock:
             readers, decode = list(self._readers), list(self._decode)
-        return [r for reader in readers for r in reader.skipped_records] + decode
+        seen: dict[tuple[str, int], Any] = {}
+        for r in [r for reader in readers for r in reader.skipped_records] + decode:
+            seen.setdefault((r.path, r.offset), r)
+        return list(seen.values())
 
 
 def record_offset(path: str, index: int) -> int | None:
@@ -212,22 +217,28 @@ def _undecodable(path: str, index: int, exc: Exception, on_corrupt: str) -> Data
                          reason="image_decode")
 
 
-def count_classes(files: Sequence[str], label_key: str = LABEL_KEY) -> tuple[int, int]:
+def count_classes(files: Sequence[str], label_key: str = LABEL_KEY, on_corrupt: str = "raise") -> tuple[int, int]:
     """``(number of records, max label + 1)`` over ``files``, parsing only the label feature.
+
+    ``on_corrupt="skip"`` leaves out corrupt and truncated TFRecord framing, silently: the training pipeline
+    over the same files warns about and counts each such record (a second warning here would say it twice).
 
     Raises:
         ValueError: no records, or a record without ``label_key`` (names the file and record).
+        DataLossError: a corrupt or truncated record (``on_corrupt="raise"``), naming the file and byte offset.
     """
     from ..io.example import FixedLenFeature, parse_example
-    from ..io.tfrecord import TFRecordDataset
+    from ..io.tfrecord import CorruptRecordWarning, TFRecordDataset
 
     spec = {label_key: FixedLenFeature([], "int64")}
     n, top = 0, -1
-    for f in files:
-        for batch in TFRecordDataset(f).batch(1024):
-            labels = parse_example(batch, spec, source=f)[label_key]
-            n += len(labels)
-            top = max(top, int(labels.max()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CorruptRecordWarning)
+        for f in files:
+            for batch in TFRecordDataset(f, on_corrupt=on_corrupt).batch(1024):
+                labels = parse_example(batch, spec, source=f)[label_key]
+                n += len(labels)
+                top = max(top, int(labels.max()))
     if n == 0:
         raise ValueError(f"the dataset is empty: no records in {len(files)} file(s) "
                          f"({files[0]}{', ...' if len(files) > 1 else ''})")
