@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .._args import as_int
+from .._errors import StateError
 from .._machine import cpu_count
 from .._ops.context import IteratorContext
 from .._ops.counting import elements
@@ -160,5 +161,18 @@ class NameSource:
         self._it.set_state(names_state)
         self._index, self._name, self._before = i - 1, None, None
 
-    def iterator(self) -> Stage | None:
-        return self._it
+    def restore_checked(self, state: dict[str, Any], kind: str) -> int:
+        """Restore to the file of a reader's ``state`` (``file_index``, ``names``, ``path``); its index.
+
+        Raises ``StateError`` when that file has another name in this pipeline than in the state."""
+        i = int(state["file_index"])
+        self.restore(i, state.get("names"))
+        name = self.get(i)
+        if name is not None and state.get("path") is not None and name != state["path"]:
+            raise StateError(f"{kind} state mismatch: file {i} is {name!r} in this pipeline but {state['path']!r} in "
+                             "the state; restore into a pipeline reading the same files in the same order")
+        return i
+
+    def children(self) -> list[Stage]:
+        """The names iterator, when the names are a Dataset (the reader's input stage)."""
+        return [self._it] if self._it is not None else []

@@ -20,7 +20,7 @@ from .._errors import DataLossError, MemoryBudgetError
 from .._memory import format_bytes
 from .._ops.base import check_state, stop_flag
 from .._ops.context import IteratorContext
-from ._blocks import BlockRowIterator, close_quietly, state_error
+from ._blocks import BlockRowIterator, close_quietly
 from ._filenames import NameSource
 from ._streams import ReadAhead, buffer_bytes, compression_of, open_input, seek_input
 
@@ -273,17 +273,11 @@ class TextFileIterator(BlockRowIterator):
         self._drop()
         self._finish_file()
         self._failed = self._damage = None
-        self._file_index = int(state["file_index"])
-        self._names.restore(self._file_index, state.get("names"))
-        name = self._names.get(self._file_index)
-        if name is not None and state.get("path") is not None and name != state["path"]:
-            raise state_error(self.kind, f"file {self._file_index} is {name!r} in this pipeline but "
-                                         f"{state['path']!r} in the state")
+        self._file_index = self._names.restore_checked(state, self.kind)
         self._resume = (int(state["offset"]), int(state["skip"]), int(state.get("number", 0)))
 
     def _children(self) -> list[Any]:
-        it = self._names.iterator()
-        return [it] if it is not None else []
+        return self._names.children()
 
     def _signal_self(self) -> None:
         if self._stream is not None:

@@ -26,7 +26,7 @@ import warnings
 from typing import Any, NamedTuple
 
 from .._dataset import Dataset
-from .._errors import DataLossError, StateError
+from .._errors import DataLossError
 from .._ops.base import check_state, note_error
 from .._ops.context import IteratorContext
 from .._ops.counting import counting_enabled, memoized
@@ -266,20 +266,13 @@ class TFRecordIterator(Stage):
         if self._reader is not None:
             self._reader.close()
             self._reader = None
-        self._file_index = int(state["file_index"])
-        self._names.restore(self._file_index, state.get("names"))
-        name = self._names.get(self._file_index)
-        if name is not None and state.get("path") is not None and name != state["path"]:
-            raise StateError(f"tfrecord state mismatch: file {self._file_index} is {name!r} in this pipeline "
-                             f"but {state['path']!r} in the state; restore into a pipeline reading the same "
-                             "files in the same order")
+        self._file_index = self._names.restore_checked(state, self.kind)
         self._resume_offset = int(state["offset"])
         self._resume_index = int(state.get("record_index", 0))
         self._count = int(state.get("count", 0))
 
     def _children(self) -> list[Stage]:
-        it = self._names.iterator()
-        return [it] if it is not None else []
+        return self._names.children()
 
     def _close_self(self) -> None:
         if self._reader is not None:
