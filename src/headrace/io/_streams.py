@@ -28,6 +28,7 @@ from collections import deque
 from typing import IO, Any, BinaryIO
 
 from .._errors import DataLossError
+from .._memory import Cancelled
 from .._ops.base import join_threads, start_thread
 from .._sync import Condition, Flag
 from . import files
@@ -210,7 +211,7 @@ class ReadAhead:
     decompression runs beside the work on the chunks before it. ``read()`` returns them in order (``b""`` at the
     end) and raises, in order too, what the stream raised (a damaged compressed stream after the chunks read
     before it). ``close()`` stops the thread (joined with a timeout) and closes ``stream``; ``stop``: a flag
-    (``is_set()``) whose setting also ends a wait, as the end.
+    (``is_set()``) whose setting also ends a wait (``Cancelled``, as every wait of a closed pipeline).
     """
 
     def __init__(self, stream: BinaryIO, chunk: int, depth: int, name: str, stop: Any = None) -> None:
@@ -241,14 +242,15 @@ class ReadAhead:
         return self._stop.is_set() or (self._outer is not None and self._outer.is_set())
 
     def read(self) -> bytes:
-        """The next chunk, ``b""`` at the end (or once stopped); raises what reading it raised."""
+        """The next chunk, ``b""`` at the end; raises what reading it raised, and ``Cancelled`` once stopped (a
+        stop is never taken for the end of the file)."""
         if self._ended:
             return b""
         with self._cv:
             while not self._ready and not self._stopped():
                 self._cv.wait(_WAIT_S)
             if not self._ready:
-                return b""
+                raise Cancelled()
             item = self._ready.popleft()
             self._cv.notify_all()
         if isinstance(item, BaseException):
