@@ -224,7 +224,8 @@ class BlockRowIterator(Stage):
         return block
 
     def block_nbytes(self, block: dict[str, np.ndarray]) -> int:
-        """The bytes a block holds (``nbytes``); a reader that knows them already says so faster."""
+        """The bytes a block holds (``nbytes``), about to be charged as the block in hand; a reader that knows them
+        says so faster, and one that charged them among its buffers (``charge_work``) moves them from there."""
         return nbytes(block)
 
     def _drop(self) -> None:

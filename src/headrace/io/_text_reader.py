@@ -244,7 +244,16 @@ class TextFileIterator(BlockRowIterator):
         return held, largest
 
     def block_nbytes(self, block: dict[str, np.ndarray]) -> int:
-        return 8 * self._block_rows_next + int(self._cum[-1])  # (nbytes: a slot per element and its bytes)
+        """``nbytes`` (a slot per element and its bytes), moved from the read's charge (which counted them in the
+        chunk it cut) to the block's: what stays there is the buffers, the read-ahead, the part carried over and
+        the elements' Python objects."""
+        size = 8 * self._block_rows_next + int(self._cum[-1])
+        keep = self._buffers + READ_AHEAD * self._chunk + 2 * self._pending
+        give = min(size, self._work_held - keep)
+        if give > 0 and self._work is not None:
+            self._work.release(give)
+            self._work_held -= give
+        return size
 
     def __next__(self) -> Any:
         return super().__next__()[self._fmt.unit]
