@@ -28,7 +28,8 @@ CHUNK_BYTES = 1024 * 1024
 """The most bytes one read takes (smaller under a small budget: 1/64 of it, at least 4 KiB). The read buffer
 (``buffer_size``) is at most 1/32 of the budget too."""
 READ_AHEAD = 2
-"""Chunks read (and decompressed) ahead by a thread of the reader's (``_streams.ReadAhead``), charged too."""
+"""Chunks read (and decompressed) ahead by a thread of the reader's (``_streams.ReadAhead``), charged too; 1
+where a chunk is more than 1/64 of the budget (records larger than that)."""
 _OBJECT_BYTES = sys.getsizeof(b"") + 8  # one element as a Python bytes object in a list, beside its data
 _FIRST_MEAN = 16.0  # the mean element size assumed before any is read (lines: short ones are the costly case)
 
@@ -51,6 +52,7 @@ class TextFileIterator(BlockRowIterator):
         self._chunk = max(4096, min(CHUNK_BYTES, limit // 64))
         if isinstance(getattr(fmt, "record_bytes", None), int):
             self._chunk = max(self._chunk // fmt.record_bytes, 1) * fmt.record_bytes
+        self._ahead = READ_AHEAD if self._chunk * 64 <= limit else 1
         self._buffer_size = min(ds.buffer_size, max(io.DEFAULT_BUFFER_SIZE, limit // 32))  # (a small budget: less)
         self._buffers = buffer_bytes(ds.compression_type, self._buffer_size)
         self._parts: list[bytes] = []  # bytes read past the last whole element (an unfinished one)
@@ -79,7 +81,7 @@ class TextFileIterator(BlockRowIterator):
         elements as Python objects (from the mean element size so far)."""
         mean = self._seen_bytes / self._seen_items if self._seen_items else self._first_mean
         objects = int(self._chunk / (mean + 1) * _OBJECT_BYTES)
-        return self._buffers + (2 + READ_AHEAD) * self._chunk + 2 * pending + objects
+        return self._buffers + (2 + self._ahead) * self._chunk + 2 * pending + objects
 
     def _open(self) -> bool:
         while True:
@@ -111,7 +113,7 @@ class TextFileIterator(BlockRowIterator):
                 close_quietly(stream)
                 self._file_index += 1
                 raise
-            self._stream = ReadAhead(stream, self._chunk, READ_AHEAD, f"{self._fmt.label}", stop_flag(self.ctx))
+            self._stream = ReadAhead(stream, self._chunk, self._ahead, f"{self._fmt.label}", stop_flag(self.ctx))
             self._next_offset, self._skip, self._parts, self._pending = offset, skip, [], 0
             self._done = done - skip
             return True
@@ -248,7 +250,7 @@ class TextFileIterator(BlockRowIterator):
         chunk it cut) to the block's: what stays there is the buffers, the read-ahead, the part carried over and
         the elements' Python objects."""
         size = 8 * self._block_rows_next + int(self._cum[-1])
-        keep = self._buffers + READ_AHEAD * self._chunk + 2 * self._pending
+        keep = self._buffers + self._ahead * self._chunk + 2 * self._pending
         give = min(size, self._work_held - keep)
         if give > 0 and self._work is not None:
             self._work.release(give)
