@@ -44,6 +44,8 @@ Workloads (``--workloads``, all by default), the figure of each, and what each c
    ``iter_batches().to_pylist()`` (0 workers); tf.data with ``from_generator`` over pyarrow's record batches
    (numpy columns) -> ``unbatch`` -> map in graph ops (no tensorflow-io: pyarrow is taken from headrace's
    venv, appended after TensorFlow's packages); Grain with ``grain.experimental.ParquetIterDataset``.
+5. ``text``, lines/s: ``TextLineDataset(8 GZIP files) -> batch(1024)`` through headrace, tf.data, a plain Python
+   ``gzip.open`` loop and the DataLoader (``bench/peers_text.py``).
 
 Fairness: every contender runs in a child process of its own (a fresh interpreter: importing torch slows pure
 Python by ~20%, TensorFlow's threads stay out of the others), one after another in each round, the contenders
@@ -56,7 +58,7 @@ Environments: TensorFlow (tf.data) runs in ``.venv-tf`` (``tests/tf_env.py``), G
 (``bench/grain-requirements.txt``), both made on first use by ``bench/peers_envs.py``; neither is a headrace
 dependency. A peer that cannot be installed or fails to run is printed as such, with the reason.
 
-    python bench/peers.py [--quick] [--workloads image,overhead,gil,parquet] [--rounds 3] [--out FILE]
+    python bench/peers.py [--quick] [--workloads image,overhead,gil,parquet,text] [--rounds 3] [--out FILE]
 
 Results go to ``bench/results/peers.json`` (git-ignored) with the machine line and every round.
 """
@@ -79,6 +81,7 @@ from typing import Any
 import image_ceiling
 import peers_csv
 import peers_envs
+import peers_text
 import psutil
 
 from headrace._machine import machine_info, machine_line
@@ -103,6 +106,7 @@ WORKLOADS: dict[str, tuple[str, str, bool, list[tuple[str, str, str]]]] = {
         ("headrace", "headrace", "headrace"), ("dataloader", "DataLoader(0 workers)", "headrace"),
         ("tfdata", "tf.data", "tf"), ("grain", "Grain", "grain")]),
 }
+WORKLOADS["text"] = peers_text.WORKLOAD  # (bench/peers_text.py: TextLineDataset -> batch(1024))
 # issue 24's acceptance: (workload, what, a, b, op, target): "speed" compares the figures (a's over b's, the
 # inverse for ns/element: > 1 means a is faster), "rss" the peak RSS (a's over b's)
 TARGETS = [
@@ -112,12 +116,15 @@ TARGETS = [
     ("overhead", "speed", "headrace", "dataloader", ">=", 1.0),
     ("gil", "speed", "headrace", "pool", ">=", 0.85),
     ("gil", "speed", "headrace", "dataloader", ">", 1.0),
+    peers_text.TARGET,
 ]
 WORKLOADS["csv"] = peers_csv.WORKLOAD
 TARGETS.append(peers_csv.TARGET)
 RSS_RATIOS = {"image", "parquet"}  # workloads whose memory tells something: RSS ratios printed without a target
-SIZES = {"full": {"images": 5000, "n_overhead": 1_000_000, "n_gil": 1000, "rows": 2_000_000, "rounds": 3},
-         "quick": {"images": 2560, "n_overhead": 100_000, "n_gil": 200, "rows": 200_000, "rounds": 2}}
+SIZES = {"full": {"images": 5000, "n_overhead": 1_000_000, "n_gil": 1000, "rows": 2_000_000, "rounds": 3,
+                  "text_lines": peers_text.LINES["full"]},
+         "quick": {"images": 2560, "n_overhead": 100_000, "n_gil": 200, "rows": 200_000, "rounds": 2,
+                   "text_lines": peers_text.LINES["quick"]}}
 ROW_GROUP = 65_536
 QUIET_SHARE = 0.9  # the bare limit keeps 1.93 of 2 cores busy on a quiet machine; below 90% others took cores
 
@@ -186,6 +193,8 @@ def prepare(workloads: list[str], sizes: dict[str, Any], workdir: Path) -> dict[
               f"groups of {ROW_GROUP:,}, {path.stat().st_size / 1e6:.1f} MB at {path}")
     if "csv" in workloads:
         params["csv"] = peers_csv.prepare(workdir, sizes["rows"])
+    if "text" in workloads:
+        params["text"] = peers_text.prepare(sizes["text_lines"], workdir)
     return params
 
 

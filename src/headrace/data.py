@@ -11,7 +11,9 @@ from ._dataset import Dataset
 from ._iterator import Iterator
 from ._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, AutoShardPolicy, Options
 from ._spec import DatasetSpec, NoneTensorSpec, RaggedTensorSpec, TensorShape, TensorSpec
+from .io.text import FixedLengthRecordDataset, TextLineDataset
 from .io.tfrecord import TFRecordDataset
 
 __all__ = ["AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "AutoShardPolicy", "Dataset", "DatasetSpec",
-           "Iterator", "NoneTensorSpec", "Options", "RaggedTensorSpec", "TFRecordDataset", "TensorShape", "TensorSpec"]
+           "FixedLengthRecordDataset", "Iterator", "NoneTensorSpec", "Options", "RaggedTensorSpec", "TFRecordDataset",
+           "TensorShape", "TensorSpec", "TextLineDataset"]

@@ -143,7 +143,7 @@ def test_image_folder_resize_reencodes_jpeg(tmp_path):
 def test_detection_and_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         detect_format(str(tmp_path / "nope"))
-    (tmp_path / "x.txt").write_text("hi")
+    (tmp_path / "x.dat").write_text("hi")  # (.txt is a text source)
     with pytest.raises(ValueError, match="cannot tell the format"):
         detect_format(str(tmp_path))
     csv_file(tmp_path / "a.csv")

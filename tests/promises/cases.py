@@ -26,7 +26,7 @@ import numpy as np
 import headrace as hr
 from tests.promises.ops import ADDITIONS, OPS, Model
 from tests.promises.shapes import size_of
-from tests.promises.sources import FILE_KINDS, KINDS, build_source, nondeterministic
+from tests.promises.sources import FILE_KINDS, KINDS, TEXT_KINDS, build_source, nondeterministic
 
 KiB = 1024
 MiB = 1024**2
@@ -42,6 +42,7 @@ SIZES = [
 ]
 LATER_KINDS = {7: "csv"}
 OP_WEIGHTS = {name: 1.0 for name in OPS} | {"map": 3.0, "prefetch": 2.0, "batch": 1.5, "shuffle": 1.5}
+TEXT_SHARE = 0.15  # of the cases read text files (TextLineDataset / FixedLengthRecordDataset)
 ADDITION_P = 0.25
 """The share of cases given one of headrace's additions (``ops.ADDITIONS``), drawn from a random stream of
 their own so that the tf.data ops' case of every seed stays what it was before the additions joined."""
@@ -67,6 +68,11 @@ def _source(rng: random.Random, kind: str, n: int) -> dict[str, Any]:
         src.update(files=rng.choice([1, 2]), compression=rng.choice(["", "GZIP"]))
     elif kind == "image_folder":
         src.update(side=rng.choice([16, 32, 64, 128]), parallel=rng.choice([None, 2, hr.AUTOTUNE]))
+    elif kind in TEXT_KINDS:
+        src.update(files=rng.choice([1, 2, 4]), reads=rng.choice([1, 1, 2, 4]),
+                   compression=rng.choice(["", "", "GZIP", "ZLIB"]))
+        if kind == "fixed_length":
+            src.update(header=rng.choice([0, 3, 64]), footer=rng.choice([0, 5]))
     return src
 
 
@@ -95,12 +101,16 @@ def build(case: dict[str, Any], workdir: str, cache_dir: str, write: bool = Fals
 
 def random_case(seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
-    drawn = [k for k in KINDS + FILE_KINDS if k not in LATER_KINDS.values()]
+    drawn = [k for k in KINDS + FILE_KINDS if k not in LATER_KINDS.values() and k not in TEXT_KINDS]
     kind = rng.choice(drawn)  # the file sources twice as often
+    text = random.Random(f"tx{seed}")  # (its own stream: the other seeds' cases stay as they were; none of
+    #                                    the seeds named in tests/promises turns to text)
+    if text.random() < TEXT_SHARE:
+        kind = text.choice(TEXT_KINDS)
     kind = LATER_KINDS.get(seed % 13, kind)  # (sources added later take seeds of their own: the draws of the
     # other seeds, named by tests and past sweeps, stay as they were)
     tight = rng.random() < 0.12
-    if kind in ("hdf5", "image_folder", "csv") or tight:
+    if kind in ("hdf5", "image_folder", "csv", "fixed_length") or tight:
         sizes = {"kind": "fixed", "small": rng.choice([2 * MiB, 4 * MiB]) if tight else rng.choice(
             [64, 4 * KiB, 64 * KiB, MiB])}
     else:

@@ -10,7 +10,10 @@ Kinds: ``range``, ``tensor_slices`` (of ids, or of the whole ``{"id", "payload"}
 ``random_access`` (optionally shuffled), ``files`` (an ``interleave`` of ranges, as ``shapes.py``),
 ``tfrecord`` (1-4 files, ``num_parallel_reads``), ``parquet`` (gzip row groups, optionally shuffled),
 ``hdf5`` (gzip chunks), ``image_folder`` (PNGs decoded by headrace), ``load`` (a ``Dataset.save``), ``csv``
-(``CsvDataset`` of ``id,payload-base64`` records, 1-2 files, uncompressed or GZIP).
+(``CsvDataset`` of ``id,payload-base64`` records, 1-2 files, uncompressed or GZIP),
+``text`` (``TextLineDataset``: a line ``"<id> <payload hex>"``; 1-4 files, uncompressed / GZIP / ZLIB,
+``num_parallel_reads``) and ``fixed_length`` (``FixedLengthRecordDataset``: TFRecord's record bytes between a
+header and a footer, fixed sizes only; compressed or not).
 Damage: TFRecord / saved records get bytes flipped inside one record's data (its CRC fails), a Parquet
 row group or an HDF5 chunk gets garbage in the middle of its compressed bytes, an image file is replaced
 by garbage, a CSV record gets an id that is not a number.
@@ -30,7 +33,8 @@ from tests.promises.ops import make_map, sim_interleave
 from tests.promises.shapes import make_element, size_of
 
 FILE_KINDS = ("tfrecord", "parquet", "hdf5", "image_folder", "load", "csv")
-KINDS = ("range", "tensor_slices", "generator", "random_access", "files", *FILE_KINDS)
+TEXT_KINDS = ("text", "fixed_length")  # (never damaged: a text file has no checksum to fail)
+KINDS = ("range", "tensor_slices", "generator", "random_access", "files", *FILE_KINDS, *TEXT_KINDS)
 
 
 # ---- picklable readers --------------------------------------------------------------------------------
@@ -52,6 +56,14 @@ class DecodeCsv:
 class DecodeRow:
     def __call__(self, r: Any) -> dict[str, Any]:
         return {"id": np.int64(r["id"]), "payload": np.frombuffer(bytes(r["payload"]), np.uint8).copy()}
+
+
+class DecodeLine:
+    """A text line: the id in decimal, a space, the payload in hex."""
+
+    def __call__(self, x: Any) -> dict[str, Any]:
+        i, _, p = bytes(x).partition(b" ")
+        return {"id": np.int64(int(i)), "payload": np.frombuffer(bytes.fromhex(p.decode()), np.uint8).copy()}
 
 
 class FromImage:
@@ -142,6 +154,37 @@ def _tfrecord(src: dict[str, Any], n: int, sizes: dict[str, Any], d: str, write:
     ds = TFRecordDataset(paths, num_parallel_reads=reads).map(DecodeRecord())
     order = [list(p) for p in parts]
     return ds, (sim_interleave(order, reads, 1) if reads > 1 else [i for p in order for i in p]), damaged
+
+
+def _text(src: dict[str, Any], n: int, sizes: dict[str, Any], d: str, write: bool
+          ) -> tuple[hr.Dataset, list | None, set]:
+    import gzip
+    import zlib
+
+    from headrace.io import FixedLengthRecordDataset, TextLineDataset
+
+    lines, kind = src["kind"] == "text", src["compression"]
+    compress = {"": bytes, "GZIP": gzip.compress, "ZLIB": zlib.compress}[kind]
+    parts = _split(n, src["files"])
+    paths = [os.path.join(d, f"part-{k}.{'txt' if lines else 'bin'}") for k in range(len(parts))]
+    head, foot = src.get("header", 0), src.get("footer", 0)
+    for path, part in zip(paths, parts) if write else ():
+        if lines:
+            body = b"".join(b"%d %s\n" % (i, make_element(i, sizes)["payload"].tobytes().hex().encode())
+                            for i in part)
+        else:
+            body = b"H" * head + b"".join(np.int64(i).tobytes() + make_element(i, sizes)["payload"].tobytes()
+                                          for i in part) + b"F" * foot
+        with open(path, "wb") as f:
+            f.write(compress(body))
+    reads = src["reads"]
+    if lines:
+        ds = TextLineDataset(paths, compression_type=kind, num_parallel_reads=reads).map(DecodeLine())
+    else:
+        ds = FixedLengthRecordDataset(paths, 8 + size_of(sizes, 0), head, foot, compression_type=kind,
+                                      num_parallel_reads=reads).map(DecodeRecord())
+    order = [list(p) for p in parts]
+    return ds, (sim_interleave(order, reads, 1) if reads > 1 else [i for p in order for i in p]), set()
 
 
 def _parquet(src: dict[str, Any], n: int, sizes: dict[str, Any], d: str, write: bool
@@ -264,7 +307,7 @@ def build_source(src: dict[str, Any], n: int, sizes: dict[str, Any], d: str, wri
     when ``write`` (once per case: later builds read them)."""
     kind = src["kind"]
     writers = {"tfrecord": _tfrecord, "parquet": _parquet, "hdf5": _hdf5, "image_folder": _image_folder,
-               "load": _load, "csv": _csv}
+               "load": _load, "csv": _csv, "text": _text, "fixed_length": _text}
     if kind in writers:
         return writers[kind](src, n, sizes, d, write)
     order: list[int] | None = list(range(n))

@@ -157,11 +157,11 @@ def _stack_leaf(col: Sequence[Any], stage: str, k: int, pool: BufferPool | None 
         if out is not None:
             return out
     if type(f) is bytes:
+        if set(map(type, col)) != {bytes}:  # (checked and stored in C loops: text lines come 1,024 at a time)
+            i = next(i for i, v in enumerate(col) if type(v) is not bytes)
+            raise TypeError(f"{stage}: component {k} of element {i} is {describe(col[i])}, element 0 has bytes")
         out = np.empty(len(col), dtype=object)
-        for i, v in enumerate(col):
-            if type(v) is not bytes:
-                raise TypeError(f"{stage}: component {k} of element {i} is {describe(v)}, element 0 has bytes")
-            out[i] = v
+        out[:] = col
         return out
     try:
         out = np.stack(col) if type(f) is np.ndarray else np.array(col)

@@ -19,14 +19,15 @@ from ._flags import image_size as image_size_flag
 def command(
     ctx: typer.Context,
     src: str = typer.Argument(..., metavar="SRC", help="Image folder (class subfolders), or CSV / JSON Lines / "
-                              "Parquet / TFRecord file(s): a file, directory or glob; local or fsspec URL."),
+                              "Parquet / TFRecord / text (.txt, a record per line) file(s): a file, directory or "
+                              "glob; local or fsspec URL."),
     dst: str = typer.Argument(..., metavar="DST", help="Output directory (must be new or empty unless "
                                                        "--overwrite)."),
     to: Literal["tfrecord", "parquet"] = typer.Option("tfrecord", "--to", help="Output format."),
     num_shards: int = typer.Option(None, "--num-shards", min=1, metavar="N", help="Exactly this many shards."),
     shard_size: str = typer.Option(None, "--shard-size", parser=byte_size, metavar="SIZE",
                                    help="About this many bytes per shard, e.g. 256MiB (the default)."),
-    source_format: Literal["image_folder", "csv", "jsonl", "parquet", "tfrecord"] = typer.Option(
+    source_format: Literal["image_folder", "csv", "jsonl", "parquet", "tfrecord", "text"] = typer.Option(
         None, "--from", help="Source format (default: detected)."),
     runner: str = typer.Option("DirectRunner", "--runner", metavar="RUNNER",
                                help="Beam runner: DirectRunner, FlinkRunner, SparkRunner, PortableRunner, "

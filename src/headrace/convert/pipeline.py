@@ -82,7 +82,8 @@ def build_pipeline(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, 
             ``"parquet"`` (one column per feature).
         num_shards: exactly this many shards (1..99999); or ``shard_size``: about this many bytes per
             shard (int or ``"256MiB"``, the default), from the records' estimated size.
-        source_format: ``image_folder``, ``csv``, ``jsonl``, ``parquet`` or ``tfrecord``; default: detected.
+        source_format: ``image_folder``, ``csv``, ``jsonl``, ``parquet``, ``tfrecord`` or ``text``; default:
+            detected.
         image_size: image folders only: resize to ``(width, height)`` (or ``"WxH"``) and re-encode as JPEG
             at ``quality``.
         max_rejected: the run fails (no manifest is published) when more source rows than this are

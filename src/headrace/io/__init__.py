@@ -1,4 +1,5 @@
-"""Readers and writers: TFRecord and tf.train.Example, Parquet, HDF5, CSV, image folders; local or fsspec URLs.
+"""Readers and writers: TFRecord and tf.train.Example, Parquet, HDF5, CSV, text lines and fixed-length
+records, image folders; local or fsspec URLs.
 
 Names load lazily from their modules on first use, so importing ``headrace.io`` needs none of the
 optional dependencies (pyarrow, h5py, OpenCV...).
@@ -19,6 +20,8 @@ _NAMES = {
     "TFRecordRandomAccess": "tfrecord_index",
     "ParquetDataset": "parquet",
     "HDF5Dataset": "hdf5",
+    "TextLineDataset": "text",
+    "FixedLengthRecordDataset": "text",
     "CsvDataset": "csv",
     "make_csv_dataset": "make_csv",
     "image_folder": "_image_folder",
@@ -33,7 +36,7 @@ _NAMES = {
     "SkippedRecord": "tfrecord",
 }
 _SUBMODULES = {"example", "files", "tfrecord", "tfrecord_writer", "sharded_writer", "tfrecord_index",
-               "parquet", "hdf5", "csv"}
+               "parquet", "hdf5", "csv", "text"}
 
 
 def __getattr__(name: str) -> Any:

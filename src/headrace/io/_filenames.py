@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .._args import as_int
+from .._errors import StateError
 from .._machine import cpu_count
 from .._ops.context import IteratorContext
 from .._ops.counting import elements
@@ -104,6 +105,19 @@ class FileNames:
                               deterministic=None, name=label).make_iterator(ctx)
 
 
+def shard_by_file(node: Any, num_shards: int, index: int) -> DatasetNode | None:
+    """A copy of a reader's ``node`` (its files in ``node._files``) reading files ``index, index + num_shards,
+    ...`` when there are at least ``num_shards`` files, else None (its elements are sharded above);
+    ``headrace._ops.shard.shard_at_source``."""
+    shard = node._files.shard(num_shards, index)
+    if shard is None:
+        return None
+    clone = copy.copy(node)
+    clone._files = shard
+    clone.inputs = tuple(shard.inputs())
+    return clone
+
+
 class NameSource:
     """The file names of a reader's iterator: a list, or a Dataset of names pulled lazily, one at a time
     (only the current name and the names iterator's state just before it are kept, so an endless
@@ -147,5 +161,18 @@ class NameSource:
         self._it.set_state(names_state)
         self._index, self._name, self._before = i - 1, None, None
 
-    def iterator(self) -> Stage | None:
-        return self._it
+    def restore_checked(self, state: dict[str, Any], kind: str) -> int:
+        """Restore to the file of a reader's ``state`` (``file_index``, ``names``, ``path``); its index.
+
+        Raises ``StateError`` when that file has another name in this pipeline than in the state."""
+        i = int(state["file_index"])
+        self.restore(i, state.get("names"))
+        name = self.get(i)
+        if name is not None and state.get("path") is not None and name != state["path"]:
+            raise StateError(f"{kind} state mismatch: file {i} is {name!r} in this pipeline but {state['path']!r} in "
+                             "the state; restore into a pipeline reading the same files in the same order")
+        return i
+
+    def children(self) -> list[Stage]:
+        """The names iterator, when the names are a Dataset (the reader's input stage)."""
+        return [self._it] if self._it is not None else []

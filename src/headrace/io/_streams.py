@@ -12,6 +12,7 @@ API::
     open_input(path, compression_type, buffer_size) -> BinaryIO   # .tell() = uncompressed offset
     seek_input(stream, offset)                                    # seek, or decompress-and-skip
     buffer_bytes(compression_type, buffer_size) -> int            # what one open stream holds (budget)
+    ReadAhead(stream, chunk, depth, name)                         # chunks read (decompressed) by a thread
 
 A compressed stream that ends before its end-of-stream marker (a cut upload) or holds bytes that do not
 decompress raises :class:`~headrace.DataLossError` (``reason="compressed_stream"``) naming the file and the
@@ -23,9 +24,13 @@ from __future__ import annotations
 import io
 import os
 import zlib
+from collections import deque
 from typing import IO, Any, BinaryIO
 
 from .._errors import DataLossError
+from .._memory import Cancelled
+from .._ops.base import join_threads, start_thread
+from .._sync import Condition, Flag
 from . import files
 
 COMPRESSIONS = ("", "GZIP", "ZLIB")
@@ -195,3 +200,71 @@ def seek_input(stream: BinaryIO, offset: int, path: str = "") -> None:
                                 f"{offset - left}; restore a state saved from this file", path=path, offset=offset,
                                 reason="truncated")
         left -= got
+
+
+_WAIT_S = 0.1  # a wait for the read-ahead thread re-checks its stop flag this often
+
+
+class ReadAhead:
+    """Chunks of ``stream`` (up to ``chunk`` bytes each; one decompression per chunk for a compressed stream) read
+    by a thread of its own, at most ``depth`` ahead of :meth:`read`: zlib and file reads release the GIL, so
+    decompression runs beside the work on the chunks before it. ``read()`` returns them in order (``b""`` at the
+    end) and raises, in order too, what the stream raised (a damaged compressed stream after the chunks read
+    before it). ``close()`` stops the thread (joined with a timeout) and closes ``stream``; ``stop``: a flag
+    (``is_set()``) whose setting also ends a wait (``Cancelled``, as every wait of a closed pipeline).
+    """
+
+    def __init__(self, stream: BinaryIO, chunk: int, depth: int, name: str, stop: Any = None) -> None:
+        self._stream, self._chunk, self._depth = stream, chunk, depth
+        self._ready: deque[bytes | BaseException] = deque()
+        self._cv = Condition(f"read-ahead of {name}")
+        self._stop = Flag()
+        self._outer = stop
+        self._ended = False
+        self.thread = start_thread(f"read-ahead-{name}", self._run, self._stop)
+
+    def _run(self) -> None:
+        read = getattr(self._stream, "read1", None) or self._stream.read
+        while not self._stop.is_set():
+            try:
+                item: bytes | BaseException = read(self._chunk)
+            except BaseException as e:  # handed to the reader, in order
+                item = e
+            with self._cv:
+                while len(self._ready) >= self._depth and not self._stop.is_set():
+                    self._cv.wait(_WAIT_S)
+                self._ready.append(item)
+                self._cv.notify_all()
+            if not isinstance(item, bytes) or not item:
+                return
+
+    def _stopped(self) -> bool:
+        return self._stop.is_set() or (self._outer is not None and self._outer.is_set())
+
+    def read(self) -> bytes:
+        """The next chunk, ``b""`` at the end; raises what reading it raised, and ``Cancelled`` once stopped (a
+        stop is never taken for the end of the file)."""
+        if self._ended:
+            return b""
+        with self._cv:
+            while not self._ready and not self._stopped():
+                self._cv.wait(_WAIT_S)
+            if not self._ready:
+                raise Cancelled()
+            item = self._ready.popleft()
+            self._cv.notify_all()
+        if isinstance(item, BaseException):
+            self._ended = True
+            raise item
+        self._ended = not item
+        return item
+
+    def signal_stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        join_threads([self.thread])
+        if not self.thread.is_alive():  # (a thread stuck in a remote read keeps its stream; it is a daemon)
+            self._stream.close()
+        self._ready.clear()

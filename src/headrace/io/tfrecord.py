@@ -22,12 +22,11 @@ there (GZIP / ZLIB files are decompressed again and skipped up to the offset).
 
 from __future__ import annotations
 
-import copy
 import warnings
 from typing import Any, NamedTuple
 
 from .._dataset import Dataset
-from .._errors import DataLossError, StateError
+from .._errors import DataLossError
 from .._ops.base import check_state, note_error
 from .._ops.context import IteratorContext
 from .._ops.counting import counting_enabled, memoized
@@ -37,7 +36,7 @@ from .._options import UNKNOWN_CARDINALITY
 from .._spec import STRING, TensorSpec
 from .._sync import Lock as TimedLock
 from . import files
-from ._filenames import FileNames, NameSource, parallel_reads, read_buffer_size
+from ._filenames import FileNames, NameSource, parallel_reads, read_buffer_size, shard_by_file
 from ._framing import DEFAULT_BUFFER_BYTES, RecordReader
 from ._streams import normalize_compression
 
@@ -126,15 +125,8 @@ class TFRecordNode(DatasetNode):
         warnings.warn(f"skipped: {err}", CorruptRecordWarning, stacklevel=3)
 
     def shard_source(self, num_shards: int, index: int) -> DatasetNode | None:
-        """Files ``index, index + num_shards, ...`` when there are at least ``num_shards`` files (else None:
-        the records are sharded above); ``headrace._ops.shard.shard_at_source``."""
-        shard = self._files.shard(num_shards, index)
-        if shard is None:
-            return None
-        clone = copy.copy(self)
-        clone._files = shard
-        clone.inputs = tuple(shard.inputs())
-        return clone
+        """Files ``index, index + num_shards, ...`` (``_filenames.shard_by_file``)."""
+        return shard_by_file(self, num_shards, index)
 
     def _single(self, name: Any) -> TFRecordNode:
         """A one-file reader with this dataset's settings, sharing its skip list."""
@@ -274,20 +266,13 @@ class TFRecordIterator(Stage):
         if self._reader is not None:
             self._reader.close()
             self._reader = None
-        self._file_index = int(state["file_index"])
-        self._names.restore(self._file_index, state.get("names"))
-        name = self._names.get(self._file_index)
-        if name is not None and state.get("path") is not None and name != state["path"]:
-            raise StateError(f"tfrecord state mismatch: file {self._file_index} is {name!r} in this pipeline "
-                             f"but {state['path']!r} in the state; restore into a pipeline reading the same "
-                             "files in the same order")
+        self._file_index = self._names.restore_checked(state, self.kind)
         self._resume_offset = int(state["offset"])
         self._resume_index = int(state.get("record_index", 0))
         self._count = int(state.get("count", 0))
 
     def _children(self) -> list[Stage]:
-        it = self._names.iterator()
-        return [it] if it is not None else []
+        return self._names.children()
 
     def _close_self(self) -> None:
         if self._reader is not None:

@@ -1,9 +1,10 @@
-"""Sources of ``headrace convert``: image folders, CSV, JSON Lines, Parquet and TFRecord files.
+"""Sources of ``headrace convert``: image folders, CSV, JSON Lines, Parquet, TFRecord and text files.
 
 :func:`open_source` picks the reader from ``source_format`` or, by default, from the path: a directory of
 class subfolders holding images is an image folder; otherwise the files' extensions decide (``.csv``,
 ``.jsonl`` / ``.ndjson`` / ``.json``, ``.parquet``, ``.tfrecord`` / ``.tfrecords`` / ``.tfrec`` with an
-optional ``.gz`` / ``.zlib``).
+optional ``.gz`` / ``.zlib``, ``.txt`` / ``.text`` with an optional ``.gz`` / ``.zz`` / ``.zlib``: one record per
+line).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from ...io import files
 from .base import Rejected, Source, list_files
 from .images import ImageFolderSource
 from .tables import CSVSource, JSONLinesSource, ParquetSource
+from .text import TextSource
 from .tfrecord import TFRecordSource
 
 FORMATS: dict[str, type[Source]] = {"image_folder": ImageFolderSource, "csv": CSVSource, "jsonl": JSONLinesSource,
-                                    "parquet": ParquetSource, "tfrecord": TFRecordSource}
+                                    "parquet": ParquetSource, "tfrecord": TFRecordSource, "text": TextSource}
 
 
 def detect_format(path: str) -> str:
@@ -47,7 +49,7 @@ def detect_format(path: str) -> str:
         if not is_dir and not files.glob(path) and not os.path.exists(path):
             raise FileNotFoundError(f"convert: the source {path} does not exist")
         raise ValueError(f"convert: cannot tell the format of {path}: no image class folders and no .csv, .jsonl, "
-                         ".parquet or .tfrecord files; pass source_format= (--from) one of "
+                         ".parquet, .tfrecord or .txt files; pass source_format= (--from) one of "
                          f"{', '.join(FORMATS)}")
     if len(found) > 1:
         raise ValueError(f"convert: {path} holds files of several formats ({found}); point it at one kind or "
@@ -66,7 +68,8 @@ def open_source(path: str, source_format: str | None = None, **options: Any) -> 
     if cls is None:
         raise ValueError(f"convert: source_format={fmt!r} is not one of {', '.join(FORMATS)}")
     given = {k: v for k, v in options.items() if v is not None}
-    allowed = {"image_folder": {"image_size", "quality"}, "tfrecord": {"compression_type"}}.get(fmt, set())
+    allowed = {"image_folder": {"image_size", "quality"}, "tfrecord": {"compression_type"},
+               "text": {"compression_type"}}.get(fmt, set())
     extra = sorted(set(given) - allowed)
     if extra:
         raise ValueError(f"convert: {', '.join(extra)} cannot be used with a {fmt} source (only "
@@ -75,4 +78,4 @@ def open_source(path: str, source_format: str | None = None, **options: Any) -> 
 
 
 __all__ = ["FORMATS", "CSVSource", "ImageFolderSource", "JSONLinesSource", "ParquetSource", "Rejected", "Source",
-           "TFRecordSource", "detect_format", "open_source"]
+           "TFRecordSource", "TextSource", "detect_format", "open_source"]
