@@ -4,7 +4,7 @@ The acceptance shape of issue 38: a 1 GB text file whose middle holds one 64 MiB
 ``TextLineDataset(path).batch(1024)`` under a 32 MiB budget in a child process. It must stop with a one-line
 ``MemoryBudgetError`` naming the file and the line, and the child's RSS growth (psutil, with its children,
 sampled every 2 ms from before the first read) must stay within budget x 1.1 + 64 MiB. Prints the figure, the
-limit and the machine. (``tests/io/test_text.py`` checks a smaller shape on every run.)
+limit and the machine. (``tests/io/test_text_reader.py`` checks a smaller shape on every run.)
 
     python bench/text_huge_line.py [--gb 1.0] [--line-mib 64] [--budget-mib 32] [--keep]
 """
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "io"))  # the child and the RSS sampling of tests/io/test_text.py
+sys.path.insert(0, str(REPO / "tests" / "io"))  # the child and the RSS sampling of tests/io/test_text_reader.py
 sys.path.insert(0, str(REPO))
 
 from rss_child import cap, run_child  # noqa: E402

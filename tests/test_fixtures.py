@@ -7,7 +7,9 @@ import hashlib
 import re
 from pathlib import Path
 
-from conftest import FIXTURES, REPO
+REPO = Path(__file__).resolve().parents[1]  # (not from conftest: tests/service has a conftest of its own)
+FIXTURES = REPO / "tests" / "data"
+
 
 
 def test_every_fixture_file_matches_its_recorded_sha256() -> None:

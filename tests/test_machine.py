@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import REPO
-
 from headrace._machine import SIMD_FLAGS, machine_info, machine_line
+
+REPO = Path(__file__).resolve().parents[1]  # (not from conftest: tests/service has a conftest of its own)
 
 
 def test_machine_info_reads_the_cpu_and_its_flags_at_run_time() -> None:
