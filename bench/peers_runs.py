@@ -265,7 +265,7 @@ def run_one() -> None:
     """The child's entry: no machine line here (bench/peers.py prints it; .venv-tf has no headrace)."""
     workload, contender, params = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     name = f"{workload}_{contender}"
-    run = globals().get(name) or getattr(importlib.import_module(f"peers_{workload}"), name)  # (peers_csv.py, peers_text.py)
+    run = globals().get(name) or getattr(importlib.import_module(f"peers_{workload}"), name)  # peers_<workload>.py
     out = run(params)
     print(json.dumps(out, default=str))
 

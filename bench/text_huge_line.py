@@ -22,9 +22,9 @@ sys.path.insert(0, str(REPO / "tests" / "io"))  # the child and the RSS sampling
 sys.path.insert(0, str(REPO))
 
 from rss_child import cap, run_child  # noqa: E402
-from tests.io.test_text import HUGE_LINE_CHILD  # noqa: E402
 
 from headrace._machine import machine_line  # noqa: E402
+from tests.io.test_text_reader import HUGE_LINE_CHILD  # noqa: E402
 
 MiB = 1024**2
 
