@@ -388,3 +388,22 @@ def test_a_stage_waiting_for_memory_is_stopped_by_close(tail, monkeypatch):
     it.close()                                # ...until close() from this thread stops it
     t.join(2)
     assert not t.is_alive() and len(errors) == 1 and isinstance(errors[0], hr.IteratorClosedError), errors
+
+
+def test_a_worker_process_footprint_is_not_assumed_as_the_element_size_of_a_stage_that_has_seen_none():
+    """A stage that has held no element yet assumes the largest element seen in the budget. A process map's
+    workers account's unit is a worker's footprint (tens of MB), not an element: assumed as the element of a
+    batch's assembly (demand 2 x 64), it made that mandatory account ask 128 x 66 MB and squeezed the map
+    before it to one element with a false MemoryBudgetWarning (the README's Quick start, when "auto" chose
+    processes)."""
+    mib = 2**20
+    budget = MemoryBudget(2048 * mib)
+    workers = budget.account("map(f) workers", 1, mandatory=True, group="workers", elements=False)
+    workers.grow_unit(66 * mib)  # a worker process's footprint
+    assembly = budget.account("batch(64) assembly", 128, mandatory=True, min_units=128)
+    mapped = budget.account("map(f)", 16)
+    mapped.hold(2 * 602_120, count=2)  # two decoded 224 x 224 x 3 float32 images
+    assert assembly.unit_bytes() == 602_120  # the largest element seen, not the worker's footprint
+    assert mapped.cap_bytes >= 16 * 602_120, (mapped.cap_bytes, assembly.cap_bytes)
+    element = budget.account("shuffle(10)", 10)  # an ordinary stage still learns the element size assumed
+    assert element.unit_bytes() == 602_120

@@ -58,12 +58,15 @@ class MemoryBudget:
 
     def account(self, stage: str, demand: int | None, *, mandatory: bool = False, min_units: int = 1,
                 hint: str = "make elements smaller (e.g. resize earlier)", owner: object = None,
-                group: str | None = None) -> StageAccount:
+                group: str | None = None, elements: bool = True) -> StageAccount:
         """Open an account for ``stage`` wanting to hold up to ``demand`` elements (None = unbounded) and
         needing ``min_units`` to make progress. ``hint`` completes the ``MemoryBudgetError`` message.
-        ``group``: accounts that share a limit of their own (``try_reserve(group_limit=...)``)."""
+        ``group``: accounts that share a limit of their own (``try_reserve(group_limit=...)``). ``elements``:
+        its unit is one of the pipeline's elements (False: a worker process's footprint), so a stage that has
+        seen none yet may assume its own are as large (``assumed_element_bytes``)."""
         acc = StageAccount(self, stage, demand, mandatory, max(1, min_units), hint, owner)
         acc.group = group
+        acc.unit_is_element = elements
         with self.cv:
             self.accounts.append(acc)
             self.recompute_caps()
@@ -86,7 +89,8 @@ class MemoryBudget:
     # shares -------------------------------------------------------------------------------------------
     def recompute_caps(self) -> None:
         """Every account's fair share (lock held; ``headrace._budget.shares``)."""
-        self.assumed_element_bytes = max((a.unit_bytes() for a in self.accounts if a.seen), default=0)
+        self.assumed_element_bytes = max((a.unit_bytes() for a in self.accounts if a.seen and a.unit_is_element),
+                                         default=0)
         self.reserve_bytes, caps = fair_caps(self.limit_bytes, self.accounts, StageAccount.unit_bytes)
         for a, cap in zip(self.accounts, caps, strict=True):
             a.cap_bytes = cap

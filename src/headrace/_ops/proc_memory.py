@@ -145,7 +145,7 @@ class WorkerMemory:
     def __init__(self, budget: MemoryBudget, stage: str, owner: object) -> None:
         self.stage = stage
         self.account: StageAccount = budget.account(
-            f"{stage} workers", 1, mandatory=True, owner=owner, group=WORKER_GROUP,
+            f"{stage} workers", 1, mandatory=True, owner=owner, group=WORKER_GROUP, elements=False,
             hint="use fewer worker processes (num_parallel_calls) or map_executor='thread'")
         self.account.stage_of = stage
         self.account.promised_bytes = WORKER_ESTIMATE_BYTES  # its first worker, in the workers' share
