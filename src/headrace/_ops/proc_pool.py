@@ -319,10 +319,6 @@ class ProcessWorkers:
         """``MemoryBudgetError`` when one worker and one call's bytes cannot fit the budget at all."""
         self.memory.check_fits(call_bytes)
 
-    def refusal(self, call_bytes: int, result_bytes: int) -> str | None:
-        """(The budget's lock held) ``WorkerMemory.refusal``."""
-        return self.memory.refusal(call_bytes, result_bytes)
-
     def memory_limited(self, within_s: float) -> bool:
         """A worker start was refused for lack of budget in the last ``within_s`` s."""
         return self.memory.memory_limited(within_s)
