@@ -143,7 +143,8 @@ class Executor(Protocol):
 
     def call(self, x: Any, index: int, stop: Flag | None, ready: Ready = None) -> Any:
         """The stage's result for element ``x`` (number ``index``); ``stop``: the pool's stop flag; ``ready``:
-        called once the call is about to run (a worker process checked out), before ``fn`` starts."""
+        called once a call that waited for a worker process has one, before ``fn`` starts (threads ignore it:
+        their calls start at once)."""
         ...
 
     def extra_bytes(self, out_bytes: int) -> int:
@@ -187,9 +188,7 @@ class ThreadExecutor:
         self.fn = fn
 
     def call(self, x: Any, index: int, stop: Flag | None, ready: Ready = None) -> Any:
-        if ready is not None:
-            ready(True)
-        return self.fn(x)
+        return self.fn(x)  # (a thread starts its call at once: nothing waits between reserve and call)
 
     def extra_bytes(self, out_bytes: int) -> int:
         return 0
@@ -373,9 +372,7 @@ class AutoExecutor:
             # (and the GIL) the starting interpreters need, and start them 3-4x slower. Once it went back to
             # threads (the workers drain), on a thread.
             y = procs.compute(x, index, stop, self.thread_fn, ready=ready)
-        else:
-            if ready is not None:
-                ready(True)
+        else:  # (on a thread the call starts at once: ``ready`` is for a call that waited for a worker)
             y = self.thread_fn(x) if kind is not ExecutorKind.MEASURING else self._measured_call(x, stop)
         finish = self.finish
         return y if finish is None else finish(y)

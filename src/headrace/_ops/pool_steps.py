@@ -80,8 +80,6 @@ class ElementSteps(PoolFields):
                 if inline:
                     value = self.fn(x) if self._inline_direct else self._inline_call(x, seq, stop)
                 elif self._inline_direct:
-                    if ready is not None:
-                        before(True)
                     value = self.fn(x)
                 else:
                     value = self.executor.call(x, self._index_base + seq, stop, None if ready is None else before)
