@@ -407,3 +407,53 @@ def test_a_worker_process_footprint_is_not_assumed_as_the_element_size_of_a_stag
     assert mapped.cap_bytes >= 16 * 602_120, (mapped.cap_bytes, assembly.cap_bytes)
     element = budget.account("shuffle(10)", 10)  # an ordinary stage still learns the element size assumed
     assert element.unit_bytes() == 602_120
+
+
+@pytest.mark.parametrize("text", [None, "pool: one worker, one call and one result need 1.2 KiB"])
+def test_a_refusal_at_a_stall_may_decline_and_the_stall_breaker_then_overdraws(monkeypatch, text):
+    # Policy.refuse returning None: the overdraft is the answer (a process map whose worker, call and one
+    # result fit); its text: a MemoryBudgetError with it, nothing overdrawn. A top-up takes the same policy
+    # (the call of a process map topped up to the probe's size once it has a worker).
+    import dataclasses
+
+    import headrace._budget.admission as memory  # (where the stall breaker reads STALL_S)
+    from headrace._memory import TOP_UP
+
+    monkeypatch.setattr(memory, "STALL_S", 0.05)
+    budget = MemoryBudget(1000)
+    holder = budget.account("result", None)
+    holder.reserve(0).settle(700, count=2)          # finished results the consumer does not take yet
+    asked = []
+
+    def refuse(holders: str, total: int) -> str | None:
+        asked.append((holders, total))
+        return text
+
+    acc = budget.account("call", 4)
+    first = acc.reserve(100, None, WHOLE)
+    budget.consumers.append(1)
+    stop = Flag()
+    threading.Timer(3, stop.set).start()
+    policy = dataclasses.replace(TOP_UP, refuse=refuse)
+    if text is None:
+        first.top_up(400, stop, urgent=lambda: True, policy=policy)
+        stop.set()
+        assert first.nbytes == 500 and budget.stats()["overdraft_bytes"] == 200
+    else:
+        with pytest.raises(hr.MemoryBudgetError, match="one worker, one call and one result"):
+            first.top_up(400, stop, urgent=lambda: True, policy=policy)
+        stop.set()
+        assert first.nbytes == 100 and budget.stats()["overdraft_bytes"] == 0
+    assert asked and asked[0][1] == 1200 and "result" in asked[0][0]
+    first.cancel()
+
+
+def test_a_top_up_that_does_not_fit_now_is_declined_without_waiting():
+    budget = MemoryBudget(1000)
+    acc = budget.account("call", 4)
+    acc.reserve(0).settle(100)                       # the probe: sized
+    r = acc.reserve(100, None, WHOLE)
+    assert r.try_top_up(150) and r.nbytes == 250 and budget.total_bytes == 350  # (within its cap: 4 x 100 B)
+    assert not r.try_top_up(600) and r.nbytes == 250 and budget.total_bytes == 350
+    r.cancel()
+    assert budget.total_bytes == 100 and acc.outstanding == 0

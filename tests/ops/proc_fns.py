@@ -105,3 +105,23 @@ def untraceable_plus_one(x):
     if int(x) in (1, 2):
         raise ValueError("not on a traced example")
     return x + 1
+
+
+class RaisesOn:
+    """A user function raising ``ValueError`` for the elements ``bad`` (ints); else, by ``kind``: ``"map"``
+    doubles, ``"filter"`` keeps what is not 1 modulo 3, ``"flat_map"`` gives two elements (a Dataset)."""
+
+    def __init__(self, bad, kind: str) -> None:
+        self.bad = frozenset(int(b) for b in bad)
+        self.kind = kind
+
+    def __call__(self, x):
+        if int(x) in self.bad:
+            raise ValueError(f"element {int(x)} is bad")
+        if self.kind == "map":
+            return x * 2
+        if self.kind == "filter":
+            return x % 3 != 1
+        import headrace as hr  # (only here: a worker process running "map" imports numpy alone)
+
+        return hr.Dataset.range(int(x) * 10, int(x) * 10 + 2)

@@ -252,3 +252,18 @@ def tight_map_shape(seed: int) -> dict[str, Any]:
         stages.append({"op": "prefetch", "buffer": 1})
     return {"seed": seed, "n": rng.randint(12, 40), "sizes": {"kind": "fixed", "small": 64},
             "source": {"kind": "range"}, "stages": stages, "budget": int(out * rng.uniform(1.2, 1.9))}
+
+
+def tight_process_map_shape(seed: int) -> dict[str, Any]:
+    """A parallel map on worker processes whose outputs (8-24 MiB) dwarf its inputs (64 B), under a budget
+    with room for the workers (their interpreters and shared-memory segments) and a few outputs: the calls
+    admitted while the first one still starts its worker must be charged their output before they run
+    (24 MiB outputs on 4 processes under 128 MiB: tracked peak 130.9 MiB); where one worker, one call and
+    one result cannot fit, a clear ``MemoryBudgetError`` refusal (never a stall that overdraws)."""
+    rng = random.Random(seed)
+    out = rng.choice([8, 16, 24]) * MiB
+    stage = {"op": "map", "parallel": rng.choice([2, 4, hr.AUTOTUNE]), "deterministic": rng.random() < 0.5,
+             "blowup": 1.0, "out": out, "executor": "process"}
+    return {"seed": seed, "n": rng.randint(12, 24), "sizes": {"kind": "fixed", "small": 64},
+            "source": {"kind": "range"}, "stages": [stage],
+            "budget": int(out * rng.uniform(3.25, 4.5)) + rng.choice([24, 32, 40]) * MiB}

@@ -150,8 +150,9 @@ class StageAccount:
                     raise admission.Cancelled()
                 if ((self.seen or self.outstanding == 0 or policy.top_up)
                         and self._stalled(is_urgent, policy.speculative)):
-                    if policy.refuse is not None:
-                        raise MemoryBudgetError(policy.refuse(b.holders(), b.total_bytes + nbytes))
+                    text = None if policy.refuse is None else policy.refuse(b.holders(), b.total_bytes + nbytes)
+                    if text is not None:
+                        raise MemoryBudgetError(text)
                     fit = min(nbytes, max(0, b.limit_bytes - b.total_bytes))
                     if policy.partial and fit < nbytes:  # (settle refuses the element if its real size cannot fit)
                         b.stalls += 1
@@ -362,15 +363,24 @@ class Reservation:
         acc.budget.credit(acc, self.nbytes)
         return self.nbytes
 
-    def top_up(self, nbytes: int, stop: Any = None, *, urgent: Callable[[], bool] | None = None) -> None:
+    def top_up(self, nbytes: int, stop: Any = None, *, urgent: Callable[[], bool] | None = None,
+               policy: Policy = TOP_UP) -> None:
         """Wait for ``nbytes`` more in this open reservation (``policy.TOP_UP``: a batch sized by an element it
-        holds; one ``settle`` / ``cancel`` for both)."""
+        holds; one ``settle`` / ``cancel`` for both; ``policy``: ``TOP_UP`` with the caller's ``refuse``)."""
         acc = self.account
-        more = acc.reserve(nbytes, stop, TOP_UP, urgent=urgent)
+        more = acc.reserve(nbytes, stop, policy, urgent=urgent)
         with acc.budget.cv:
             acc.outstanding -= 1  # (one reservation: this one)
             more.open = False
         self.nbytes += more.nbytes
+
+    def try_top_up(self, nbytes: int, *, urgent: bool = False) -> bool:
+        """:meth:`top_up` if the ``nbytes`` fit now (True), else False; never blocks."""
+        more = self.account.try_reserve(nbytes, TOP_UP, urgent=urgent)
+        if more is None:
+            return False
+        self.absorb(more)
+        return True
 
     def force(self, nbytes: int) -> None:
         """Charge ``nbytes`` that exist already into this reservation without waiting (an element larger than

@@ -26,7 +26,9 @@ class Policy:
     - ``speculative``: a read-ahead (a pool's worker): unless urgent it leaves room for one element of the
       largest size seen and never overdraws.
     - ``refuse``: where the stall breaker would overdraw, raise ``MemoryBudgetError`` with the text
-      ``refuse(holders, total)`` builds (a reader's buffers, whose overdraft would come back at every read).
+      ``refuse(holders, total)`` builds (a reader's buffers, whose overdraft would come back at every read);
+      it returns None where the overdraft is the answer (a process map whose worker, call and one result
+      fit: called with the budget's lock held).
     """
 
     unit: bool = True
@@ -35,7 +37,7 @@ class Policy:
     top_up: bool = False
     partial: bool = False
     speculative: bool = False
-    refuse: Callable[[str, int], str] | None = None
+    refuse: Callable[[str, int], str | None] | None = None
 
     def with_headroom(self, headroom: bool = True) -> Policy:
         """This policy keeping (or not) one unit of headroom for the urgent reservation."""

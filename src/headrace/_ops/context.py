@@ -158,6 +158,13 @@ class IteratorContext:
         child.iteration = (*self.iteration, *epoch)
         return child
 
+    def at_iteration(self, path: tuple[int, ...]) -> IteratorContext:
+        """The same context on iteration path ``path`` (a restored ``repeat``: the saved run's path, so its
+        later epochs draw the saved run's seeds)."""
+        child = copy.copy(self)
+        child.iteration = tuple(path)
+        return child
+
     def in_order(self) -> IteratorContext:
         """The same context for a subtree whose order must be the same on every run (below a ``shard``:
         every rank runs it and keeps its own positions): every parallel stage in order."""

@@ -118,6 +118,11 @@ class ExecutorKind(StrEnum):
     """``"auto"`` before its decision: the calls run on threads, measured."""
 
 
+Ready = Callable[[bool], bool] | None
+"""Called by ``Executor.call`` right before ``fn`` runs (the pool tops up a reservation taken on a guess):
+``ready(wait)`` is True once the call may run; with ``wait=False`` it never blocks (False: not yet), so a call
+holding a worker process gives it back before it waits for memory."""
+
 Finish = Callable[[Any], Any]
 """A stage's conversion of each result in the parent (``output_signature``, the traced-spec check)."""
 
@@ -136,8 +141,10 @@ class Executor(Protocol):
         """Still measuring, or starting worker processes: the tuner leaves the stage alone meanwhile."""
         ...
 
-    def call(self, x: Any, index: int, stop: Flag | None) -> Any:
-        """The stage's result for element ``x`` (number ``index``); ``stop``: the pool's stop flag."""
+    def call(self, x: Any, index: int, stop: Flag | None, ready: Ready = None) -> Any:
+        """The stage's result for element ``x`` (number ``index``); ``stop``: the pool's stop flag; ``ready``:
+        called once a call that waited for a worker process has one, before ``fn`` starts (threads ignore it:
+        their calls start at once)."""
         ...
 
     def extra_bytes(self, out_bytes: int) -> int:
@@ -146,6 +153,12 @@ class Executor(Protocol):
 
     def check_fits(self, call_bytes: int) -> None:
         """Raise ``MemoryBudgetError`` (or move back to threads) when a call of ``call_bytes`` cannot fit."""
+        ...
+
+    def refusal(self, call_bytes: int, result_bytes: int) -> str | None:
+        """(The budget's lock held, at a stall.) Why the pipeline cannot run in its budget when one worker,
+        one call of ``call_bytes`` and one result of ``result_bytes`` waiting for the consumer do not fit
+        (the stall breaker then refuses instead of overdrawing); None when they fit or no process runs."""
         ...
 
     def set_workers(self, n: int) -> None:
@@ -174,13 +187,16 @@ class ThreadExecutor:
     def __init__(self, fn: Callable[[Any], Any]) -> None:
         self.fn = fn
 
-    def call(self, x: Any, index: int, stop: Flag | None) -> Any:
-        return self.fn(x)
+    def call(self, x: Any, index: int, stop: Flag | None, ready: Ready = None) -> Any:
+        return self.fn(x)  # (a thread starts its call at once: nothing waits between reserve and call)
 
     def extra_bytes(self, out_bytes: int) -> int:
         return 0
 
     def check_fits(self, call_bytes: int) -> None:
+        return None
+
+    def refusal(self, call_bytes: int, result_bytes: int) -> str | None:
         return None
 
     def set_workers(self, n: int) -> None:
@@ -221,19 +237,39 @@ class ProcessExecutor:
         self.workers = ProcessWorkers(fn, stage, ctx.budget, ctx.tree, workers, pickle_function(fn, stage),
                                       warnings=ctx.tree.warnings, refuse_growth=refuse_growth)
 
-    def call(self, x: Any, index: int, stop: Flag | None) -> Any:
-        y = self.compute(x, index, stop)
+    def call(self, x: Any, index: int, stop: Flag | None, ready: Ready = None) -> Any:
+        y = self.compute(x, index, stop, ready=ready)
         return y if self.finish is None else self.finish(y)
 
-    def compute(self, x: Any, index: int, stop: Flag | None, fallback: Callable[[Any], Any] | None = None) -> Any:
+    def compute(self, x: Any, index: int, stop: Flag | None, fallback: Callable[[Any], Any] | None = None,
+                ready: Ready = None) -> Any:
         """``fn(x)`` in a worker process, normalized (not finished). Once the workers drain (``drain``):
-        ``fallback(x)``, or ``Cancelled`` without one."""
-        proc = self.workers.checkout(stop)
+        ``fallback(x)``, or ``Cancelled`` without one. ``ready()`` runs once a worker is checked out (a call
+        waits here while the first ones start the workers: what it reserves is settled only now)."""
+        proc = self._checkout_ready(stop, ready)
         if proc is None:
             if fallback is None:
                 raise Cancelled()
             return fallback(x)
         return normalize(self.workers.call_on(proc, x, index, stop), self.stage)
+
+    def _checkout_ready(self, stop: Flag | None, ready: Ready) -> Any:
+        """A worker for a call that ``ready`` lets run: one that must wait for memory gives its worker back
+        meanwhile (holding it would keep the call whose result frees the memory from starting)."""
+        while True:
+            proc = self.workers.checkout(stop)
+            if ready is None:
+                return proc
+            try:
+                if ready(proc is None):
+                    return proc
+            except BaseException:
+                if proc is not None:
+                    self.workers.checkin(proc)
+                raise
+            self.workers.checkin(proc)
+            ready(True)
+            ready = None
 
     def prestart(self, stop: Flag) -> bool:
         """Start one more idle worker if fewer than the target exist (False: none was started)."""
@@ -252,6 +288,9 @@ class ProcessExecutor:
     def check_fits(self, call_bytes: int) -> None:
         """``MemoryBudgetError`` when one worker and one call's bytes cannot fit the budget at all."""
         self.workers.check_fits(call_bytes)
+
+    def refusal(self, call_bytes: int, result_bytes: int) -> str | None:
+        return self.workers.memory.refusal(call_bytes, result_bytes)
 
     def memory_limited(self, within_s: float) -> bool:
         return self.workers.memory_limited(within_s)
@@ -325,18 +364,16 @@ class AutoExecutor:
                                    f"{workers}, cpu_budget={cpu_budget}): nothing to scale")
 
     # ---- calls -----------------------------------------------------------------------------------------
-    def call(self, x: Any, index: int, stop: Flag | None) -> Any:
+    def call(self, x: Any, index: int, stop: Flag | None, ready: Ready = None) -> Any:
         kind = self.kind
         procs = self._procs
         if kind is ExecutorKind.PROCESS and procs is not None:
             # While the workers start, calls wait for them: computing on threads meanwhile would take the cores
             # (and the GIL) the starting interpreters need, and start them 3-4x slower. Once it went back to
             # threads (the workers drain), on a thread.
-            y = procs.compute(x, index, stop, self.thread_fn)
-        elif kind is not ExecutorKind.MEASURING:
-            y = self.thread_fn(x)
-        else:
-            y = self._measured_call(x, stop)
+            y = procs.compute(x, index, stop, self.thread_fn, ready=ready)
+        else:  # (on a thread the call starts at once: ``ready`` is for a call that waited for a worker)
+            y = self.thread_fn(x) if kind is not ExecutorKind.MEASURING else self._measured_call(x, stop)
         finish = self.finish
         return y if finish is None else finish(y)
 
@@ -494,6 +531,12 @@ class AutoExecutor:
     def set_workers(self, n: int) -> None:
         if self._procs is not None:
             self._procs.set_workers(min(n, self.cpu_budget))
+
+    def refusal(self, call_bytes: int, result_bytes: int) -> str | None:
+        procs = self._procs
+        if self.kind is not ExecutorKind.PROCESS or procs is None:
+            return None
+        return procs.refusal(call_bytes, result_bytes)
 
     def check_fits(self, call_bytes: int) -> None:
         """A worker process that turned out not to fit the budget (measured, with one call): back to threads

@@ -89,6 +89,7 @@ class PoolFields:
     _crash: BaseException | None      # a defect in the pool's machinery, re-raised to the consumer
     _in_max: int                      # the largest input seen (the reservation's input part)
     _policy: Policy                   # the workers' kind of reservation (READ_AHEAD, with headroom or not)
+    _top_up_policy: Policy            # a reservation taken on a guess, topped up once the probe sized it
     _worker_stats: list[PoolStats]
 
     # ---- the inline and lean paths (pool_inline) ---------------------------------------------------------

@@ -15,6 +15,7 @@ per step would cost a cheap ``map`` a tenth of its time; its end and its errors 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .._memory import Cancelled
@@ -58,12 +59,22 @@ class ElementSteps(PoolFields):
                 self._next_seq = seq
             self._notify_all()
 
-    def _apply(self, x: Any, seq: int, stop: Flag, stats: PoolStats, inline: bool = False
-               ) -> tuple[Any, int, BaseException | None]:
+    def _apply(self, x: Any, seq: int, stop: Flag, stats: PoolStats, inline: bool = False,
+               ready: Callable[[bool], bool] | None = None) -> tuple[Any, int, BaseException | None]:
         """``fn(x)`` (or the executor's call; ``inline``: the inline path's, ``_inline_call``), timed into
         ``stats``, the input released (``release_input``) whether it succeeded or not: ``(value, nbytes,
-        error)`` (``nbytes`` 0 inline: nothing is reserved there), the error noted with the stage and element."""
+        error)`` (``nbytes`` 0 inline: nothing is reserved there), the error noted with the stage and element.
+        ``ready()`` runs right before ``fn`` (``Executor.call``); what it raises is raised, never the element's."""
         w0, c0 = time.perf_counter(), time.thread_time()
+        refused: list[BaseException] = []
+
+        def before(wait: bool) -> bool:
+            try:
+                return ready(wait)  # type: ignore[misc]
+            except BaseException as e:
+                refused.append(e)
+                raise
+
         try:
             try:
                 if inline:
@@ -71,7 +82,7 @@ class ElementSteps(PoolFields):
                 elif self._inline_direct:
                     value = self.fn(x)
                 else:
-                    value = self.executor.call(x, self._index_base + seq, stop)
+                    value = self.executor.call(x, self._index_base + seq, stop, None if ready is None else before)
             finally:  # the input's bytes go whether fn succeeded or not
                 if self.release_input is not None:
                     self.release_input(x)
@@ -83,6 +94,8 @@ class ElementSteps(PoolFields):
         except Cancelled:
             raise
         except Exception as e:
+            if refused and e is refused[0]:
+                raise
             return None, 0, note_error(e, self.stage, self._index_base + seq)
 
     def _advance(self, seq: int) -> None:

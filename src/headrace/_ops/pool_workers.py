@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from .._errors import MemoryBudgetError
 from .._handoff import delivers_charged, pulling_for, taking
-from .._memory import READ_AHEAD, WAIT_SLICE_S, Cancelled, Reservation
+from .._memory import READ_AHEAD, TOP_UP, WAIT_SLICE_S, Cancelled, Reservation
 from .._structure import nbytes
 from .._sync import Flag
 from .base import join_threads, mark_crash, start_thread
@@ -53,7 +55,9 @@ class WorkerThreads(PoolFields):
         self._gen = 0
         self._crash = None
         self._in_max = 0  # the largest input seen (the reservation's input part)
-        self._policy = READ_AHEAD.with_headroom(self.headroom)
+        # at a stall, a process map whose worker, call and one result cannot fit is refused, not overdrawn
+        self._policy = replace(READ_AHEAD.with_headroom(self.headroom), refuse=self._stall_refusal)
+        self._top_up_policy = replace(TOP_UP, refuse=self._stall_refusal)
         self._worker_stats = []
 
     def _start(self) -> None:
@@ -83,6 +87,16 @@ class WorkerThreads(PoolFields):
         if not self._inline_direct:
             self.executor.check_fits(need)  # worker processes: one worker and one call must fit the budget
         return need
+
+    def _stall_refusal(self, holders: str, total: int) -> str | None:
+        """(The budget's lock held, at a stall: ``Policy.refuse``.) On worker processes, a call waits for
+        memory that a finished result holds: where one worker, one call and that result cannot fit, the
+        stall breaker's overdraft would come back at every such wait, so the stage is refused; else None
+        (it overdraws)."""
+        if self._inline_direct:
+            return None
+        out = self.account.max_element_bytes
+        return self.executor.refusal(self._need(out), out) if out else None
 
     # ---- the loop ----------------------------------------------------------------------------------
     def _work(self, gen: int, stop: Flag, index: int, stats: PoolStats) -> None:
@@ -147,8 +161,12 @@ class WorkerThreads(PoolFields):
                 urgent = self._urgent(seq)
                 reservation = self.account.reserve(estimate - (charged or 0), stop, self._policy, urgent=urgent,
                                                    charged_in=charged or 0)
-                if not seen and self.account.seen:
-                    self._after_probe(reservation, charged or 0, stop, urgent)
+                ready = None
+                if not seen:  # taken on a guess: topped up to the probe's size once known, before the call
+                    ready = self._topping_up(reservation, charged or 0, stop, urgent)
+                    if self.account.seen:
+                        ready(True)
+                        ready = None
                 t3 = clock()
                 with pulling_for(urgent):
                     if charged is None:
@@ -169,16 +187,25 @@ class WorkerThreads(PoolFields):
             stats.room_s += t2 - t1
             stats.budget_s += t3 - t2
             stats.input_s += (t1 - t0) + (t4 - t3)
-            self._finish(gen, stop, seq, x, error, reservation, stats)
+            self._finish(gen, stop, seq, x, error, reservation, stats, ready)
             x = error = None  # no reference to the element while this worker waits for room
 
-    def _after_probe(self, reservation: Reservation, charged: int, stop: Flag, urgent: Any) -> None:
-        """A reservation taken on the estimate of a stage that had no element yet, admitted once its first one
-        (the probe) gave the size: topped up to that size before the call, whose output would otherwise be
-        charged only once it exists (4 calls of 12 MiB outputs under a 16 MiB budget held 24 MiB)."""
-        more = self._estimate() - charged - reservation.nbytes
-        if more > 0:
-            reservation.top_up(more, stop, urgent=urgent)
+    def _topping_up(self, reservation: Reservation, charged: int, stop: Flag, urgent: Any
+                    ) -> Callable[[bool], bool]:
+        """For a reservation taken on the estimate of a stage that had no element yet: the top-up to the size
+        its first element (the probe) gave, once known, run right before the call (``Executor.call``'s
+        ``ready``: calls admitted while the first one still started its worker process wait for a worker
+        inside the executor). The output would otherwise be charged only once it exists (4 calls of 12 MiB
+        outputs under a 16 MiB budget held 24 MiB; 24 MiB outputs on 4 processes under 128 MiB, 131 MiB)."""
+        def top_up(wait: bool) -> bool:
+            more = self._estimate() - charged - reservation.nbytes if self.account.seen else 0
+            if more <= 0:
+                return True
+            if not wait:
+                return reservation.try_top_up(more, urgent=urgent())
+            reservation.top_up(more, stop, urgent=urgent, policy=self._top_up_policy)
+            return True
+        return top_up
 
     def _pull(self, gen: int, stop: Flag, seq: int) -> tuple[Any, BaseException | None, bool]:
         """Input lock held: snapshot if due, pull element ``seq``; ``(x, error, ended)``."""
@@ -199,7 +226,7 @@ class WorkerThreads(PoolFields):
         return x, None, False
 
     def _finish(self, gen: int, stop: Flag, seq: int, x: Any, error: BaseException | None,
-                reservation: Reservation, stats: PoolStats) -> None:
+                reservation: Reservation, stats: PoolStats, ready: Callable[[bool], bool] | None = None) -> None:
         cv = self._cv
         if seq in self._skip:  # delivered before the state this run was restored from
             reservation.cancel()
@@ -217,8 +244,8 @@ class WorkerThreads(PoolFields):
                 if n_in > self._in_max:
                     self._in_max = n_in
             try:
-                value, n, error = self._apply(x, seq, stop, stats)
-            except Cancelled:
+                value, n, error = self._apply(x, seq, stop, stats, ready=ready)
+            except (Cancelled, MemoryBudgetError):
                 reservation.cancel()
                 raise
             x = None

@@ -269,24 +269,37 @@ class WorkerMemory:
         """Raise ``MemoryBudgetError`` when one worker of this stage, one of every other stage's (each keeps at
         least one, as far as measured) and one call's ``element_bytes`` exceed the budget: the pipeline
         cannot run in it at all (it would go from stall to stall, each ending in an overdraft)."""
+        budget = self.account.budget
+        with budget.cv:
+            text = self.refusal(element_bytes, 0)
+        if text is not None:
+            raise MemoryBudgetError(text)
+
+    def refusal(self, element_bytes: int, result_bytes: int) -> str | None:
+        """(The budget's lock held.) The refusal's text when one worker of this stage, one of every other
+        stage's, one call's ``element_bytes`` and ``result_bytes`` held meanwhile (a result waiting for the
+        consumer, at a stall) exceed the budget; else None."""
         one = self.account.max_element_bytes if self.measured else 0
         if not one or not element_bytes:
-            return
+            return None
         budget = self.account.budget
-        others = [a.max_element_bytes for a in budget.group_accounts(WORKER_GROUP) if a is not self.account]
-        need = one + sum(others) + element_bytes
+        others = [a.max_element_bytes for a in budget.accounts
+                  if a.group == WORKER_GROUP and a is not self.account]
+        need = one + sum(others) + element_bytes + result_bytes
         if need <= budget.limit_bytes:
-            return
+            return None
         limit = budget.limit_bytes
         workers = (f"one worker process ({format_bytes(one)}: its interpreter and shared-memory segments)"
                    if not any(others) else
                    f"one worker process of each of the {1 + sum(1 for o in others if o)} process stages "
                    f"({format_bytes(one + sum(others))}: interpreters and shared-memory segments)")
-        raise MemoryBudgetError(
-            f"{self.stage}: {workers} and the bytes of one call ({format_bytes(element_bytes)}: input, output "
-            f"and the worker's copy) need {format_bytes(need)}, more than the memory budget of "
-            f"{format_bytes(limit)} ({limit} bytes); raise Options(memory_budget=...), make elements smaller, "
-            "or use map_executor='thread'" + (" for some of the stages" if any(others) else ""))
+        result = (f" and one result waiting for the consumer meanwhile ({format_bytes(result_bytes)})"
+                  if result_bytes else "")
+        call = f"the bytes of one call ({format_bytes(element_bytes)}: input, output and the worker's copy)"
+        joint = ", " if result else " and "
+        return (f"{self.stage}: {workers}{joint}{call}{result} need {format_bytes(need)}, more than the memory "
+                f"budget of {format_bytes(limit)} ({limit} bytes); raise Options(memory_budget=...), make elements "
+                "smaller, or use map_executor='thread'" + (" for some of the stages" if any(others) else ""))
 
     def close(self) -> None:
         self.account.close()

@@ -77,6 +77,7 @@ class _RepeatIterator(Stage):
 
     def get_state(self) -> dict[str, Any]:
         return {"kind": self.kind, "count": self._count, "epoch": self._epoch, "in_epoch": self._in_epoch,
+                "iteration": list(self.ctx.iteration),
                 "input": None if self._source is None else self._source.get_state()}
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -86,6 +87,8 @@ class _RepeatIterator(Stage):
             self._source = None
         self._epoch = int(state["epoch"])
         self._in_epoch = int(state["in_epoch"])
+        if "iteration" in state:  # the saved run's path: its later epochs reshuffle as the saved run's would
+            self.ctx = self.ctx.at_iteration(tuple(int(i) for i in state["iteration"]))
         if state["input"] is not None:
             self._source = self._open()
             self._source.set_state(state["input"])
