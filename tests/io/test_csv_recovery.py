@@ -14,7 +14,7 @@ import pytest
 
 import headrace as hr
 from headrace._memory import Cancelled
-from headrace.io import _streams
+from headrace.io import _streams, _text_reader
 from headrace.io import csv as csv_module
 
 _DEFAULTS = [[0], [b""]]
@@ -76,7 +76,10 @@ def test_state_of_other_files_is_refused(tmp_path: Path) -> None:
 
 
 class _Stream:
-    """A stream of ``open_input`` whose first ``read`` calls ``on_read`` (during a restore's catch-up)."""
+    """A stream of ``open_input`` whose first ``read`` calls ``on_read`` (during a restore's catch-up); ``reads``
+    counts the calls of ``read``."""
+
+    reads = 0
 
     def __init__(self, inner: Any, on_read: Any) -> None:
         self._inner, self._on_read = inner, on_read
@@ -85,6 +88,7 @@ class _Stream:
         return False
 
     def read(self, n: int = -1) -> bytes:
+        _Stream.reads += 1
         hook, self._on_read = self._on_read, None
         if hook is not None:
             hook()
@@ -94,12 +98,14 @@ class _Stream:
         return getattr(self._inner, name)
 
 
-def _restore_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_read: Any) -> tuple[Any, Any]:
+def _restore_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_read: Any, text: bool = False
+                  ) -> tuple[Any, Any]:
     """An iterator, a state 120,000 rows into a GZIP file (its second chunk), and ``on_read`` armed for the
-    restore's first read."""
+    restore's first read (``text``: of a ``TextLineDataset``, whose catch-up shares ``seek_input``)."""
     path = tmp_path / "rows.csv.gz"
     path.write_bytes(gzip.compress(_rows(150_000)))
-    ds = hr.io.CsvDataset(str(path), _DEFAULTS, compression_type="GZIP")
+    ds = (hr.io.TextLineDataset(str(path), compression_type="GZIP") if text
+          else hr.io.CsvDataset(str(path), _DEFAULTS, compression_type="GZIP"))
     with iter(ds) as it:
         for _ in range(120_000):
             next(it)
@@ -107,7 +113,8 @@ def _restore_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_read: Any)
     assert state["pipeline"]["offset"] > 4 * 4096
     monkeypatch.setattr(_streams, "_SKIP_CHUNK", 4096)
     real = csv_module.open_input
-    monkeypatch.setattr(csv_module, "open_input", lambda *a: _Stream(real(*a), on_read))
+    for module in (csv_module, _text_reader):
+        monkeypatch.setattr(module, "open_input", lambda *a: _Stream(real(*a), on_read))
     return iter(ds), state
 
 
@@ -124,7 +131,8 @@ def test_interrupt_during_the_restore_catch_up_reads_nothing_half_moved(tmp_path
         next(it)
 
 
-def test_close_during_the_restore_catch_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("text", [False, True])
+def test_close_during_the_restore_catch_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: bool) -> None:
     holder: list[Any] = []
 
     def close_from_another_thread() -> None:
@@ -132,11 +140,13 @@ def test_close_during_the_restore_catch_up(tmp_path: Path, monkeypatch: pytest.M
         t.start()
         t.join(30)
 
-    it, state = _restore_with(tmp_path, monkeypatch, close_from_another_thread)
+    it, state = _restore_with(tmp_path, monkeypatch, close_from_another_thread, text)
     holder.append(it)
+    monkeypatch.setattr(_Stream, "reads", 0)
     with pytest.raises(hr.IteratorClosedError):
         it.set_state(state)
         next(it)
+    assert _Stream.reads == 1  # the catch-up (hundreds of 4 KiB chunks) stopped at the chunk close() met
 
 
 def test_restore_goes_on_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
