@@ -213,3 +213,18 @@ def test_make_csv_dataset_state_roundtrip(tmp_path: Path) -> None:
     assert list(first[0]) == ["a", "b"] and first[0]["a"].dtype == np.int32 and first[1].dtype == object
     n = assert_state_roundtrip(ds, [0, 3, 17, 34])
     assert n == 2 * 120 // 7 + 1  # 240 rows, the last batch partial (num_epochs is not None)
+
+
+def test_make_csv_dataset_inference_errors_name_the_file_and_line(tmp_path: Path) -> None:
+    long = tmp_path / "long.csv"
+    long.write_text("a,b\n1," + "y" * 200_000 + "\n2,z\n")
+    with pytest.raises(ValueError, match=r"line 2 of .*long\.csv.*field larger than field limit.*column_defaults"):
+        hr.io.make_csv_dataset(str(long), batch_size=2, num_epochs=1, shuffle=False)
+    got = hr.io.make_csv_dataset(str(long), batch_size=2, num_epochs=1, shuffle=False, column_names=["a", "b"],
+                                 column_defaults=[[0], [b""]])
+    assert [len(b) for b in next(iter(got))["b"]] == [200_000, 1]
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes(b"a,caf\xe9\n1,2\n")
+    with pytest.raises(ValueError, match=r"latin\.csv has bytes that are not utf-8 text at line 1.*encoding="):
+        hr.io.make_csv_dataset(str(latin), batch_size=2, num_epochs=1)
+    assert list(hr.io.make_csv_dataset(str(latin), batch_size=2, num_epochs=1, encoding="latin-1"))

@@ -44,3 +44,18 @@ def test_a_record_larger_than_the_budget_is_refused_before_it_is_read(tmp_path: 
     assert out["error"] is not None and "huge.csv" in out["error"] and "line 2" in out["error"]
     assert out["rows"] == 1
     assert growth <= cap(budget), f"RSS grew {growth / MiB:.1f} MiB under a {budget / MiB:.0f} MiB budget"
+
+
+def test_a_long_quoted_field_stays_within_the_budget(tmp_path: Path) -> None:
+    # finding the last record end by quote parity made int64 temporaries of 8 bytes per buffered byte (uncharged):
+    # a quoted field grown to the 16 MiB a record may take under 64 MiB grew RSS ~270 MiB
+    path = tmp_path / "quoted.csv"
+    with path.open("wb") as f:
+        f.write(b'1,"')
+        for _ in range(20):
+            f.write(b"x" * MiB)
+        f.write(b'"\n2,b\n')
+    budget = 64 * MiB
+    out, growth = run_child(CODE, str(path), str(budget), "null")
+    assert out["error"] is not None and "quoted.csv" in out["error"] and "line 1" in out["error"]
+    assert growth <= cap(budget), f"RSS grew {growth / MiB:.1f} MiB under a {budget / MiB:.0f} MiB budget"

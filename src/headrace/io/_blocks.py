@@ -133,6 +133,12 @@ class BlockRowIterator(Stage):
     """
 
     row_key: str | None = None
+    row_tuples = False  # rows as tuples of the block's values (in its column order), not dicts
+
+    def ready_stop(self) -> int:
+        """The end of the rows of the block in hand ``elements_ready`` may hand out (a reader whose block holds
+        errors between rows: the next one)."""
+        return self._block_rows
 
     def __init__(self, ctx: IteratorContext, node: object, stage: str, batch_size: int | None) -> None:
         super().__init__(ctx)
@@ -262,7 +268,7 @@ class BlockRowIterator(Stage):
         if self._batch_size is not None or self._block is None:
             return None
         start = self._pos
-        stop = min(start + READY_ROWS, self._block_rows)
+        stop = min(start + READY_ROWS, self.ready_stop())
         block = self._block
         if stop <= start or any(col.ndim != 1 for col in block.values()):
             return None
@@ -272,7 +278,9 @@ class BlockRowIterator(Stage):
         else:
             columns = [list(col[start:stop]) for col in block.values()]  # col[i]'s values, in a C loop each
             track = iter(columns[0])
-            rows = map(dict, map(zip, repeat(tuple(block)), zip(track, *columns[1:])))
+            rows = zip(track, *columns[1:])
+            if not self.row_tuples:
+                rows = map(dict, map(zip, repeat(tuple(block)), rows))
         self._run = (rows, track, start, stop - start)
         return rows
 

@@ -237,28 +237,50 @@ def quotes_valid(chunk: bytes, delim: bytes, at_eof: bool) -> bool:
     return bool(np.all(np.where(opening, ok_open, ok_close)))
 
 
+_CUT_WINDOW = 1 << 20  # cut_point looks at the buffer in windows of this many bytes (its temporaries: a few)
+
+
+def _last_terminator(buf: bytes, start: int, stop: int, eof: bool) -> int:
+    """The index of the last ``\\n`` / ``\\r`` in ``buf[start:stop]`` that ends a record there (a ``\\r`` at the
+    buffer's end is not one unless ``eof``: its ``\\n`` may follow), or -1."""
+    while stop > start:
+        t = max(buf.rfind(b"\n", start, stop), buf.rfind(b"\r", start, stop))
+        if t < 0 or buf[t] == 10 or t + 1 < len(buf) or eof:
+            return t
+        stop = t
+    return -1
+
+
 def cut_point(buf: bytes, start: int, stop: int, quote: bool, eof: bool) -> int:
     """The end of the last whole record in ``buf[start:stop]`` (a terminator outside quotes, by quote parity), or
-    ``start`` when there is none; with ``eof`` and ``stop == len(buf)``, ``stop``."""
+    ``start`` when there is none; with ``eof`` and ``stop == len(buf)``, ``stop``.
+
+    Memory: no copy of ``buf``; with quotes, boolean temporaries of one window (``_CUT_WINDOW`` bytes) at a time,
+    from the end, the quote parity before each window counted in place (``bytes.count``)."""
     if eof and stop >= len(buf):
         return len(buf)
-    view = buf[start:stop]
-    if quote and b'"' in view:
-        arr = np.frombuffer(view, np.uint8)
-        inside = (np.cumsum(arr == 34) % 2).astype(bool)
-        cand = np.flatnonzero(((arr == 10) | (arr == 13)) & ~inside)
-        cands = cand.tolist()
-    else:
-        last = max(view.rfind(b"\n"), view.rfind(b"\r"))
-        cands = [last] if last >= 0 else []
-    while cands:
-        t = cands.pop()
-        if view[t] == 13 and start + t + 1 >= len(buf) and not eof:  # a \r whose \n may follow
-            if not quote or b'"' not in view:
-                last = max(view.rfind(b"\n", 0, t), view.rfind(b"\r", 0, t))
-                cands = [last] if last >= 0 else []
-            continue
-        return start + t + 1
+    if not quote or buf.find(b'"', start, stop) < 0:
+        t = _last_terminator(buf, start, stop, eof)
+        return start if t < 0 else t + 1
+    quotes_before = buf.count(b'"', start, stop)  # (before the window, once it is taken off below)
+    hi = stop
+    while hi > start:
+        lo = max(start, hi - _CUT_WINDOW)
+        w = np.frombuffer(buf, np.uint8, hi - lo, lo)
+        is_quote = w == 34
+        quotes_before -= int(np.count_nonzero(is_quote))
+        inside = np.bitwise_xor.accumulate(is_quote)  # parity of the window's quotes up to each byte
+        if quotes_before % 2:
+            np.logical_not(inside, out=inside)
+        ends = (w == 10) | (w == 13)
+        ends &= ~inside
+        cands = np.flatnonzero(ends)
+        for t in cands[::-1][:2].tolist():  # (at most one \r at the buffer's end is passed over)
+            at = lo + t
+            if buf[at] == 13 and at + 1 >= len(buf) and not eof:  # a \r whose \n may follow
+                continue
+            return at + 1
+        hi = lo
     return start
 
 

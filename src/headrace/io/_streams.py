@@ -175,13 +175,15 @@ def open_input(path: str, compression_type: str | None = "", buffer_size: int = 
     return f  # type: ignore[return-value]
 
 
-def seek_input(stream: BinaryIO, offset: int, path: str = "") -> None:
+def seek_input(stream: BinaryIO, offset: int, path: str = "", stop: Any = None) -> None:
     """Move ``stream`` (from :func:`open_input`, at its start) to the uncompressed byte ``offset``: a seek where the
     stream can seek, else decompress-and-skip from the start (O(offset) CPU, ``_SKIP_CHUNK`` bytes of memory).
+    ``stop``: a flag (``is_set()``, e.g. the iterator's close) checked between the chunks skipped.
 
     Raises:
         DataLossError: the file's (uncompressed) bytes end before ``offset`` (names ``path`` and both offsets), or
             a damaged compressed stream.
+        Cancelled: ``stop`` was set during the skip (the stream is then somewhere before ``offset``).
     """
     if offset <= 0:
         return
@@ -194,6 +196,8 @@ def seek_input(stream: BinaryIO, offset: int, path: str = "") -> None:
         return
     left = offset - stream.tell()
     while left > 0:
+        if stop is not None and stop.is_set():
+            raise Cancelled()
         got = len(stream.read(min(left, _SKIP_CHUNK)))
         if not got:
             raise DataLossError(f"cannot resume {path or 'the file'} at uncompressed byte {offset}: its bytes end at "

@@ -100,7 +100,7 @@ class TextFileIterator(BlockRowIterator):
                     if why is not None:
                         raise DataLossError(f"{self._fmt.label}: {name} ({size} bytes): {why}", path=name,
                                             offset=0, reason="partial record")
-                seek_input(stream, offset, name)
+                seek_input(stream, offset, name, stop_flag(self.ctx))
             except DataLossError as e:
                 close_quietly(stream)
                 self._file_index += 1

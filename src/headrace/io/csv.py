@@ -14,32 +14,37 @@ charged to the budget while a file is read, the parsed block of rows while rows 
 cannot fit 1/4 of the budget is refused with ``MemoryBudgetError`` naming the file, the line and its size so far,
 before more of it is read; the iterator then goes on with the next file.
 
-State: ``{"file", "offset", "line", "skip"}``: the file's index, the uncompressed byte offset of a record
-boundary, its line number and the positions (rows and bad rows) read after it. A restore opens the file, moves
-to the offset (a seek; in a compressed file, decompressing from the start: O(offset) CPU, little memory) and
-parses on from there, skipping ``skip`` positions.
+Damage: a truncated or damaged compressed file (``DataLossError`` from the stream) ends that file where the damage
+is: the whole records read before it are yielded, then the error (naming the file and the uncompressed offset)
+once, then the next file is read (so ``ignore_errors()`` skips only the damage).
+
+State: ``{"file", "path", "offset", "line", "skip"}``: the file's index and name (a restore into a pipeline where
+that file has another name raises ``StateError``), the uncompressed byte offset of a record boundary, its line
+number and the positions (rows and bad records) read after it. ``set_state`` only checks and records it; the next
+call opens the file, moves to the offset (a seek; in a compressed file, decompressing from the start: O(offset)
+CPU, little memory, stopped by ``close()``) and parses on from there, skipping ``skip`` positions. The stream is
+kept only once it got there: an interrupted catch-up leaves the restored position as it was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from .._args import as_int
 from .._dataset import Dataset
-from .._errors import MemoryBudgetError
+from .._errors import DataLossError, MemoryBudgetError
 from .._memory import format_bytes
-from .._ops.base import check_state
+from .._ops.base import check_state, stop_flag
 from .._ops.context import IteratorContext
 from .._ops.node import DatasetNode
 from .._ops.stage import Stage
 from .._spec import TensorSpec
-from ._blocks import READY_ROWS, BlockRowIterator, close_quietly, state_error
+from ._blocks import BlockRowIterator, close_quietly, state_error
 from ._csv_args import csv_format
 from ._csv_parse import CsvFormat, FastParser, as_columns, count_lines, cut_point, parse_records
-from ._filenames import name_list
+from ._filenames import FileNames, NameSource, name_list
 from ._streams import buffer_bytes, normalize_compression, open_input, seek_input
 
 _WHAT = "CsvDataset"
@@ -133,8 +138,12 @@ class CsvIterator(BlockRowIterator):
         self._read_size = min(ds.buffer_size, self._chunk)
         self._fixed = sum(d.itemsize for d in ds.fmt.dtypes if d.kind != "O")
         self._strings = [k for k, d in enumerate(ds.fmt.dtypes) if d.kind == "O"]
+        self._names = NameSource(ctx, FileNames(ds.filenames, _WHAT))
         self._f = 0
         self._stream: Any = None
+        self._damage: DataLossError | None = None  # a damaged compressed stream, raised after the records before it
+        self._resume: tuple[int, int, int] | None = None  # a restored (offset, line, skip), opened by next()
+        self._skip_left = 0  # positions (rows and bad records) still to skip after a restore
         self._close_stream()
         self._errs: list[tuple[int, Exception]] = []
         self._err_i = 0
@@ -147,19 +156,31 @@ class CsvIterator(BlockRowIterator):
     def _path(self) -> str:
         return self._ds.filenames[self._f]
 
-    def _open(self, offset: int, line: int) -> None:
+    def _open(self) -> None:
+        """Open the current file at its start, or at the restored position (the stream is kept only once the
+        seek is over: an interrupted restore leaves nothing half-moved, and the next call starts it again)."""
         self._close_stream()
         ds = self._ds
-        self._stream = open_input(self._path(), ds.compression_type, self._read_size)
-        if offset:
-            seek_input(self._stream, offset, self._path())
+        offset, line, skip = self._resume or (0, 1, 0)
+        stream = open_input(self._path(), ds.compression_type, self._read_size)
+        try:
+            seek_input(stream, offset, self._path(), stop_flag(self.ctx))
+        except DataLossError:
+            close_quietly(stream)
+            self._resume = None
+            self._f += 1  # (the file is shorter than the state says: the next call goes on with the next file)
+            raise
+        except BaseException:
+            close_quietly(stream)
+            raise
+        self._stream, self._resume, self._skip_left = stream, None, skip
         self._base, self._line, self._header_due = offset, line, ds.header and offset == 0
         self._charge(self._chunk)
 
     def _close_stream(self) -> None:
         close_quietly(self._stream)
         self._stream, self._buf, self._base, self._line, self._eof = None, b"", 0, 1, False
-        self._header_due = False
+        self._header_due, self._damage, self._skip_left = False, None, 0
         self.release_work()
 
     def _charge(self, size: int) -> None:
@@ -175,23 +196,34 @@ class CsvIterator(BlockRowIterator):
         elif want > self._max_buf:
             self._dead = True
             line = self._line + count_lines(self._buf, at)
-            raise MemoryBudgetError(
-                f"{_WHAT}: the record at line {line} of {self._path()} (byte offset {self._base + at}) is longer "
-                f"than {format_bytes(len(self._buf) - at)} and does not fit the reader's share of the memory budget "
-                f"of {format_bytes(self.ctx.budget.limit_bytes)} ({format_bytes(self._max_buf)} for one record); "
-                "raise Options(memory_budget=...) or split the record; the rest of the file is skipped")
+            raise _too_long(f"line {line} of {self._path()} (byte offset {self._base + at})", len(self._buf) - at,
+                            self.ctx.budget.limit_bytes, self._max_buf)
+        if self._damage is not None:  # more bytes are needed past the damage
+            self._raise_damage()
         if want > 3 * self._chunk:
             self._charge(want)
         parts = [self._buf]
         have = len(self._buf)
-        while have < want and not self._eof:
-            data = self._stream.read(want - have)
+        read = getattr(self._stream, "read1", None) or self._stream.read  # (one decompression a call: the bytes
+        while have < want and not self._eof:  # read before a damaged stream's error are kept)
+            try:
+                data = read(want - have)
+            except DataLossError as e:
+                self._damage = e  # the whole records before it are parsed first
+                break
             if not data:
                 self._eof = True
                 break
             parts.append(data)
             have += len(data)
         self._buf = b"".join(parts)
+
+    def _raise_damage(self) -> None:
+        """The file ends at its damage (the records before it were handed out): raised once, then the next file."""
+        damage = self._damage
+        self._close_stream()
+        self._f += 1  # (ignore_errors goes on with the next file)
+        raise damage  # type: ignore[misc]
 
     def _consume(self, n: int) -> None:
         self._line += count_lines(self._buf, n)
@@ -208,9 +240,9 @@ class CsvIterator(BlockRowIterator):
                 self._close_stream()
                 self._f += 1
             if self._stream is None:
-                if self._f >= len(self._ds.filenames):
+                if self._names.get(self._f) is None:
                     return None
-                self._open(0, 1)
+                self._open()
             self._blk = (self._f, self._base, self._line)
             block = self._parse_chunk()
             if block is not None:
@@ -225,6 +257,8 @@ class CsvIterator(BlockRowIterator):
             return self._skip_header()
         self._fill(self._chunk, 0)
         if not self._buf:
+            if self._damage is not None:
+                self._raise_damage()
             return None
         cut = cut_point(self._buf, 0, len(self._buf), self._fmt.quote, self._eof)
         while cut == 0:
@@ -238,6 +272,8 @@ class CsvIterator(BlockRowIterator):
         pos = 0
         while pos < cut:
             got = parse_records(self._fmt, self._buf, pos, cut, self._eof)
+            if got is None and self._damage is not None:  # the rows before the damage first
+                break
             if got is None:  # a record past the buffer: the rows before it are done, the buffer grows
                 self._consume(pos)
                 cut, pos = cut - pos, 0
@@ -254,6 +290,8 @@ class CsvIterator(BlockRowIterator):
     def _skip_header(self) -> dict[str, np.ndarray] | None:
         self._header_due = False
         self._fill(self._chunk, 0)
+        if not self._buf and self._damage is not None:
+            self._raise_damage()
         while True:
             got = self._fmt.read_record(self._buf, 0, self._eof) if self._buf else (0, [], 0, "the file is empty")
             if got is not None:
@@ -273,33 +311,33 @@ class CsvIterator(BlockRowIterator):
         return err
 
     def _as_block(self, cols: list[np.ndarray]) -> dict[str, np.ndarray]:
-        self._cols = cols
-        self._sizes = None
-        if self._strings and len(cols[0]):
-            sizes = np.full(len(cols[0]), self._fixed, np.int64)
-            for k in self._strings:
-                sizes += np.fromiter(map(len, cols[k]), np.int64, len(cols[k]))
-            self._sizes = sizes
+        self._cols, self._sizes = cols, _row_sizes(cols, self._fixed, self._strings)
         return {str(k): c for k, c in enumerate(cols)}
 
-    # ---- rows ----------------------------------------------------------------------------------------
-    def _next_error_at(self) -> int:
-        return self._errs[self._err_i][0] if self._err_i < len(self._errs) else self._block_rows
+    def _read_held(self) -> dict[str, np.ndarray] | None:
+        block = super()._read_held()
+        if block is not None and self._skip_left:  # a restore's positions to skip
+            self._pos, self._err_i, self._skip_left = _skip(self._errs, self._block_rows, self._pos, self._err_i,
+                                                            self._skip_left)
+        return block
 
-    def _raise_error(self) -> None:
-        err = self._errs[self._err_i][1]
-        self._err_i += 1
-        raise err
+    # ---- rows ----------------------------------------------------------------------------------------
+    row_tuples = True
+
+    def ready_stop(self) -> int:
+        """The next bad record's position in the block in hand (or its end)."""
+        return self._errs[self._err_i][0] if self._err_i < len(self._errs) else self._block_rows
 
     def _ensure(self) -> int:
         """Rows left before the next bad record in the block in hand (reading blocks as needed); raises that
         record's error when it is next, ``StopIteration`` at the end."""
         while True:
-            stop = self._next_error_at()
+            stop = self.ready_stop()
             if self._pos < stop:
                 return stop
             if self._err_i < len(self._errs):
-                self._raise_error()
+                self._err_i += 1
+                raise self._errs[self._err_i - 1][1]
             if self._read_held() is None:
                 raise StopIteration
 
@@ -316,17 +354,7 @@ class CsvIterator(BlockRowIterator):
         larger than ``per``), with its bytes and its largest row; the position moves past it."""
         stop = self._ensure()  # (an error or the end: the caller keeps what it has)
         i = self._pos
-        j = min(stop, i + left)
-        sizes = self._sizes
-        if sizes is None:
-            n_bytes, big = self._fixed * (j - i), self._fixed
-        else:
-            run = sizes[i:j]
-            over = np.flatnonzero(run > per)
-            if len(over):
-                j = i + int(over[0]) + 1
-                run = run[:j - i]
-            n_bytes, big = int(run.sum()), int(run.max())
+        j, n_bytes, big = _run_of(self._sizes, self._fixed, i, min(stop, i + left), per)
         self._pos = j
         return i, j, n_bytes, big
 
@@ -355,38 +383,23 @@ class CsvIterator(BlockRowIterator):
         """``Stage.fill_columns``: the rows as slices of the block's columns, for ``batch`` to concatenate."""
         return self._runs(k, per, lambda i, j: runs.append([c[i:j] for c in self._cols]))
 
-    def elements_ready(self) -> Iterator[Any] | None:
-        run = self._run
-        if run is not None:
-            if run[1].__length_hint__():
-                return run[0]
-            self._end_run()
-        if self._block is None:
-            return None
-        start = self._pos
-        stop = min(start + READY_ROWS, self._next_error_at())
-        if stop <= start:
-            return None
-        columns = [list(col[start:stop]) for col in self._cols]
-        track = iter(columns[0])
-        rows = zip(track, *columns[1:])
-        self._run = (rows, track, start, stop - start)
-        return rows
-
     # ---- state ---------------------------------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
         ds = self._ds
         return {"files": len(ds.filenames), "header": ds.header, "columns": len(ds.fmt.dtypes)}
 
     def get_state(self) -> dict[str, Any]:
-        if self._block is not None:
+        if self._resume is not None:
+            f, (offset, line, skip) = self._f, self._resume
+        elif self._block is not None:
             f, offset, line = self._blk
-            skip = self._offset + self._err_i
+            skip = self._offset + self._err_i + self._skip_left
         else:
-            f, offset, line, skip = self._f, self._base, self._line, 0
+            f, offset, line, skip = self._f, self._base, self._line, self._skip_left
             if self._stream is not None and self._header_due:
                 offset = 0
-        return {"kind": self.kind, **self._settings(), "file": f, "offset": offset, "line": line, "skip": skip}
+        return {"kind": self.kind, **self._settings(), "file": f, "path": self._names.known(f), "offset": offset,
+                "line": line, "skip": skip}
 
     def set_state(self, state: dict[str, Any]) -> None:
         check_state(state, self.kind, **self._settings())
@@ -394,26 +407,59 @@ class CsvIterator(BlockRowIterator):
         self._close_stream()
         self._dead = False
         self._errs, self._err_i = [], 0
+        self._resume = None
         f = int(state["file"])
         if not 0 <= f <= len(self._ds.filenames):
             raise state_error(self.kind, f"file {f} is outside 0..{len(self._ds.filenames)}")
-        self._f = f
-        if f == len(self._ds.filenames):
-            return
-        self._open(int(state["offset"]), int(state["line"]))
-        left = int(state["skip"])
-        while left > 0:
-            try:
-                stop = self._ensure()
-            except StopIteration:
-                return
-            except Exception:  # a bad record, reported before the state was taken
-                left -= 1
-                continue
-            take = min(left, stop - self._pos)
-            self._pos += take
-            left -= take
+        self._f = self._names.restore_checked({"file_index": f, "path": state.get("path")}, self.kind)
+        if f < len(self._ds.filenames):  # (opened, moved to the offset and skipped by the next call)
+            self._resume = (int(state["offset"]), int(state["line"]), int(state["skip"]))
 
     def _close_self(self) -> None:
         self._close_stream()
         super()._close_self()
+
+
+def _too_long(where: str, size: int, budget: int, most: int) -> MemoryBudgetError:
+    return MemoryBudgetError(
+        f"{_WHAT}: the record at {where} is longer than {format_bytes(size)} and does not fit the reader's share of "
+        f"the memory budget of {format_bytes(budget)} ({format_bytes(most)} for one record); raise "
+        "Options(memory_budget=...) or split the record; the rest of the file is skipped")
+
+
+def _row_sizes(cols: list[np.ndarray], fixed: int, strings: list[int]) -> np.ndarray | None:
+    """Each row's bytes: ``fixed`` (its numbers) plus its strings' lengths; None without strings (all ``fixed``)."""
+    if not strings or not len(cols[0]):
+        return None
+    sizes = np.full(len(cols[0]), fixed, np.int64)
+    for k in strings:
+        sizes += np.fromiter(map(len, cols[k]), np.int64, len(cols[k]))
+    return sizes
+
+
+def _run_of(sizes: np.ndarray | None, fixed: int, i: int, j: int, per: int) -> tuple[int, int, int]:
+    """Rows ``[i, j)`` cut after the first one larger than ``per``: ``(its end, its bytes, its largest row)``."""
+    if sizes is None:
+        return j, fixed * (j - i), fixed
+    run = sizes[i:j]
+    over = np.flatnonzero(run > per)
+    if len(over):
+        j = i + int(over[0]) + 1
+        run = run[:j - i]
+    return j, int(run.sum()), int(run.max())
+
+
+def _skip(errs: list[tuple[int, Exception]], rows: int, pos: int, err_i: int, left: int) -> tuple[int, int, int]:
+    """A restore's ``left`` positions (rows and bad records, reported before the state was taken) skipped in a block
+    of ``rows`` rows with the bad records ``errs`` ((rows before it, error)), from row ``pos`` and bad record
+    ``err_i``: ``(pos, err_i, left)``, ``left`` > 0 where the block is used up (the rest: in the next one)."""
+    while left > 0:
+        stop = errs[err_i][0] if err_i < len(errs) else rows
+        if pos < stop:
+            take = min(left, stop - pos)
+            pos, left = pos + take, left - take
+        elif err_i < len(errs):
+            err_i, left = err_i + 1, left - 1
+        else:
+            break
+    return pos, err_i, left

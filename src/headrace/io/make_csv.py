@@ -15,8 +15,10 @@ types of ``"ZLIB"`` files (it raises); headrace reads them like ``"GZIP"`` ones.
 from __future__ import annotations
 
 import collections
+import contextlib
 import csv
 import io
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -44,17 +46,39 @@ def _file_names(file_pattern: Any) -> list[str]:
     return sorted(names)
 
 
-def _reader(path: str, compression: str, encoding: str, delim: str, quote: bool) -> Any:
+_FIX = "pass column_names=[...] and column_defaults=[...] (nothing is then read before the dataset)"
+
+
+def _records(path: str, compression: str, encoding: str, delim: str, quote: bool) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, fields)`` of each record of ``path`` (Python's ``csv`` module over the decoded text).
+
+    Raises:
+        ValueError: a record the ``csv`` module cannot read (a field over its limit of ``csv.field_size_limit()``
+            characters, ...) or bytes that do not decode: one line naming the file, the line and the fix.
+    """
     text = io.TextIOWrapper(open_input(path, compression), encoding=encoding, newline="")
-    return text, csv.reader(text, delimiter=delim, quoting=csv.QUOTE_MINIMAL if quote else csv.QUOTE_NONE)
+    rows = csv.reader(text, delimiter=delim, quoting=csv.QUOTE_MINIMAL if quote else csv.QUOTE_NONE)
+    with text:
+        while True:
+            try:
+                row = next(rows)
+            except StopIteration:
+                return
+            except csv.Error as e:
+                raise ValueError(f"{_WHAT}: cannot read line {rows.line_num} of {path} to infer the columns: {e}; "
+                                 f"{_FIX}") from None
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{_WHAT}: {path} has bytes that are not {encoding} text at line {rows.line_num + 1} "
+                                 f"or after it ({e.reason}: {e.object[e.start:e.start + 4]!r}); give the file's "
+                                 f"encoding=... or {_FIX}") from None
+            yield rows.line_num, row
 
 
 def _column_names(names: list[str], compression: str, encoding: str, delim: str, quote: bool) -> list[str]:
     first: list[str] | None = None
     for path in names:
-        text, rows = _reader(path, compression, encoding, delim, quote)
-        with text:
-            row = next(rows, None)
+        with contextlib.closing(_records(path, compression, encoding, delim, quote)) as rows:
+            row = next(rows, (0, None))[1]
         if row is None:
             raise ValueError(f"{_WHAT}: cannot read the header line of {path}: is it an empty file?")
         if first is None:
@@ -95,16 +119,15 @@ def _infer_defaults(names: list[str], ncols: int, select: list[int] | None, comp
     kinds: list[int | None] = [None] * len(cols)
     seen = 0
     for path in names:
-        text, rows = _reader(path, compression, encoding, delim, quote)
-        with text:
+        with contextlib.closing(_records(path, compression, encoding, delim, quote)) as rows:
             if header:
                 next(rows, None)
-            for n, row in enumerate(rows, start=2 if header else 1):
+            for n, row in rows:
                 if rows_for_inference is not None and seen >= rows_for_inference:
                     break
                 if len(row) != ncols:
-                    raise ValueError(f"{_WHAT}: cannot infer the column types: record {n} of {path} has {len(row)} "
-                                     f"fields, expected {ncols}; pass column_defaults=[...]")
+                    raise ValueError(f"{_WHAT}: cannot infer the column types: the record ending at line {n} of "
+                                     f"{path} has {len(row)} fields, expected {ncols}; pass column_defaults=[...]")
                 for j, c in enumerate(cols):
                     kinds[j] = _infer_type(row[c], na, kinds[j])
                 seen += 1
@@ -196,7 +219,9 @@ def make_csv_dataset(file_pattern: Any, batch_size: int, column_names: list[str]
     Raises:
         ValueError: no file matches; no header and no ``column_names``; duplicate names; a bad ``select_columns``
             or ``label_name``; defaults and selected columns of different lengths; a record of the wrong length
-            met while inferring types. While iterating: ``CsvDataset``'s errors (unless ``ignore_errors``).
+            met while inferring types, or one Python's ``csv`` module cannot read there (a field over
+            ``csv.field_size_limit()``, 128 Ki characters), or header / inference bytes not in ``encoding``: each one
+            line naming the file and line. While iterating: ``CsvDataset``'s errors (unless ``ignore_errors``).
     """
     reads = 1 if num_parallel_reads is None else num_parallel_reads
     prefetch = AUTOTUNE if prefetch_buffer_size is None else prefetch_buffer_size
