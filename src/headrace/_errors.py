@@ -9,6 +9,7 @@ standard library would catch (the second base).
         ├── MemoryBudgetError      (also MemoryError)   an element or buffer cannot fit the memory budget
         ├── DataLossError          (also OSError)       a record failed its CRC or was truncated
         ├── ImageDecodeError       (also ValueError)    bytes that are not a decodable image
+        ├── RecordParseError       (also ValueError)    a text record (a CSV row) that does not parse
         ├── StateError             (also ValueError)    get_state / set_state mismatch or bad checkpoint
         ├── StaleIndexError        (also ValueError)    a TFRecord ``.idx`` index that does not match its
         │                                               file (stale) or is not an index; names both files
@@ -85,6 +86,11 @@ class DataLossError(HeadraceError, OSError):
 
 class ImageDecodeError(HeadraceError, ValueError):
     """Bytes that could not be decoded as an image; names the file or record when known."""
+
+
+class RecordParseError(HeadraceError, ValueError):
+    """A record of a text format that does not parse (a CSV row with a wrong field count, a value that is not a
+    number, an unterminated quote); names the file, the line, the byte offset, the column and the value."""
 
 
 class StateError(HeadraceError, ValueError):
@@ -187,6 +193,12 @@ class ExportError(HeadraceError, ValueError):
     """A model could not be exported (ONNX or torch.export); the message names the layer when one was running."""
 
 
+DATA_ERRORS = (DataLossError, ImageDecodeError, RecordParseError)
+"""The errors about one bad record or element of the input (damaged bytes, an undecodable image, a text record
+that does not parse): what ``ignore_errors()`` skips of headrace's own and what stops training after a
+checkpoint."""
+
+
 class MemoryBudgetWarning(UserWarning):
     """A configured buffer was shrunk to fit the memory budget (issued once per stage)."""
 
@@ -204,6 +216,7 @@ __all__ = [
     "MemoryBudgetError",
     "MemoryBudgetWarning",
     "MissingDependencyError",
+    "RecordParseError",
     "RemoteTraceback",
     "SchemaConflictError",
     "SharedMemoryError",

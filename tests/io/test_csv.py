@@ -85,14 +85,14 @@ def test_bad_record_errors_name_file_line_column_value(tmp_path: Path) -> None:
     path = _write(tmp_path / "bad.csv", b'1,2.0,a,3\n2,x,b,4\n3,1.0,c\n"4,1.0,d,5\n')
     it = iter(hr.io.CsvDataset(path, DEFAULTS))
     assert next(it)[0] == 1
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(hr.RecordParseError) as e:
         next(it)
     msg = str(e.value)
     assert "\n" not in msg and path in msg and "line 2" in msg and "column 1" in msg and "b'x'" in msg
     assert "float32" in msg and "ignore_errors" in msg
-    with pytest.raises(ValueError, match=r"line 3 .*3 of the 4 columns"):
+    with pytest.raises(hr.RecordParseError, match=r"line 3 .*3 of the 4 columns"):
         next(it)
-    with pytest.raises(ValueError, match=r"line 4 .*not closed before the end of the file"):
+    with pytest.raises(hr.RecordParseError, match=r"line 4 .*not closed before the end of the file"):
         next(it)
     with pytest.raises(StopIteration):
         next(it)
@@ -100,11 +100,11 @@ def test_bad_record_errors_name_file_line_column_value(tmp_path: Path) -> None:
 
 def test_required_field_missing(tmp_path: Path) -> None:
     path = _write(tmp_path / "req.csv", b"1,,a,3\n")
-    with pytest.raises(ValueError, match=r"req.csv line 1 .*column 1 is required but the field is empty"):
+    with pytest.raises(hr.RecordParseError, match=r"req.csv line 1 .*column 1 is required but the field is empty"):
         list(hr.io.CsvDataset(path, [np.int32, np.int32, bytes, np.int32], select_cols=None)
              .map(lambda *x: x))
     path2 = _write(tmp_path / "req2.csv", b",1\n")
-    with pytest.raises(ValueError, match="column 0 is required"):
+    with pytest.raises(hr.RecordParseError, match="column 0 is required"):
         list(hr.io.CsvDataset(path2, [np.int32, np.int32]))
 
 

@@ -336,5 +336,7 @@ def test_where_no_core_is_left_a_worker_moves_from_the_less_busy_stage_to_the_sl
         assert knobs["map(_sort)"]["workers"] == 2 and knobs["map(_light)"]["workers"] == 0, (knobs, rep["history"])
     else:
         assert knobs["map(_sort)"]["workers"] == 1, (knobs, rep["history"])
-    assert sampler.max_workers["map(_sort)"] <= 2 and sampler.max_workers.get("map(_light)", 0) <= 1
+    # No stage ever runs more workers than the CPU budget (beside a CPU hog the tuner may also try the light map
+    # with the slow one's worker; a worker given away finishes its call, so a sum sampled mid-move can read 3).
+    assert max(sampler.max_workers.values()) <= 2, (sampler.max_workers, rep["history"])
     assert rep["cpu_granted"] <= 2.0 + 1e-9

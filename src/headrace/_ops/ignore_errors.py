@@ -1,7 +1,8 @@
 """``Dataset.ignore_errors``: drop elements whose production raised a *data* error.
 
 Skipped (counted, logged with ``log_warning=True``): exceptions that describe one bad element - corrupt or
-truncated records (``DataLossError``), undecodable images (``ImageDecodeError``), and whatever a user
+truncated records (``DataLossError``), undecodable images (``ImageDecodeError``), text records that do not
+parse (``RecordParseError``), and whatever a user
 function raises for an element (``ValueError``, ``KeyError``, ``TypeError``, ``OSError`` ...). Sources that
 hit corrupt data continue after the bad record, so ``ignore_errors`` yields every good record; a
 ``DataLossError`` that cost several elements (``elements``: the rows of a damaged HDF5 chunk) counts as that
@@ -33,13 +34,7 @@ import warnings
 from collections import Counter
 from typing import Any
 
-from .._errors import (
-    DataLossError,
-    HeadraceError,
-    IgnoredErrorsWarning,
-    ImageDecodeError,
-    TooManyErrorsError,
-)
+from .._errors import DATA_ERRORS, DataLossError, HeadraceError, IgnoredErrorsWarning, TooManyErrorsError
 from .._options import UNKNOWN_CARDINALITY
 from .context import IteratorContext
 from .node import DatasetNode
@@ -53,7 +48,6 @@ MAX_SAME_ERROR_IN_A_ROW = 10_000
 times in a row, with nothing passing in between, is not moving past its bad data: ``TooManyErrorsError``
 instead of spinning forever. (A user function raising one message for many elements is left alone.)"""
 _PROGRAMMING_ERRORS = (NameError, SyntaxError, ImportError, NotImplementedError, RecursionError)
-_DATA_HEADRACE_ERRORS = (DataLossError, ImageDecodeError)
 
 
 def lost_elements(e: BaseException) -> int:
@@ -67,7 +61,7 @@ def is_data_error(e: BaseException) -> bool:
     """Whether ``ignore_errors`` may drop the element that raised ``e`` (see the module docstring)."""
     if not isinstance(e, Exception) or isinstance(e, _PROGRAMMING_ERRORS):
         return False
-    return not isinstance(e, HeadraceError) or isinstance(e, _DATA_HEADRACE_ERRORS)
+    return not isinstance(e, HeadraceError) or isinstance(e, DATA_ERRORS)
 
 
 class IgnoreErrorsNode(DatasetNode):

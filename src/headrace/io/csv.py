@@ -34,7 +34,7 @@ import numpy as np
 
 from .._args import as_int
 from .._dataset import Dataset
-from .._errors import DataLossError, MemoryBudgetError
+from .._errors import DataLossError, MemoryBudgetError, RecordParseError
 from .._memory import format_bytes
 from .._ops.base import check_state, stop_flag
 from .._ops.context import IteratorContext
@@ -299,14 +299,15 @@ class CsvIterator(BlockRowIterator):
             self._fill(2 * len(self._buf), 0)
         end, _, _, error = got
         if error is not None:
-            self._errs.append((0, ValueError(f"{_WHAT}: cannot read the header line of {self._path()}: {error}")))
+            self._errs.append((0, RecordParseError(
+                f"{_WHAT}: cannot read the header line of {self._path()}: {error}")))
         self._consume(end)
         return self._as_block(as_columns(self._fmt, []))
 
-    def _row_error(self, start: int, e: Exception) -> ValueError:
+    def _row_error(self, start: int, e: Exception) -> RecordParseError:
         line = self._line + count_lines(self._buf, start)
-        err = ValueError(f"{_WHAT}: {self._path()} line {line} (byte offset {self._base + start}): {e}; fix the "
-                         "record or skip bad records with .ignore_errors()")
+        err = RecordParseError(f"{_WHAT}: {self._path()} line {line} (byte offset {self._base + start}): {e}; "
+                               "fix the record or skip bad records with .ignore_errors()")
         err.__cause__ = e
         return err
 

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._errors import DataLossError, ImageDecodeError
+from .._errors import DATA_ERRORS, DataLossError
 from .._memory import format_bytes
 from ..distribute import ProcessInfo
 from ..torch import device_prefetch
@@ -26,8 +26,6 @@ from .steps import _all_reduce_min, _batches, _call, _evaluate, _train_step
 
 torch = import_torch()
 
-DATA_ERRORS = (DataLossError, ImageDecodeError)
-"""Errors of corrupt data that stop training after a checkpoint (the loop's ``stopped_on``)."""
 
 
 @dataclass
