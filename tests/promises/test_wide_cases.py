@@ -11,7 +11,7 @@ import pytest
 
 import headrace as hr
 from tests.promises.cases import random_case
-from tests.promises.judge import check_case
+from tests.promises.judge import check_case, judge_torch
 from tests.promises.ops import OPS, Copies, sim_interleave
 from tests.promises.sources import KINDS
 
@@ -71,3 +71,20 @@ def test_generated_cases_that_cannot_fit_are_refused_before_any_overdraft(seed):
     verdicts = check_case(random_case(seed), timeout_s=60)
     assert verdicts and verdicts[0][1].kind == "refused", [(p, v.kind, v.detail) for p, v in verdicts]
     assert all(v.kind in ("ok", "refused") for _, v in verdicts), [(p, v.kind, v.detail) for p, v in verdicts]
+
+
+def test_the_torch_judge_allows_each_workers_dropped_remainder_and_nothing_more():
+    """Under 2 DataLoader workers a batch(16, drop_remainder=True) drops each worker's remainder (seed 44's
+    shape: 2,000 ids, 1,984 delivered); a loss beyond that, or a duplicate, is still a failure."""
+    case = {"budget": 2**25, "stages": [{"op": "batch", "size": 16, "drop": True}]}
+    run = {"seq": [[i] for i in range(2000)], "expected": {"exact": True, "counts": []}}
+    workers = [{"__worker__": 0, "growth": 0}, {"__worker__": 1, "growth": 0}]
+
+    def torch_run(ids):
+        return {"outcome": "ok", "seq": [[i] for i in ids], "workers": workers}
+
+    assert judge_torch(case, run, torch_run(range(1984))).kind == "ok"
+    assert judge_torch(case, run, torch_run(range(1900))).kind == "lost"
+    assert judge_torch(case, run, torch_run([*range(1984), 5])).kind == "duplicated"
+    no_drop = {**case, "stages": [{"op": "batch", "size": 16, "drop": False}]}
+    assert judge_torch(no_drop, run, torch_run(range(1984))).kind == "lost"
