@@ -249,6 +249,63 @@ def test_restores_at_every_position_and_restores_of_restores(seed):
         assert run_with_restores(ds, cuts) == whole, f"restores after {cuts}"
 
 
+def _shuffled_pipeline(rng: random.Random) -> tuple:
+    """A seeded ``shuffle`` whose buffer the budget cuts to a few elements (each 32-64 KiB, truncated to one
+    row), a ``filter`` and ``pack`` over it: built afresh for each iterator (``reshuffle_each_iteration``
+    makes each ``iter`` of one dataset another epoch; a state names its own). Returns (make, n)."""
+    n, size = rng.randint(14, 26), rng.choice([32, 64]) * 1024
+    L, bins, seed, mod = rng.choice([8, 16]), rng.randint(1, 4), rng.randint(0, 99), rng.choice([1, 2])
+    budget = rng.randint(16, 24) * size
+
+    def make() -> hr.Dataset:
+        return (hr.Dataset.range(n).map(lambda i: np.full(size // 8, i, dtype=np.int64))
+                .shuffle(64, seed=seed).filter(lambda x: x[0] % mod == 0).pack(L, num_packing_bins=bins)
+                .with_options(hr.Options(memory_budget=budget)))
+    return make, n
+
+
+def _row_ids(rows: list) -> list[int]:
+    """The first token of each segment of each row: the element ids, in the order the rows hand them out."""
+    out = []
+    for packed, segment_ids, _ in rows:
+        for seg in range(1, int(segment_ids.max(initial=0)) + 1):
+            out.append(int(packed[segment_ids == seg][0]))
+    return out
+
+
+@pytest.mark.filterwarnings("ignore::headrace.MemoryBudgetWarning")  # the shuffle runs with the smaller buffer
+@pytest.mark.parametrize("seed", range(3))
+def test_restores_of_restores_over_a_budget_limited_seeded_shuffle(seed):
+    """Below a seeded shuffle whose buffer the budget cuts, the first state saves the held sequences by value;
+    restored, the only checkpoint is at the restored pull count, after the held sequences: a second state must
+    not name it as the place to re-read them from. Every pair of stops (k1 <= k2): restore at k1, read to k2,
+    restore again, read to the end: exactly the uninterrupted rows."""
+    make, n = _shuffled_pipeline(random.Random(seed))
+    with iter(make()) as it:
+        rows = list(it)
+    whole = _row_ids(rows)
+    assert len(whole) >= n // 2, whole
+    by_value = 0
+    for k1 in range(len(rows) + 1):
+        for k2 in range(k1, len(rows) + 1):
+            got, state = [], None
+            for stop in (k1, k2, None):
+                with iter(make()) as it:
+                    if state is not None:
+                        it.set_state(state)
+                    while stop is None or len(got) < stop:
+                        x = next(it, None)
+                        if x is None:
+                            break
+                        got.append(x)
+                    if stop is not None:
+                        text = json.dumps(it.get_state())
+                        by_value += '"held"' in text
+                        state = json.loads(text)
+            assert _row_ids(got) == whole, f"restored at row {k1}, then again at row {k2}"
+    assert by_value, "no state saved the held sequences by value: the case this test is for did not arise"
+
+
 class _Slow:
     def __call__(self, x):
         return x

@@ -19,7 +19,8 @@ and the packer's position (rows handed out of a closed group, tokens of the firs
 Restoring re-reads the input from that checkpoint, skips to the first held sequence and packs again up to
 the pull count: at most ``CHECKPOINT_EVERY`` elements plus one group. Where re-reading could give other
 elements (below a ``deterministic=False`` stage, or after a replay event: ``headrace._ops.replay``), the
-held sequences are saved by value instead (``headrace._ops.by_value``), as ``batch`` saves its partial batch.
+held sequences are saved by value instead (``headrace._ops.by_value``), as ``batch`` saves its partial batch;
+so are they while no checkpoint precedes the first held sequence (restored from such a state).
 """
 
 from __future__ import annotations
@@ -269,9 +270,10 @@ class _PackIterator(Stage):
         for cp in self._checkpoints:
             if cp[0] <= first:
                 anchor = cp
-        if self._done or rereads_same(self._source, anchor[2]):
+        if self._done or (anchor[0] <= first and rereads_same(self._source, anchor[2])):
             state.update(anchor=anchor[0], input=anchor[1], first=first)
-        else:  # re-reading could deliver other elements: the held sequences themselves
+        else:  # re-reading could deliver other elements, or no checkpoint precedes the first held sequence
+            # (restored by value: the only checkpoint is at the restored pull count): the held sequences themselves
             held = [(s.pull, s.n, self._element(s)) for s in self._packer.held()]
             state.update(input=self._source.get_state(), held=by_value.Deferred(held))
         return state
