@@ -67,6 +67,7 @@ class StageAccount:
         self.stalled_short = False   # the stall breaker reserved less than the estimate (Policy.partial)
         self.group: str | None = None
         self.unit_is_element = True  # (False: a worker process's footprint; never assumed of other stages)
+        self.closed = False  # closed: everything given back; a late release changes nothing (ledger.credit)
         self.promised_bytes = 0      # what it will need once it runs, counted by its group's limit meanwhile
         # Holds its unit while its stage does not run (a file reader's buffers, between the rows it yields):
         # the units of all such open accounts are held at the same time (headrace._budget.refusals).

@@ -118,7 +118,11 @@ class MemoryBudget:
             self.peak_bytes = self.total_bytes
 
     def credit(self, acc: StageAccount, nbytes: int) -> None:
-        """``acc`` gives ``nbytes`` back: a release (the stall breaker's clock restarts, waiters woken)."""
+        """``acc`` gives ``nbytes`` back: a release (the stall breaker's clock restarts, waiters woken). A closed
+        account gave everything back when it closed: a late release (a reader thread finishing its read while
+        ``close()`` ran) changes nothing."""
+        if acc.closed:
+            return
         acc.held_bytes -= nbytes
         self.total_bytes -= nbytes
         self.last_release_s = time.monotonic()
@@ -158,6 +162,7 @@ class MemoryBudget:
     def close_account(self, acc: StageAccount) -> None:
         """``acc`` gives back everything and leaves the budget (the caps are shared out again)."""
         with self.cv:
+            acc.closed = True
             self.total_bytes -= acc.held_bytes
             acc.held_bytes = 0
             acc.held_count = 0
