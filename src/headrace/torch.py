@@ -33,6 +33,7 @@ Requires torch (``pip install 'headrace[torch]'``).
 from __future__ import annotations
 
 import collections
+import threading
 import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -118,6 +119,10 @@ def _check_position(state: Any, source: str) -> dict[str, Any]:
 
 
 _POSITION_LOST = "closed by an interrupt inside next() (its position is unknown)"
+_CLOSED_MID_NEXT = "closed by close() while next() was producing an element (its position is unknown)"
+# How long close() from another thread waits for a next() in progress to hand out its element, so that the
+# position it keeps is the one after that element (not one element behind it).
+CLOSE_WAITS_FOR_NEXT_S = 10.0
 
 
 class TorchEpochIterator:
@@ -140,16 +145,29 @@ class TorchEpochIterator:
         self._position: dict[str, Any] | None = None  # a restored headrace state, applied by the first next()
         self._done = False
         self._closed: str | None = None  # why next() raises IteratorClosedError (close(); load_state_dict reopens)
+        # close() from another thread and next() in progress: close() waits for that next() to return
+        self._turn = threading.Condition()
+        self._in_next: int | None = None  # the thread inside next(), if any
 
     def __iter__(self) -> TorchEpochIterator:
         return self
 
     def __next__(self) -> Any:
-        if self._done:
-            raise StopIteration
-        if self._closed is not None:
-            raise IteratorClosedError(f"next() on a to_torch iterator {self._closed}; load_state_dict() a state "
-                                      "saved before to go on, or make a new one with iter(to_torch(ds))")
+        with self._turn:
+            if self._done:
+                raise StopIteration
+            if self._closed is not None:
+                raise IteratorClosedError(f"next() on a to_torch iterator {self._closed}; load_state_dict() a "
+                                          "state saved before to go on, or make a new one with iter(to_torch(ds))")
+            self._in_next = threading.get_ident()
+        try:
+            return self._next_element()
+        finally:
+            with self._turn:
+                self._in_next = None
+                self._turn.notify_all()
+
+    def _next_element(self) -> Any:
         with budget_share(self._share):
             if self._it is None:
                 self._it = self._build()
@@ -183,9 +201,9 @@ class TorchEpochIterator:
         num_workers], "done", "position"}``, ``position`` being headrace's ``Iterator.get_state()`` (``None``
         before the first element), a small JSON-serializable dict.
         """
-        if self._closed == _POSITION_LOST:
-            raise IteratorClosedError("state_dict() on a to_torch iterator closed by an interrupt inside next() (its "
-                                      "position is unknown); use a state saved before")
+        if self._closed in (_POSITION_LOST, _CLOSED_MID_NEXT):
+            raise IteratorClosedError(f"state_dict() on a to_torch iterator {self._closed}; use a state saved "
+                                      "before")
         position = self._position if self._it is None or self._done else self._it.get_state()
         return _position_state(self._epoch, list(self._worker), None if self._done else position, done=self._done)
 
@@ -210,15 +228,26 @@ class TorchEpochIterator:
     def close(self) -> None:
         """Stop the headrace iterator's threads (idempotent, from any thread). ``next()`` then raises
         ``IteratorClosedError`` (never the epoch again from its start); ``state_dict()`` is still the position
-        after the last element yielded, and ``load_state_dict()`` reopens the iterator at a state."""
-        it = self._it
-        if self._closed is None:
-            self._closed = "closed by close()"
-            if it is not None and not self._done:
-                try:
-                    self._position = it.get_state()
-                except IteratorClosedError:  # an interrupt inside next() closed it: the position is unknown
-                    self._closed = _POSITION_LOST
+        after the last element yielded, and ``load_state_dict()`` reopens the iterator at a state.
+
+        Called while another thread is inside ``next()``, it first waits (up to ``CLOSE_WAITS_FOR_NEXT_S``,
+        10 s) for that ``next()`` to hand out its element, so the position kept is the one after it; past that
+        wait it stops the iterator under the ``next()`` (which then raises ``IteratorClosedError``) and
+        ``state_dict()`` raises ``IteratorClosedError`` (the position is unknown: use a state saved before).
+        """
+        with self._turn:
+            if self._closed is None:
+                self._closed = "closed by close()"
+                # a next() in progress in another thread: its element is handed out, then the position taken
+                if self._in_next not in (None, threading.get_ident()) and not self._turn.wait_for(
+                        lambda: self._in_next is None, CLOSE_WAITS_FOR_NEXT_S):
+                    self._closed = _CLOSED_MID_NEXT  # stopped under it: which element it took is unknown
+                it = self._it
+                if it is not None and not self._done and self._closed != _CLOSED_MID_NEXT:
+                    try:
+                        self._position = it.get_state()
+                    except IteratorClosedError:  # an interrupt inside next() closed it: the position is unknown
+                        self._closed = _POSITION_LOST
         self._release()
 
     def _release(self) -> None:
