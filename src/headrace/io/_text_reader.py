@@ -63,7 +63,8 @@ class TextFileIterator(BlockRowIterator):
         self._block_skip = 0  # elements cut there before the block's first row
         self._done = 0  # whole elements cut from this file (the next one's number is _done + 1)
         self._block_first = 0  # elements of the file before the block's first row
-        self._list: list[bytes] = []  # the block's rows (fill takes slices of it), their lengths and cumulative sum
+        self._list: list[bytes] = []  # the block's rows (fill takes slices of it, fill_columns of _col), their
+        self._col = np.empty(0, object)  # lengths and cumulative sum
         self._lens = np.zeros(0, np.int64)
         self._cum = np.zeros(1, np.int64)
         self._block_rows_next = 0
@@ -207,7 +208,7 @@ class TextFileIterator(BlockRowIterator):
             rows = items[skip:] if skip else items
             col = np.empty(len(rows), dtype=object)
             col[:] = rows
-            self._list, self._block_rows_next = rows, len(rows)
+            self._list, self._col, self._block_rows_next = rows, col, len(rows)
             self._lens = np.fromiter(map(len, rows), np.int64, len(rows))
             self._cum = np.zeros(len(rows) + 1, np.int64)
             np.cumsum(self._lens, out=self._cum[1:])
@@ -244,6 +245,32 @@ class TextFileIterator(BlockRowIterator):
             if big > per:
                 break
         return held, largest
+
+    def fill_columns(self, runs: list[Any], k: int, per: int) -> tuple[int, int, int]:
+        """``Stage.fill_columns``: runs of the block's elements as slices of its object array (views), for ``batch``
+        to concatenate into its batch (no list of elements, no stacking, no pass over them to size the batch)."""
+        taken = held = largest = 0
+        while taken < k:
+            if self._run is not None:
+                self._end_run()
+            pos, rows = self._pos, self._block_rows
+            if pos >= rows:
+                if self._read_held() is None:
+                    raise StopIteration
+                continue
+            end = min(pos + k - taken, rows)
+            big = int(self._lens[pos:end].max())
+            if big > per:  # stop after the first element larger than per
+                end = pos + int(np.flatnonzero(self._lens[pos:end] > per)[0]) + 1
+                big = int(self._lens[pos:end].max())
+            runs.append(self._col[pos:end])
+            self._pos = end
+            taken += end - pos
+            held += int(self._cum[end] - self._cum[pos])
+            largest = max(largest, big)
+            if big > per:
+                break
+        return taken, held, largest
 
     def block_nbytes(self, block: dict[str, np.ndarray]) -> int:
         """``nbytes`` (a slot per element and its bytes), moved from the read's charge (which counted them in the

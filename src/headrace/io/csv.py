@@ -264,10 +264,10 @@ class CsvIterator(BlockRowIterator):
         while cut == 0:
             self._fill(2 * len(self._buf), 0)
             cut = cut_point(self._buf, 0, len(self._buf), self._fmt.quote, self._eof)
-        cols = self._fast.parse(self._buf[:cut], self._eof and cut == len(self._buf))
-        if cols is not None:
+        fast = self._fast.parse(self._buf, cut, self._eof and cut == len(self._buf))
+        if fast is not None:
             self._consume(cut)
-            return self._as_block(cols)
+            return self._as_block(*fast)
         rows: list[tuple[Any, ...]] = []
         pos = 0
         while pos < cut:
@@ -311,8 +311,10 @@ class CsvIterator(BlockRowIterator):
         err.__cause__ = e
         return err
 
-    def _as_block(self, cols: list[np.ndarray]) -> dict[str, np.ndarray]:
-        self._cols, self._sizes = cols, _row_sizes(cols, self._fixed, self._strings)
+    def _as_block(self, cols: list[np.ndarray], sizes: Any = False) -> dict[str, np.ndarray]:
+        """The block of ``cols``; ``sizes``: each row's bytes where known (None: no strings), else counted here."""
+        self._cols = cols
+        self._sizes = _row_sizes(cols, self._fixed, self._strings) if sizes is False else sizes
         return {str(k): c for k, c in enumerate(cols)}
 
     def _read_held(self) -> dict[str, np.ndarray] | None:
