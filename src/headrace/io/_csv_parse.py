@@ -284,6 +284,12 @@ def cut_point(buf: bytes, start: int, stop: int, quote: bool, eof: bool) -> int:
     return start
 
 
+def _has_empty_line(buf: bytes, stop: int) -> bool:
+    """Whether ``buf[:stop]`` has an empty line inside (``\\r`` looked for only where there is one)."""
+    return buf.find(b"\n\n", 0, stop) >= 0 or (buf.find(b"\r", 0, stop) >= 0 and (
+        buf.find(b"\r\r", 0, stop) >= 0 or buf.find(b"\n\r", 0, stop) >= 0))
+
+
 class FastParser:
     """A chunk of whole records through ``pyarrow.csv.read_csv``: the output columns as numpy arrays, or None
     where the chunk needs the exact parser (see the module docstring)."""
@@ -328,10 +334,8 @@ class FastParser:
         quoted = fmt.quote and buf.find(b'"', 0, cut) >= 0
         if quoted and not quotes_valid(chunk, fmt.delim, at_eof):
             return None
-        if fmt.n + len(fmt.exclude or ()) > 1 or fmt.select is not None:  # an empty line: one empty field
-            if buf.find(b"\n\n", 0, cut) >= 0 or (buf.find(b"\r", 0, cut) >= 0 and (
-                    buf.find(b"\r\r", 0, cut) >= 0 or buf.find(b"\n\r", 0, cut) >= 0)):
-                return None
+        if (fmt.n + len(fmt.exclude or ()) > 1 or fmt.select is not None) and _has_empty_line(buf, cut):
+            return None  # (tf.data: an empty line is a record of one empty field; pyarrow: a row of nulls)
         total = fmt.fixed_fields()
         if total is None:
             first = fmt.read_record(buf, 0, True)
