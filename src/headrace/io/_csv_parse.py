@@ -284,9 +284,9 @@ def cut_point(buf: bytes, start: int, stop: int, quote: bool, eof: bool) -> int:
     return start
 
 
-def _has_empty_line(buf: bytes, stop: int) -> bool:
-    """Whether ``buf[:stop]`` has an empty line inside (``\\r`` looked for only where there is one)."""
-    return buf.find(b"\n\n", 0, stop) >= 0 or (buf.find(b"\r", 0, stop) >= 0 and (
+def _has_empty_line(buf: bytes, stop: int, cr: bool) -> bool:
+    """Whether ``buf[:stop]`` has an empty line inside (``cr``: it has a ``\\r``; else only ``\\n\\n`` is sought)."""
+    return buf.find(b"\n\n", 0, stop) >= 0 or (cr and (
         buf.find(b"\r\r", 0, stop) >= 0 or buf.find(b"\n\r", 0, stop) >= 0))
 
 
@@ -323,10 +323,12 @@ class FastParser:
                 strings_can_be_null=True, quoted_strings_can_be_null=True))
         return got
 
-    def parse(self, buf: bytes, cut: int, at_eof: bool) -> tuple[list[np.ndarray], np.ndarray | None] | None:
-        """The records of ``buf[:cut]`` (whole records) as the output columns and each row's bytes (its numbers'
-        itemsizes plus its strings' lengths; None without string columns), or None where the chunk needs the
-        exact parser. ``at_eof``: the chunk ends the file."""
+    def parse(self, buf: bytes, cut: int, at_eof: bool) -> tuple[list[np.ndarray], np.ndarray | None, int | None
+                                                                  ] | None:
+        """The records of ``buf[:cut]`` (whole records) as ``(the output columns, each row's bytes (its numbers'
+        itemsizes plus its strings' lengths; None without string columns), the record terminators in the chunk
+        where known without counting them (no quote, no ``\\r``: one line a record), else None)``, or None where
+        the chunk needs the exact parser. ``at_eof``: the chunk ends the file."""
         fmt = self.fmt
         if buf.startswith(BOM) or buf[:1] in (b"\n", b"\r"):
             return None
@@ -334,7 +336,8 @@ class FastParser:
         quoted = fmt.quote and buf.find(b'"', 0, cut) >= 0
         if quoted and not quotes_valid(chunk, fmt.delim, at_eof):
             return None
-        if (fmt.n + len(fmt.exclude or ()) > 1 or fmt.select is not None) and _has_empty_line(buf, cut):
+        cr = buf.find(b"\r", 0, cut) >= 0
+        if (fmt.n + len(fmt.exclude or ()) > 1 or fmt.select is not None) and _has_empty_line(buf, cut, cr):
             return None  # (tf.data: an empty line is a record of one empty field; pyarrow: a row of nulls)
         total = fmt.fixed_fields()
         if total is None:
@@ -367,7 +370,8 @@ class FastParser:
             columns.append(col.to_numpy(zero_copy_only=False))
         if sizes is not None:
             sizes += self._fixed
-        return columns, sizes
+        lines = None if quoted or cr else table.num_rows - (buf[cut - 1] != 10)
+        return columns, sizes, lines
 
 
 def parse_records(fmt: CsvFormat, buf: bytes, pos: int, stop: int, eof: bool) -> tuple[

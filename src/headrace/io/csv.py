@@ -225,8 +225,9 @@ class CsvIterator(BlockRowIterator):
         self._f += 1  # (ignore_errors goes on with the next file)
         raise damage  # type: ignore[misc]
 
-    def _consume(self, n: int) -> None:
-        self._line += count_lines(self._buf, n)
+    def _consume(self, n: int, lines: int | None = None) -> None:
+        """The buffer's first ``n`` bytes are parsed (``lines``: the terminators in them, where known)."""
+        self._line += count_lines(self._buf, n) if lines is None else lines
         self._base += n
         self._buf = self._buf[n:]
 
@@ -266,8 +267,9 @@ class CsvIterator(BlockRowIterator):
             cut = cut_point(self._buf, 0, len(self._buf), self._fmt.quote, self._eof)
         fast = self._fast.parse(self._buf, cut, self._eof and cut == len(self._buf))
         if fast is not None:
-            self._consume(cut)
-            return self._as_block(*fast)
+            cols, sizes, lines = fast
+            self._consume(cut, lines)
+            return self._as_block(cols, sizes)
         rows: list[tuple[Any, ...]] = []
         pos = 0
         while pos < cut:
@@ -316,6 +318,13 @@ class CsvIterator(BlockRowIterator):
         self._cols = cols
         self._sizes = _row_sizes(cols, self._fixed, self._strings) if sizes is False else sizes
         return {str(k): c for k, c in enumerate(cols)}
+
+    def block_nbytes(self, block: dict[str, np.ndarray]) -> int:
+        """``nbytes`` of the block from its rows' bytes (no pass over its strings): a pointer per string besides."""
+        rows = len(self._cols[0]) if self._cols else 0
+        if self._sizes is None:
+            return self._fixed * rows + 8 * rows * len(self._strings)
+        return int(self._sizes.sum()) + 8 * rows * len(self._strings)
 
     def _read_held(self) -> dict[str, np.ndarray] | None:
         block = super()._read_held()
