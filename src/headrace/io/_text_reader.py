@@ -159,18 +159,17 @@ class TextFileIterator(BlockRowIterator):
                 return None
             if chunk is not None:
                 self._parts.append(chunk)
-            data = b"".join(self._parts) if len(self._parts) > 1 else self._parts[0]
-            self._parts = []
+            parts, self._parts = self._parts, []
             try:
-                items, used = fmt.cut(data, chunk == b"")
+                items, used, rest = fmt.cut(parts, chunk == b"")
             except ValueError as e:
                 raise DataLossError(f"{fmt.label}: {self._path} at uncompressed byte {self._next_offset}: {e}",
                                     path=self._path, offset=self._next_offset, reason="partial record") from None
             if not chunk:  # the end (footer bytes, or a damaged element's start): nothing is carried over
-                used = len(data)
-            self._pending = len(data) - used
-            if self._pending:
-                self._parts.append(data[used:])
+                used, rest = used + len(rest), b""
+            self._pending = len(rest)
+            if rest:
+                self._parts.append(rest)
             self._next_offset += used
             return items
 
