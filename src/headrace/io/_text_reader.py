@@ -277,10 +277,8 @@ class TextFileIterator(BlockRowIterator):
         the elements' Python objects."""
         size = 8 * self._block_rows_next + int(self._cum[-1])
         keep = self._buffers + self._ahead * self._chunk + 2 * self._pending
-        give = min(size, self._work_held - keep)
-        if give > 0 and self._work is not None:
-            self._work.release(give)
-            self._work_held -= give
+        if self._work_held - keep > 0:
+            self.release_work(min(size, self._work_held - keep))
         return size
 
     def __next__(self) -> Any:
