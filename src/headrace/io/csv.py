@@ -148,7 +148,7 @@ class CsvIterator(BlockRowIterator):
         self._errs: list[tuple[int, Exception]] = []
         self._err_i = 0
         self._cols: list[np.ndarray] = []
-        self._sizes: np.ndarray | None = None
+        self._sizes: _RowSizes | None = None
         self._blk = (0, 0, 1)  # (file, offset, line) of the block in hand
         self.open_work(0)
 
@@ -316,7 +316,7 @@ class CsvIterator(BlockRowIterator):
     def _as_block(self, cols: list[np.ndarray], sizes: Any = False) -> dict[str, np.ndarray]:
         """The block of ``cols``; ``sizes``: each row's bytes where known (None: no strings), else counted here."""
         self._cols = cols
-        self._sizes = _row_sizes(cols, self._fixed, self._strings) if sizes is False else sizes
+        self._sizes = _RowSizes.of(_row_sizes(cols, self._fixed, self._strings) if sizes is False else sizes)
         return {str(k): c for k, c in enumerate(cols)}
 
     def block_nbytes(self, block: dict[str, np.ndarray]) -> int:
@@ -324,7 +324,7 @@ class CsvIterator(BlockRowIterator):
         rows = len(self._cols[0]) if self._cols else 0
         if self._sizes is None:
             return self._fixed * rows + 8 * rows * len(self._strings)
-        return int(self._sizes.sum()) + 8 * rows * len(self._strings)
+        return int(self._sizes.cum[-1]) + 8 * rows * len(self._strings)
 
     def _read_held(self) -> dict[str, np.ndarray] | None:
         block = super()._read_held()
@@ -449,16 +449,31 @@ def _row_sizes(cols: list[np.ndarray], fixed: int, strings: list[int]) -> np.nda
     return sizes
 
 
-def _run_of(sizes: np.ndarray | None, fixed: int, i: int, j: int, per: int) -> tuple[int, int, int]:
+class _RowSizes:
+    """A block's row sizes, their running sum and the largest (runs of rows sized without a pass over them)."""
+
+    __slots__ = ("cum", "largest", "sizes")
+
+    def __init__(self, sizes: np.ndarray) -> None:
+        self.sizes = sizes
+        self.cum = np.zeros(len(sizes) + 1, np.int64)
+        np.cumsum(sizes, out=self.cum[1:])
+        self.largest = int(sizes.max())
+
+    @staticmethod
+    def of(sizes: np.ndarray | None) -> _RowSizes | None:
+        return None if sizes is None or not len(sizes) else _RowSizes(sizes)
+
+
+def _run_of(sizes: _RowSizes | None, fixed: int, i: int, j: int, per: int) -> tuple[int, int, int]:
     """Rows ``[i, j)`` cut after the first one larger than ``per``: ``(its end, its bytes, its largest row)``."""
     if sizes is None:
         return j, fixed * (j - i), fixed
-    run = sizes[i:j]
-    over = np.flatnonzero(run > per)
-    if len(over):
-        j = i + int(over[0]) + 1
-        run = run[:j - i]
-    return j, int(run.sum()), int(run.max())
+    if sizes.largest > per:
+        over = np.flatnonzero(sizes.sizes[i:j] > per)
+        if len(over):
+            j = i + int(over[0]) + 1
+    return j, int(sizes.cum[j] - sizes.cum[i]), int(sizes.sizes[i:j].max())
 
 
 def _skip(errs: list[tuple[int, Exception]], rows: int, pos: int, err_i: int, left: int) -> tuple[int, int, int]:
