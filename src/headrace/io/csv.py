@@ -148,7 +148,7 @@ class CsvIterator(BlockRowIterator):
         self._errs: list[tuple[int, Exception]] = []
         self._err_i = 0
         self._cols: list[np.ndarray] = []
-        self._sizes: _RowSizes | None = None
+        self._sizes: _RowSizes | None = None  # (of the block in hand)
         self._blk = (0, 0, 1)  # (file, offset, line) of the block in hand
         self.open_work(0)
 
@@ -202,21 +202,8 @@ class CsvIterator(BlockRowIterator):
             self._raise_damage()
         if want > 3 * self._chunk:
             self._charge(want)
-        parts = [self._buf]
-        have = len(self._buf)
-        read = getattr(self._stream, "read1", None) or self._stream.read  # (one decompression a call: the bytes
-        while have < want and not self._eof:  # read before a damaged stream's error are kept)
-            try:
-                data = read(want - have)
-            except DataLossError as e:
-                self._damage = e  # the whole records before it are parsed first
-                break
-            if not data:
-                self._eof = True
-                break
-            parts.append(data)
-            have += len(data)
-        self._buf = b"".join(parts)
+        if not self._eof:
+            self._buf, self._eof, self._damage = _read_more(self._stream, self._buf, want)
 
     def _raise_damage(self) -> None:
         """The file ends at its damage (the records before it were handed out): raised once, then the next file."""
@@ -316,15 +303,12 @@ class CsvIterator(BlockRowIterator):
     def _as_block(self, cols: list[np.ndarray], sizes: Any = False) -> dict[str, np.ndarray]:
         """The block of ``cols``; ``sizes``: each row's bytes where known (None: no strings), else counted here."""
         self._cols = cols
-        self._sizes = _RowSizes.of(_row_sizes(cols, self._fixed, self._strings) if sizes is False else sizes)
+        self._sizes = _RowSizes(_row_sizes(cols, self._fixed, self._strings) if sizes is False else sizes,
+                                self._fixed, len(cols[0]), len(self._strings))
         return {str(k): c for k, c in enumerate(cols)}
 
     def block_nbytes(self, block: dict[str, np.ndarray]) -> int:
-        """``nbytes`` of the block from its rows' bytes (no pass over its strings): a pointer per string besides."""
-        rows = len(self._cols[0]) if self._cols else 0
-        if self._sizes is None:
-            return self._fixed * rows + 8 * rows * len(self._strings)
-        return int(self._sizes.cum[-1]) + 8 * rows * len(self._strings)
+        return self._sizes.nbytes  # type: ignore[union-attr]
 
     def _read_held(self) -> dict[str, np.ndarray] | None:
         block = super()._read_held()
@@ -366,7 +350,7 @@ class CsvIterator(BlockRowIterator):
         larger than ``per``), with its bytes and its largest row; the position moves past it."""
         stop = self._ensure()  # (an error or the end: the caller keeps what it has)
         i = self._pos
-        j, n_bytes, big = _run_of(self._sizes, self._fixed, i, min(stop, i + left), per)
+        j, n_bytes, big = self._sizes.run(i, min(stop, i + left), per)  # type: ignore[union-attr]
         self._pos = j
         return i, j, n_bytes, big
 
@@ -432,6 +416,27 @@ class CsvIterator(BlockRowIterator):
         super()._close_self()
 
 
+def _read_more(stream: Any, buf: bytes, want: int) -> tuple[bytes, bool, DataLossError | None]:
+    """``buf`` and the bytes read after it, until ``want`` in all: ``(the bytes, whether the file ended, a damaged
+    stream's error met, or None)``. One decompression a call (``read1``): the bytes read before a damaged stream's
+    error are kept (its whole records are parsed before the error is raised)."""
+    parts = [buf] if buf else []
+    have, ended, damage = len(buf), False, None
+    read = getattr(stream, "read1", None) or stream.read
+    while have < want:
+        try:
+            data = read(want - have)
+        except DataLossError as e:
+            damage = e
+            break
+        if not data:
+            ended = True
+            break
+        parts.append(data)
+        have += len(data)
+    return (parts[0] if len(parts) == 1 else b"".join(parts)), ended, damage
+
+
 def _too_long(where: str, size: int, budget: int, most: int) -> MemoryBudgetError:
     return MemoryBudgetError(
         f"{_WHAT}: the record at {where} is longer than {format_bytes(size)} and does not fit the reader's share of "
@@ -450,30 +455,29 @@ def _row_sizes(cols: list[np.ndarray], fixed: int, strings: list[int]) -> np.nda
 
 
 class _RowSizes:
-    """A block's row sizes, their running sum and the largest (runs of rows sized without a pass over them)."""
+    """A block's row sizes (``nbytes`` of each row: ``sizes``, or ``fixed`` each without strings), their running sum
+    and the largest: runs of rows and the block sized without a pass over their strings."""
 
-    __slots__ = ("cum", "largest", "sizes")
+    __slots__ = ("cum", "fixed", "largest", "nbytes", "sizes")
 
-    def __init__(self, sizes: np.ndarray) -> None:
-        self.sizes = sizes
-        self.cum = np.zeros(len(sizes) + 1, np.int64)
-        np.cumsum(sizes, out=self.cum[1:])
-        self.largest = int(sizes.max())
+    def __init__(self, sizes: np.ndarray | None, fixed: int, rows: int, strings: int) -> None:
+        self.sizes, self.fixed = (sizes if sizes is not None and len(sizes) else None), fixed
+        if self.sizes is not None:
+            self.cum = np.zeros(rows + 1, np.int64)
+            np.cumsum(self.sizes, out=self.cum[1:])
+            self.largest = int(self.sizes.max())
+        self.nbytes = (fixed * rows if self.sizes is None else int(self.cum[-1])) + 8 * rows * strings  # (pointers)
 
-    @staticmethod
-    def of(sizes: np.ndarray | None) -> _RowSizes | None:
-        return None if sizes is None or not len(sizes) else _RowSizes(sizes)
-
-
-def _run_of(sizes: _RowSizes | None, fixed: int, i: int, j: int, per: int) -> tuple[int, int, int]:
-    """Rows ``[i, j)`` cut after the first one larger than ``per``: ``(its end, its bytes, its largest row)``."""
-    if sizes is None:
-        return j, fixed * (j - i), fixed
-    if sizes.largest > per:
-        over = np.flatnonzero(sizes.sizes[i:j] > per)
-        if len(over):
-            j = i + int(over[0]) + 1
-    return j, int(sizes.cum[j] - sizes.cum[i]), int(sizes.sizes[i:j].max())
+    def run(self, i: int, j: int, per: int) -> tuple[int, int, int]:
+        """Rows ``[i, j)`` cut after the first one larger than ``per``: ``(its end, its bytes, its largest row)``."""
+        sizes = self.sizes
+        if sizes is None:
+            return j, self.fixed * (j - i), self.fixed
+        if self.largest > per:
+            over = np.flatnonzero(sizes[i:j] > per)
+            if len(over):
+                j = i + int(over[0]) + 1
+        return j, int(self.cum[j] - self.cum[i]), int(sizes[i:j].max())
 
 
 def _skip(errs: list[tuple[int, Exception]], rows: int, pos: int, err_i: int, left: int) -> tuple[int, int, int]:
