@@ -132,8 +132,8 @@ def test_interrupt_during_the_restore_catch_up_reads_nothing_half_moved(tmp_path
         next(it)
 
 
-@pytest.mark.parametrize("text", [False, True])
-def test_close_during_the_restore_catch_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: bool) -> None:
+def _close_during_the_catch_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: bool) -> None:
+    """A restore whose catch-up meets a ``close()`` from another thread: ``next()`` says the iterator is closed."""
     holder: list[Any] = []
 
     def close_from_another_thread() -> None:
@@ -143,10 +143,15 @@ def test_close_during_the_restore_catch_up(tmp_path: Path, monkeypatch: pytest.M
 
     it, state = _restore_with(tmp_path, monkeypatch, close_from_another_thread, text)
     holder.append(it)
-    monkeypatch.setattr(_Stream, "reads", 0)
     with pytest.raises(hr.IteratorClosedError):
         it.set_state(state)
         next(it)
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_close_during_the_restore_catch_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: bool) -> None:
+    monkeypatch.setattr(_Stream, "reads", 0)
+    _close_during_the_catch_up(tmp_path, monkeypatch, text)
     assert _Stream.reads == 1  # the catch-up (hundreds of 4 KiB chunks) stopped at the chunk close() met
 
 
@@ -222,17 +227,6 @@ def test_the_readers_accounts_are_given_back_once_across_damage_restore_and_clos
                 next(it)
                 got += 1
         assert got == whole - whole // 2 and len(list(it)) == 1
-    holder: list[Any] = []
-
-    def close_from_another_thread() -> None:
-        t = threading.Thread(target=holder[0].close)
-        t.start()
-        t.join(30)
-
-    it, state = _restore_with(tmp_path, monkeypatch, close_from_another_thread, text)
-    holder.append(it)
-    with pytest.raises(hr.IteratorClosedError):
-        it.set_state(state)
-        next(it)
+    _close_during_the_catch_up(tmp_path, monkeypatch, text)
     ledger.check()
     assert process_budget().total_bytes == before
