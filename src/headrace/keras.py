@@ -342,7 +342,7 @@ def adapt(dataset: Dataset, *, steps_per_epoch: int | None = None) -> KerasDatas
             unknown (the message names the op that makes it so and the fix), or 0.
     """
     from ._dataset import Dataset
-    from ._ops.counting import counting, unknown_cause
+    from ._engine.counted_cardinality import counting, unknown_cause
     from ._options import INFINITE_CARDINALITY
 
     if not isinstance(dataset, Dataset):

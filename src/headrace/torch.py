@@ -263,7 +263,7 @@ class TorchIterableDataset(IterableDataset):
     Epochs: every ``iter()`` (one per epoch of a ``DataLoader``) runs the next iteration of the dataset, so
     ``shuffle`` and the other per-iteration random stages draw a new, reproducible order each epoch, as
     iterating ``ds`` itself (or tf.data) does: epoch ``e`` uses the iteration path ``(e,)``
-    (``headrace._ops.seeds``) in the main process (``num_workers=0``) and in every worker alike. The
+    (``headrace._engine.seeds``) in the main process (``num_workers=0``) and in every worker alike. The
     count lives in a shared-memory int64 tensor, one slot for the main process and one per worker id, so
     it survives non-persistent workers (a fresh copy of this object each epoch), fork, spawn and
     forkserver. :meth:`set_epoch` sets it explicitly.
@@ -380,8 +380,8 @@ class TorchIterableDataset(IterableDataset):
 
         Exact wherever the count is knowable without running the pipeline: ``cardinality()``, and beyond it
         what indexes and record headers tell (``TFRecordDataset``, ``interleave`` of them; see
-        ``headrace._ops.counting``). With ``to_torch(..., num_workers=k)`` it is what the ``k`` workers yield
-        together: each batches its own share, so with ``batch`` after the shard point the count can exceed
+        ``headrace._engine.counted_cardinality``). With ``to_torch(..., num_workers=k)`` it is what the ``k``
+        workers yield together: each batches its own share, so with ``batch`` after the shard point the count can exceed
         the dataset's (``range(10).batch(4)``: 3 batches, 4 with 2 workers); ``shard_by_worker=False``: ``k``
         times the dataset's.
 
@@ -423,7 +423,7 @@ _UNKNOWN_WHY = {
 
 def _count_epoch(dataset: Dataset, workers: int, shard_by_worker: bool) -> int:
     """The elements one epoch yields over ``workers`` DataLoader workers (see ``TorchIterableDataset.__len__``)."""
-    from ._ops.counting import counting, unknown_cause
+    from ._engine.counted_cardinality import counting, unknown_cause
     from ._ops.shard import shard_at_source
     from ._options import INFINITE_CARDINALITY
 
