@@ -44,8 +44,8 @@ import numpy as np
 import psutil
 
 import headrace as hr
+from headrace._engine.tuning.starting_values import cpu_count
 from headrace._machine import machine_line
-from headrace._ops.autotune import cpu_count
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import python_map

@@ -6,7 +6,7 @@ measures 15,000-20,000 ns and the PyTorch DataLoader with 0 workers ~620 ns.
 
 Deep pipeline (issue 15, defect 8): interleave(4 parallel slots) -> map(2 threads) -> map(2 threads) ->
 batch(32, 2 threads) -> prefetch(2) of small elements, with the parallel stages snapshotting their input's
-state every 16 pulls (headrace's default, ``_ops/parallel.SNAPSHOT_EVERY``) vs every pull (the engine before,
+state every 16 pulls (headrace's default, ``_engine/pool/parallel.SNAPSHOT_EVERY``) vs every pull (the engine before,
 which issue 15 measured at 71 vs 40 us/element).
 
     python bench/overhead.py [--elements 1000000] [--repeats 5]
@@ -66,7 +66,7 @@ def deep_pipeline() -> hr.Dataset:
 
 
 def run_deep(snapshot_every: int) -> float:
-    from headrace._ops import parallel
+    from headrace._engine.pool import parallel
 
     saved, parallel.SNAPSHOT_EVERY = parallel.SNAPSHOT_EVERY, snapshot_every
     try:

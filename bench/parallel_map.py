@@ -15,8 +15,8 @@ import time
 import numpy as np
 
 import headrace as hr
+from headrace._engine.tuning.starting_values import cpu_count
 from headrace._machine import machine_line
-from headrace._ops.autotune import cpu_count
 
 TARGET = 1.7
 

@@ -40,8 +40,8 @@ from python_map_fn import make_and_curve
 from python_map_fn import timed as _timed
 
 import headrace as hr
+from headrace._engine.tuning.starting_values import cpu_count
 from headrace._machine import machine_line
-from headrace._ops.autotune import cpu_count
 
 SPEEDUP_TARGET = 1.8
 RING_REFERENCE_GBS = 2.6

@@ -129,8 +129,8 @@ _CLOSE_INTERRUPTED = """
 import json, signal, threading, time
 import psutil
 import headrace as hr
-from headrace._ops import proc_pool
-from tests.ops.proc_fns import times_three
+from headrace._engine.pool import process_pool as proc_pool
+from tests.engine.pool.proc_fns import times_three
 
 signal.signal(signal.SIGINT, signal.default_int_handler)
 real_close = proc_pool.ProcessWorkers.close

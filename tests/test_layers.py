@@ -1,12 +1,14 @@
-"""Imports point down only: ``_dataset`` -> ``_ops/*`` -> ``_ops/node`` -> ``_ops/stage`` (the engine's base of every
-stage; ``_ops/protocol``, the public iterator protocol, below it) -> ``_ops/context``, ``_ops/base``
-(docs/architecture.md).
+"""Imports point down only: ``_dataset`` -> ``_ops/*`` (the transformations) -> ``_engine/recipe`` ->
+``_engine/stage`` (the engine's base of every stage; ``_engine/source_protocol``, the public iterator protocol,
+below it) -> ``_engine/context``, ``_engine/stage_support`` (docs/architecture.md).
 
-Walks the AST of every module under ``src/headrace/_ops`` (imports anywhere in the module, function-local
-ones included) and fails if one imports the ``Dataset`` facade or a layer above ``_ops``; and checks that
-the facade imports the op modules at top level, not inside its methods (the old cycle's workaround).
+Walks the AST of every module under ``src/headrace/_ops`` and ``src/headrace/_engine`` (imports anywhere in
+the module, function-local ones included) and fails if one imports the ``Dataset`` facade or a layer above
+``_ops``, or if the engine imports a transformation; checks that the facade imports the op modules at top
+level, not inside its methods (the old cycle's workaround); and that the folders stay small enough to read:
+none over 40 modules, the transformations' folder free of the pool, its executors, worker processes and the
+tuner.
 """
-
 from __future__ import annotations
 
 import ast
@@ -18,6 +20,7 @@ from tests.conftest import REPO
 
 SRC = REPO / "src"
 OPS = SRC / "headrace" / "_ops"
+ENGINE = SRC / "headrace" / "_engine"
 ABOVE_OPS = ("headrace._dataset", "headrace._iterator", "headrace.io", "headrace.train", "headrace.torch",
              "headrace.cli", "headrace._cli", "headrace.convert", "headrace.distribute", "headrace.data",
              "headrace.demo", "headrace.image", "headrace.keras", "headrace.jax")
@@ -60,11 +63,12 @@ def test_the_import_resolver_sees_relative_absolute_and_local_imports():
     assert {"headrace._dataset", "headrace.io.files", "headrace.train", "headrace._iterator"} <= found
     assert "headrace" not in found and not _forbidden("headrace._errors")
     assert all(_forbidden(n) for n in ("headrace._dataset", "headrace.io.files", "headrace.train"))
-    assert not _forbidden("headrace._options") and not _forbidden("headrace._ops.base")
+    assert not _forbidden("headrace._options") and not _forbidden("headrace._engine.stage_support")
 
 
-@pytest.mark.parametrize("path", sorted(OPS.glob("*.py")), ids=lambda p: p.name)
-def test_ops_modules_import_nothing_above_them(path):
+@pytest.mark.parametrize("path", sorted([*OPS.glob("*.py"), *ENGINE.rglob("*.py")]),
+                         ids=lambda p: str(p.relative_to(SRC / "headrace")))
+def test_ops_and_engine_modules_import_nothing_above_them(path):
     module = _module_name(path)
     tree = ast.parse(path.read_text(), str(path))
     bad = [f"line {line}: {name}" for name, line in imported_modules(tree, module, path.name == "__init__.py")
@@ -79,7 +83,7 @@ def test_the_facade_imports_the_ops_at_top_level():
              for n in ast.walk(fn) if isinstance(n, ast.Import | ast.ImportFrom)]
     assert not local, f"_dataset.py has function-local imports (a sign of an import cycle): {local}"
     top = {name for name, _ in imported_modules(tree, "headrace._dataset")}
-    assert "headrace._ops.map" in top and "headrace._ops.node" in top
+    assert "headrace._ops.map" in top and "headrace._engine.recipe" in top
 
 
 # ---- the whole tree (issue 23): no cycles, nothing below the facade imports a layer above it ---------------
@@ -161,8 +165,9 @@ def _within(name: str, layers: tuple[str, ...]) -> bool:
 
 def test_the_graph_sees_function_level_imports_and_skips_type_checking():
     graph = import_graph()
-    assert "headrace._ops.node" in graph["headrace._ops.map"]
-    assert "headrace._ops.base" not in graph["headrace._ops.autotune"]  # only under TYPE_CHECKING there
+    assert "headrace._engine.recipe" in graph["headrace._ops.map"]
+    # only under TYPE_CHECKING there:
+    assert "headrace._engine.stage_support" not in graph["headrace._engine.tuning.starting_values"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -202,3 +207,61 @@ def test_the_facade_imports_only_the_io_modules_below_it():
                 reach.add(d)
                 todo.append(d)
     assert not reach & set(FACADE), f"{sorted(FACADE_IO)} reach the facade: they are not below it"
+
+
+# ---- rooms a newcomer can read: the engine apart from the transformations, no folder too big to scan -------
+MAX_MODULES_PER_FOLDER = 40
+ENGINE_ONLY = ("pool", "proc", "process", "executor", "tuner", "tuning", "worker", "parallel", "knob")
+"""Words of a module name that say it belongs to the engine (the worker pool, its executors and worker
+processes, AUTOTUNE's tuner), never beside the transformations."""
+
+
+def _engine_importing_ops(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    return {name: sorted(d for d in deps if _within(d, ("headrace._ops",)))
+            for name, deps in graph.items() if _within(name, ("headrace._engine",))}
+
+
+def test_the_engine_imports_no_transformation():
+    graph = import_graph()
+    assert any(_within(n, ("headrace._engine.pool",)) for n in graph), "the engine's pool is not where expected"
+    bad = {n: d for n, d in _engine_importing_ops(graph).items() if d}
+    assert not bad, (f"engine modules import transformation modules (headrace._ops): {bad}; the engine serves the "
+                     "transformations, so move what they share into headrace._engine")
+
+
+def test_the_engine_rule_sees_an_engine_module_importing_an_op():
+    graph = {"headrace._engine.stage": {"headrace._ops.map", "headrace._memory"}, "headrace._ops.map": set()}
+    assert _engine_importing_ops(graph) == {"headrace._engine.stage": ["headrace._ops.map"]}
+
+
+def _folders_over(root: Path, cap: int) -> dict[str, int]:
+    counts = {str(d.relative_to(root.parent)): n for d in [root, *root.rglob("*")] if d.is_dir()
+              and (n := len(list(d.glob("*.py")))) > cap}
+    return counts
+
+
+def test_no_folder_holds_more_than_40_modules():
+    big = _folders_over(SRC / "headrace", MAX_MODULES_PER_FOLDER)
+    assert not big, (f"folders of src/headrace with more than {MAX_MODULES_PER_FOLDER} modules: {big}; split them "
+                     "into packages by what the modules are (as _engine/, _engine/pool/, _engine/tuning/)")
+
+
+def test_the_folder_rule_counts_modules(tmp_path):
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    for i in range(3):
+        (tmp_path / "pkg" / "sub" / f"m{i}.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("")
+    assert _folders_over(tmp_path / "pkg", 2) == {"pkg/sub": 3}
+    assert _folders_over(tmp_path / "pkg", 3) == {}
+
+
+def _engine_named(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob("*.py") if any(w in p.stem for w in ENGINE_ONLY))
+
+
+def test_the_transformations_folder_holds_no_pool_executor_worker_or_tuner_module():
+    (map_py,) = list((SRC / "headrace").rglob("map.py"))
+    assert not _engine_named(map_py.parent), (
+        f"{map_py.parent.relative_to(SRC)} (the transformations) holds engine modules: "
+        f"{_engine_named(map_py.parent)}; they belong in headrace/_engine/pool or headrace/_engine/tuning")
+    assert _engine_named(ENGINE / "pool") and _engine_named(ENGINE / "tuning"), "the rule's words see nothing"

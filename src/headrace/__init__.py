@@ -23,6 +23,7 @@ import importlib
 from typing import Any
 
 from ._dataset import Dataset
+from ._engine.source_protocol import DatasetIterator
 from ._errors import (
     ConvertError,
     DataLossError,
@@ -47,7 +48,6 @@ from ._errors import (
 )
 from ._iterator import Iterator
 from ._memory import parse_bytes
-from ._ops.protocol import DatasetIterator
 from ._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Options
 from ._spec import DatasetSpec, NoneTensorSpec, RaggedTensorSpec, TensorShape, TensorSpec
 

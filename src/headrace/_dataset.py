@@ -1,13 +1,13 @@
 """``Dataset``: the immutable, lazy recipe. Each method returns a new Dataset; nothing runs until iteration.
 
 The methods keep tf.data's names, arguments, defaults and results (``tf.data.Dataset``). ``Dataset`` is a
-thin facade over one :class:`~headrace._ops.node.DatasetNode`: each method validates what only the facade
+thin facade over one :class:`~headrace._engine.recipe.DatasetNode`: each method validates what only the facade
 knows, builds the node of one module in ``headrace._ops`` and wraps it. Iterating (``iter(ds)``) builds a
 fresh tree of iterators with its own threads, buffers and memory budget (:class:`headrace.Iterator`).
 
-Layers (imports point down only): ``_dataset`` -> ``_iterator`` and ``_ops/*`` -> ``_ops/node`` ->
-``_ops/stage`` (``_ops/context``, ``_ops/base``, ``_ops/protocol``); the io readers (``headrace.io``) sit
-above, as ``Dataset`` subclasses.
+Layers (imports point down only): ``_dataset`` -> ``_iterator`` and ``_ops/*`` -> ``_engine/recipe`` ->
+``_engine/stage`` (``_engine/context``, ``_engine/stage_support``, ``_engine/source_protocol``); the io
+readers (``headrace.io``) sit above, as ``Dataset`` subclasses.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from ._engine.recipe import DatasetNode, node_of, set_wrapper, stage_label
 from ._iterator import Iterator
 from ._ops.batch import BatchNode
 from ._ops.bucket import bucket_node
@@ -27,17 +28,16 @@ from ._ops.filter import FilterNode
 from ._ops.from_source import SourceNode
 from ._ops.group_by_window import GroupByWindowNode
 from ._ops.ignore_errors import IgnoreErrorsNode
+from ._ops.in_memory import GeneratorNode, RangeNode, TensorSlicesNode, TensorsNode
 from ._ops.interleave import InterleaveNode
 from ._ops.list_files import list_files
 from ._ops.map import MapNode
-from ._ops.node import DatasetNode, node_of, set_wrapper, stage_label
-from ._ops.options import OptionsNode
 from ._ops.pack import PackNode
 from ._ops.padded_batch import PaddedBatchNode
 from ._ops.prefetch import PrefetchNode
 from ._ops.ragged_batch import RaggedBatchNode
 from ._ops.random_access import RandomAccessNode
-from ._ops.random_source import RandomNode
+from ._ops.random_ints import RandomNode
 from ._ops.reduce import reduce_dataset, single_element
 from ._ops.rejection_resample import RejectionResampleNode
 from ._ops.repeat import RepeatNode
@@ -46,12 +46,12 @@ from ._ops.scan import ScanNode
 from ._ops.shard import ShardNode
 from ._ops.shuffle import ShuffleNode
 from ._ops.skip import SkipNode
-from ._ops.sources import GeneratorNode, RangeNode, TensorSlicesNode, TensorsNode
 from ._ops.take import TakeNode
 from ._ops.take_while import TakeWhileNode
 from ._ops.unbatch import UnbatchNode
 from ._ops.unique import UniqueNode
 from ._ops.window import WindowNode
+from ._ops.with_options import OptionsNode
 from ._ops.zip import ZipNode
 from ._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Options
 from .io import files as _files

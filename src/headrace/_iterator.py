@@ -19,7 +19,7 @@ records for ``len()``) build their stages inside the call that needs them and ra
 
 Iterations: every ``iter(ds)`` of one Dataset object takes the next iteration number (0, 1, ...), the root
 of the *iteration path* that seeds per-iteration randomness (``reshuffle_each_iteration``); ``repeat``
-extends it per epoch (``headrace._ops.seeds``). Nothing else of the Dataset changes when it is iterated.
+extends it per epoch (``headrace._engine.seeds``). Nothing else of the Dataset changes when it is iterated.
 
 Shutdown design: ``close()`` takes at most about a second, however deep the pipeline: (1) every stage's
 stop flag is set and its threads woken (``signal_stop``, never blocks), (2) every thread is joined against
@@ -50,17 +50,17 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from . import _reaper
+from ._engine import by_value
+from ._engine.context import IteratorContext
+from ._engine.recipe import abandon_build, as_node
+from ._engine.replay import restoring
+from ._engine.stage import Stage
+from ._engine.stage_support import JOIN_TIMEOUT_S, join_threads, run_to_the_end
+from ._engine.tuning.explain import Plan, bottleneck, build_tree
+from ._engine.tuning.tuner import Tuner
 from ._errors import IteratorClosedError, StateError
 from ._malloc import tune_for_pipelines
 from ._memory import Cancelled, budget_for, rss_bytes
-from ._ops import by_value
-from ._ops.base import JOIN_TIMEOUT_S, join_threads, run_to_the_end
-from ._ops.context import IteratorContext
-from ._ops.explain import Plan, bottleneck, build_tree
-from ._ops.node import abandon_build, as_node
-from ._ops.replay import restoring
-from ._ops.stage import Stage
-from ._ops.tuner import Tuner
 from ._versioned import check_versioned
 from ._warn import PipelineWarnings
 
@@ -248,7 +248,7 @@ class Iterator:
         waiting = self._budget.consumers
         waiting.append(1)  # a restore re-reads the input: the stall breaker applies as in next()
         try:
-            with restoring(self._ctx.replay):  # (headrace._ops.replay, rule 6)
+            with restoring(self._ctx.replay):  # (headrace._engine.replay, rule 6)
                 self._learn_sizes(state.get("sizes", {}))
                 root.set_state(state["pipeline"])
                 self._learn_sizes(state.get("sizes", {}))  # and the stages the restore made anew

@@ -189,7 +189,7 @@ class Options:
         static_optimizations: ``False`` builds every op as its own stage; ``None`` / ``True`` applies tf.data's
             static optimizations that pay here: ``map_fusion`` (consecutive sequential maps as one stage) and
             ``map_and_batch_fusion`` (a sequential map runs inside the batch's loop), with the same results and
-            states (``headrace._ops.map_fusion``; ``explain()`` names them). tf.data's
+            states (``headrace._engine.tuning.static_optimizations``; ``explain()`` names them). tf.data's
             ``options.experimental_optimization.apply_default_optimizations``.
 
     Options set later (outer ``with_options``) override earlier ones field by field; fields left ``None``

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._deps import require
+from ._engine.stage_support import JOIN_TIMEOUT_S
 from ._errors import IteratorClosedError, StateError
-from ._ops.base import JOIN_TIMEOUT_S
 from ._structure import flatten, map_structure
 from ._sync import Condition, Flag
 from ._versioned import check_versioned

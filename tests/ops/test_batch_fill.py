@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import headrace as hr
-from headrace._ops.sources import _RangeIterator
+from headrace._ops.in_memory import _RangeIterator
 
 KINDS = ["int64", "float32", "uint8", "pyint", "growing", "tuple", "dict", "bytes", "mixed_scalars"]
 

@@ -1,4 +1,4 @@
-"""Lent batch buffers (``headrace._ops.batch_buffers``): a sequential ``batch`` hands out large batches over
+"""Lent batch buffers (``headrace._engine.batch_buffers``): a sequential ``batch`` hands out large batches over
 raw buffers it takes back when the consumer drops them, charged to the memory budget while idle.
 
 What must hold: values identical to ``np.stack``; a buffer the consumer (or a view, or a tensor) still holds
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import headrace as hr
+from headrace._engine import batch_buffers
+from headrace._engine.stacking import BufferPool, stack
 from headrace._memory import MemoryBudget, process_budget
-from headrace._ops import batch_buffers
-from headrace._ops.stacking import BufferPool, stack
 
 SHAPE = (64, 64, 3)  # float32: 48 KiB per element, 3 MiB per batch of 64
 BATCH_BYTES = 64 * 64 * 64 * 3 * 4

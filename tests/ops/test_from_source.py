@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import headrace as hr
-from headrace._ops.node import as_node
+from headrace._engine.recipe import as_node
 
 D = hr.Dataset
 

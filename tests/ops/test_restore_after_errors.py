@@ -18,7 +18,7 @@ from collections import Counter
 import pytest
 
 import headrace as hr
-from tests.ops.proc_fns import RaisesOn
+from tests.engine.pool.proc_fns import RaisesOn
 
 
 def _norm(v):

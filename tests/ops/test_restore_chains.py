@@ -117,7 +117,7 @@ def test_shuffle_ragged_unbatch_parallel_map_restored_at_5(budget: int) -> None:
 def test_generated_case_112_restored_at_1() -> None:
     """The saved shuffle had capped its buffer to 5.75 MiB; the uninterrupted run capped it again to 4 MiB at
     its 4th draw (the parallel map after it held more by then), the restored run (that map holding less) kept
-    5.75 MiB: the order differed from element 4 (under load; ``tests/ops/test_shuffle_capacity.py`` shows the
+    5.75 MiB: the order differed from element 4 (under load; ``tests/engine/test_shuffle_capacity.py`` shows the
     mechanism without timing). The capacity now follows from the budget's size, the stages and the largest
     element pulled only."""
     _check({**_case(112), "chain": [1]})

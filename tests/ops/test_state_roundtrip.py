@@ -16,7 +16,7 @@ import pytest
 
 import headrace as hr
 from tests.conftest import assert_same
-from tests.ops.proc_fns import times_three as _times_three
+from tests.engine.pool.proc_fns import times_three as _times_three
 
 D = hr.Dataset
 

@@ -1,4 +1,4 @@
-"""The calling convention of user functions (``headrace._ops.calls``), checked in every op that calls one.
+"""The calling convention of user functions (``headrace._engine.calls``), checked in every op that calls one.
 
 A user function that raises ``StopIteration`` would end the dataset silently where a stage calls it inside
 ``__next__``; every op raises ``RuntimeError`` naming its stage instead (``map`` did, ``scan``,

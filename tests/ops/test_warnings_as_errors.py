@@ -124,7 +124,7 @@ def test_a_budget_warning_made_an_error_during_a_restore_neither_hangs_nor_loses
 SCAN_CRASH = """
 import json
 import headrace as hr
-from headrace._ops import parallel
+from headrace._engine.pool import parallel
 D = hr.Dataset
 
 def ds():

@@ -133,8 +133,8 @@ class _OrderChangesOnceRestored:
 @pytest.mark.parametrize("raise_at", [None, 3])
 def test_out_of_order_positions_are_read_while_the_restore_runs(raise_at):
     """``raise_at=3``: the last skipped position is an element that raised; the restore read past it too."""
+    from headrace._engine.pool.parallel import ParallelApplier
     from headrace._memory import MemoryBudget
-    from headrace._ops.parallel import ParallelApplier
 
     def slow_zero(x):
         if x == 0:

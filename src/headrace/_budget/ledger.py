@@ -49,7 +49,7 @@ class MemoryBudget:
         self.reserve_bytes = self.limit_bytes // 16  # kept outside every share (headrace._budget.admission)
         self.overdraft_warned = False
         # Called (lock held) when a reservation does not fit: each frees memory kept idle for reuse (lent
-        # batch buffers, headrace._ops.batch_buffers) and returns the bytes it credited.
+        # batch buffers, headrace._engine.batch_buffers) and returns the bytes it credited.
         self.reclaimers: list[Callable[[], int]] = []
 
     # (older names, read by modules outside the budget)

@@ -1,2 +1,4 @@
-"""One module per transformation; each holds a recipe node (``XxxNode``, a :class:`~headrace._ops.node.DatasetNode`)
-and its private iterator. Nothing here imports ``headrace.Dataset`` (the facade above, ``headrace._dataset``)."""
+"""The transformations, one module each (``map``, ``batch``, ``shuffle``, ...; the in-memory sources): a recipe
+node (``XxxNode``, a :class:`~headrace._engine.recipe.DatasetNode`) and its private iterator. The machinery they
+share (stages, replay, the worker pool, AUTOTUNE) is the engine, ``headrace._engine``, which never imports
+them; nothing here imports ``headrace.Dataset`` (the facade above, ``headrace._dataset``)."""

@@ -7,7 +7,7 @@ the elements and the batch are counted (the assembly needs room for two batches:
 names the stage when even that cannot fit). Large output buffers are recycled (``stacking.BufferPool``):
 a sequential batch lends them and takes them back charged (``batch_buffers``), a parallel one only for
 batches of at most 1/16 of the budget. With ``num_parallel_calls``, elements are gathered under
-the input lock and stacked in worker threads (``headrace._ops.parallel``): gathered groups stay charged
+the input lock and stacked in worker threads (``headrace._engine.pool.parallel``): gathered groups stay charged
 to the assembly account until stacked, finished batches to the stage's account.
 
 An error from the input while a batch is being gathered propagates; the elements gathered so far are
@@ -15,7 +15,7 @@ kept, and the next call continues the same batch (nothing is dropped). State: th
 the first element of the batch being gathered and the number of positions pulled into it (an element
 that raised counts as a position: it was reported already), so a state taken after such an error
 restores the partial batch exactly; below a ``deterministic=False`` stage, where re-reading could give other
-elements, the partial batch is saved by value instead (``headrace._ops.by_value``).
+elements, the partial batch is saved by value instead (``headrace._engine.by_value``).
 """
 
 from __future__ import annotations
@@ -27,22 +27,22 @@ from typing import Any
 import numpy as np
 
 from .._args import count_arg, parallel_calls_arg
+from .._engine import by_value
+from .._engine.batch_buffers import SpareBuffers, reserve_output
+from .._engine.context import IteratorContext
+from .._engine.pool.parallel import PoolIterator
+from .._engine.recipe import DatasetNode, SpecOf
+from .._engine.replay import advance, rereads_same
+from .._engine.stacking import BufferPool, stack
+from .._engine.stage import Stage
+from .._engine.stage_support import check_state, note_error, stop_flag
+from .._engine.tuning.starting_values import parallelism
+from .._engine.tuning.static_optimizations import optimizing
 from .._handoff import hand_off, taker_of
 from .._memory import WHOLE_UNCAPPED, Reservation, StageAccount
 from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import batch_spec
 from .._structure import nbytes
-from . import by_value
-from .autotune import parallelism
-from .base import check_state, note_error, stop_flag
-from .batch_buffers import SpareBuffers, reserve_output
-from .context import IteratorContext
-from .map_fusion import optimizing
-from .node import DatasetNode, SpecOf
-from .parallel import PoolIterator
-from .replay import advance, rereads_same
-from .stacking import BufferPool, stack
-from .stage import Stage
 
 
 def batched_cardinality(n: int, batch_size: int, drop_remainder: bool) -> int:
@@ -318,7 +318,7 @@ class _BatchIterator(Stage):
         return self._combine is not None
 
     def skip_ahead(self, n: int) -> None:
-        """Skip ``n`` batches (a restore's fast-forward, ``headrace._ops.replay``); a skipped group gives
+        """Skip ``n`` batches (a restore's fast-forward, ``headrace._engine.replay``); a skipped group gives
         its bytes back."""
         def drop(out: Any) -> None:
             if isinstance(out, _Group):

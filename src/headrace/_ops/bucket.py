@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 
 from .._args import as_int
+from .._engine.calls import call_with_element
+from .._engine.recipe import DatasetNode, node_of
 from .._spec import TensorSpec, batch_spec
 from .._structure import flatten, pack_as
-from .calls import call_with_element
 from .group_by_window import GroupByWindowNode
-from .node import DatasetNode, node_of
 from .padded_batch import PaddedBatchNode
 
 

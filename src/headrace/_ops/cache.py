@@ -28,13 +28,13 @@ import os
 import pickle
 from typing import IO, Any
 
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.stage import Stage
+from .._engine.stage_support import check_state, stop_flag
 from .._memory import WHOLE, Reservation, StageAccount
 from .._structure import nbytes
 from .._sync import Lock as TimedLock
-from .base import check_state, stop_flag
-from .context import IteratorContext
-from .node import DatasetNode
-from .stage import Stage
 
 CACHE_SUFFIX = ".hrcache"
 

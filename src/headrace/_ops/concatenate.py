@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode, SpecOf, as_node
+from .._engine.stage import MultiInputIterator, Stage
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import most_specific_compatible, require_compatible, spec_of
-from .context import IteratorContext
-from .node import DatasetNode, SpecOf, as_node
-from .stage import MultiInputIterator, Stage
 
 _FIX = "concatenate datasets whose elements have the same structure and dtypes (cast or map one first)"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from .._args import as_int
 from .._options import INFINITE_CARDINALITY
-from .sources import RangeNode
+from .in_memory import RangeNode
 
 
 class CounterNode(RangeNode):

@@ -6,8 +6,8 @@ As in tf.data, it is ``Dataset.zip((Dataset.range(start, 2**63 - 1), dataset))``
 from __future__ import annotations
 
 from .._args import as_int
-from .node import DatasetNode
-from .sources import RangeNode
+from .._engine.recipe import DatasetNode
+from .in_memory import RangeNode
 from .zip import ZipNode
 
 

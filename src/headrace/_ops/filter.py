@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from .base import fn_name, note_error
-from .calls import guarded_call
-from .context import IteratorContext
-from .node import DatasetNode
-from .stage import Stage, UnaryIterator
+from .._engine.calls import guarded_call
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.stage import Stage, UnaryIterator
+from .._engine.stage_support import fn_name, note_error
 
 
 def as_bool(value: Any, stage: str) -> bool:

@@ -5,7 +5,7 @@
 subclass of it needs ``__next__`` (and ``get_state`` / ``set_state`` to be checkpointed); any other object
 must have all of ``__next__``, ``get_state``, ``set_state`` and ``close``.
 
-The stage (a :class:`~headrace._ops.stage.Stage`) wraps that iterator, which inherits none of the engine's
+The stage (a :class:`~headrace._engine.stage.Stage`) wraps that iterator, which inherits none of the engine's
 machinery: elements are normalized as ``map`` results are (Python ``int`` -> int64,
 ``float`` -> float32, ``str`` -> ``bytes``); an error gets the note ``in from_source(<name>) at element
 <i>`` and the stage stays usable; the state is ``{"kind": "from_source", "name", "index", "state": <the
@@ -17,14 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._engine.calls import guarded_apply
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.source_protocol import DatasetIterator
+from .._engine.stage import Stage
+from .._engine.stage_support import check_state, fn_name, note_error
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._structure import SCALAR_TYPES, normalize
-from .base import check_state, fn_name, note_error
-from .calls import guarded_apply
-from .context import IteratorContext
-from .node import DatasetNode
-from .protocol import DatasetIterator
-from .stage import Stage
 
 PROTOCOL = ("__next__", "get_state", "set_state", "close")
 

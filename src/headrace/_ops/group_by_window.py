@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 
 from .._args import as_int
+from .._engine import by_value
+from .._engine.calls import guarded_apply, guarded_call
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode, ElementsNode, SpecOf, node_of, wrap
+from .._engine.stage import Stage, UnaryIterator
+from .._engine.stage_support import check_state, fn_name, note_error, stop_flag
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._structure import nbytes
-from . import by_value
-from .base import check_state, fn_name, note_error, stop_flag
-from .calls import guarded_apply, guarded_call
-from .context import IteratorContext
-from .node import DatasetNode, ElementsNode, SpecOf, node_of, wrap
-from .stage import Stage, UnaryIterator
 
 
 def _key(value: Any, stage: str) -> int:

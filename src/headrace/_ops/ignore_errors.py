@@ -34,11 +34,11 @@ import warnings
 from collections import Counter
 from typing import Any
 
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.stage import Stage, UnaryIterator
 from .._errors import DATA_ERRORS, DataLossError, HeadraceError, IgnoredErrorsWarning, TooManyErrorsError
 from .._options import UNKNOWN_CARDINALITY
-from .context import IteratorContext
-from .node import DatasetNode
-from .stage import Stage, UnaryIterator
 
 log = logging.getLogger("headrace")
 

@@ -11,7 +11,7 @@ without ``num_parallel_calls``; ``min(num_parallel_calls, CPU count)`` with a fi
 ``ceil(CPU count / 3)`` when both are ``AUTOTUNE``.
 
 ``num_parallel_calls`` (int or ``AUTOTUNE`` = ``cycle_length``) reads every open slot in a background
-thread (a one-worker prefetcher per slot, ``headrace._ops.parallel``), refilled in bursts from half full so
+thread (a one-worker prefetcher per slot, ``headrace._engine.pool.parallel``), refilled in bursts from half full so
 the reader is woken once per burst rather than once per element. The slots share **one** memory account
 (the stage's share of the budget): each reads ahead at most ``max(SLOT_BUFFER, block_length)`` elements
 and at most its fair part of the account (``cap / (cycle_length x element size)``, at least one; over the
@@ -25,7 +25,7 @@ The output order is the same as without parallelism when ``deterministic`` is tr
 State: the cycle position, the input's state, and per open slot the input state just before its element
 plus the slot's own iterator state. Restoring re-reads those input elements (cheap for file-name inputs)
 and restores each slot where it was; when the input does not replay deterministically (below a
-``deterministic=False`` stage) the slot's element itself is saved instead (``headrace._ops.by_value``).
+``deterministic=False`` stage) the slot's element itself is saved instead (``headrace._engine.by_value``).
 """
 
 from __future__ import annotations
@@ -36,20 +36,20 @@ from collections.abc import Callable
 from typing import Any
 
 from .._args import count_arg, parallel_calls_arg
+from .._engine import by_value
+from .._engine.calls import call_with_element, guarded_call
+from .._engine.context import IteratorContext
+from .._engine.counted_cardinality import counting_enabled, elements, memoized
+from .._engine.pool.parallel import PoolIterator
+from .._engine.recipe import DatasetNode, SpecOf, node_of, trace
+from .._engine.replay import rereads_same
+from .._engine.stage import Stage
+from .._engine.stage_support import check_state, fn_name, note_error
+from .._engine.tuning.knobs import MAX_BUFFER, KnobKind, StageStats, stage_tuning
+from .._engine.tuning.starting_values import cpu_count
 from .._handoff import delivers_charged, passing, taker_of
 from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
-from . import by_value
-from .autotune import cpu_count
-from .base import check_state, fn_name, note_error
-from .context import IteratorContext
-from .counting import counting_enabled, elements, memoized
-from .knobs import MAX_BUFFER, KnobKind, StageStats, stage_tuning
-from .map import call_with_element, guarded_call
-from .node import DatasetNode, SpecOf, node_of, trace
-from .parallel import PoolIterator
 from .prefetch import _identity
-from .replay import rereads_same
-from .stage import Stage
 
 SLOT_BUFFER = 16  # elements read ahead per parallel slot (records are small; the budget still caps bytes)
 
@@ -86,7 +86,8 @@ class InterleaveNode(DatasetNode):
 
     def cardinality(self) -> int:
         """tf.data's: infinite for a parallel interleave of an infinite input, else unknown; inside
-        ``counting()`` the sum of the counts of the datasets ``map_func`` makes (``headrace._ops.counting``)."""
+        ``counting()`` the sum of the counts of the datasets ``map_func`` makes
+        (``headrace._engine.counted_cardinality``)."""
         n = self.inputs[0].cardinality()
         if self.num_parallel_calls is not None and n == INFINITE_CARDINALITY:
             return INFINITE_CARDINALITY
@@ -178,7 +179,7 @@ class _InterleaveIterator(Stage):
                        f"AUTOTUNE start: {self._read_ahead} elements per slot (within its share of the budget)")
                 t.start(self)
 
-    # ---- AUTOTUNE (headrace._ops.tuner) ------------------------------------------------------------------
+    # ---- AUTOTUNE (headrace._engine.tuning.tuner) ------------------------------------------------------------------
     def apply_knob(self, kind: KnobKind, value: int, *, start: bool = False) -> None:
         """Set ``kind`` to ``value`` (the tuner thread; ``start``: its starting value, while building)."""
         if kind is KnobKind.READ_AHEAD:

@@ -13,9 +13,9 @@ from types import ModuleType
 
 import numpy as np
 
-from .node import DatasetNode, node_of
+from .._engine.recipe import DatasetNode, node_of
+from .in_memory import TensorSlicesNode
 from .shuffle import ShuffleNode
-from .sources import TensorSlicesNode
 
 
 def list_files(file_pattern: str | bytes | Sequence[str | bytes], *, shuffle: bool | None,

@@ -10,10 +10,10 @@ converted to it (as ``from_generator`` converts) and checked; without it, the sp
 function on spec-shaped examples of the input's spec (``node.trace``), else read from the first element.
 
 ``num_parallel_calls=None`` runs in the consumer's thread; an int or ``AUTOTUNE`` runs that many workers
-(``headrace._ops.parallel``). ``deterministic=False`` yields results as they finish.
+(``headrace._engine.pool.parallel``). ``deterministic=False`` yields results as they finish.
 
 Where the function runs (``executor=`` per stage, else ``Options(map_executor=...)``, else ``"auto"`` for
-``AUTOTUNE`` and ``"thread"`` for an explicit number; ``headrace._ops.executor``): on the workers' threads
+``AUTOTUNE`` and ``"thread"`` for an explicit number; ``headrace._engine.pool.executor``): on the workers' threads
 (functions that release the GIL: numpy, OpenCV, image decoders), in worker processes (functions that
 hold it), or measured first (``"auto"``). ``executor="process"`` (or ``"auto"``) with
 ``num_parallel_calls=None`` runs one worker, in order. The options apply to parallel maps only. Results
@@ -26,28 +26,27 @@ from collections.abc import Callable
 from typing import Any
 
 from .._args import parallel_calls_arg
-from .._options import AUTOTUNE
-from .._spec import from_user
-from .._structure import SCALAR_TYPES, normalize, normalize_sized
-from .autotune import MAP_WINDOW_PER_WORKER, parallelism
-from .base import fn_name, note_error
-from .calls import (
+from .._engine.calls import (
     call_with_element,
     element_caller,
     empty_element_error,
-    guarded_call,  # noqa: F401  (interleave.py imports it from here)
     no_component,
     refuse_empty,
     stop_iteration_error,
     traced_guard,
 )
-from .context import IteratorContext
-from .executor import AutoExecutor, Executor, ProcessExecutor, ThreadExecutor, validate_executor
-from .map_fusion import FusedMapIterator, optimizing
-from .node import DatasetNode, SpecOf, trace
-from .parallel import PoolIterator
-from .sources import convert_to_spec
-from .stage import FillTally, Stage, UnaryIterator
+from .._engine.context import IteratorContext
+from .._engine.pool.executor import AutoExecutor, Executor, ProcessExecutor, ThreadExecutor, validate_executor
+from .._engine.pool.parallel import PoolIterator
+from .._engine.recipe import DatasetNode, SpecOf, trace
+from .._engine.stage import FillTally, Stage, UnaryIterator
+from .._engine.stage_support import fn_name, note_error
+from .._engine.tuning.starting_values import MAP_WINDOW_PER_WORKER, parallelism
+from .._engine.tuning.static_optimizations import FusedMapIterator, optimizing
+from .._options import AUTOTUNE
+from .._spec import from_user
+from .._structure import SCALAR_TYPES, normalize, normalize_sized
+from .in_memory import convert_to_spec
 
 _END = object()
 _NOTHING_READY: Any = iter(())

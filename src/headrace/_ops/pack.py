@@ -18,8 +18,8 @@ State (exactly once): positions where it can, as ``batch``. The stage checkpoint
 and the packer's position (rows handed out of a closed group, tokens of the first sequence handed out).
 Restoring re-reads the input from that checkpoint, skips to the first held sequence and packs again up to
 the pull count: at most ``CHECKPOINT_EVERY`` elements plus one group. Where re-reading could give other
-elements (below a ``deterministic=False`` stage, or after a replay event: ``headrace._ops.replay``), the
-held sequences are saved by value instead (``headrace._ops.by_value``), as ``batch`` saves its partial batch;
+elements (below a ``deterministic=False`` stage, or after a replay event: ``headrace._engine.replay``), the
+held sequences are saved by value instead (``headrace._engine.by_value``), as ``batch`` saves its partial batch;
 so are they while no checkpoint precedes the first held sequence (restored from such a state).
 """
 
@@ -31,19 +31,19 @@ from typing import Any
 import numpy as np
 
 from .._args import count_arg
+from .._engine import by_value
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode, SpecOf
+from .._engine.replay import fast_forward, rereads_same
+from .._engine.stacking import padding_scalar
+from .._engine.stage import Stage
+from .._engine.stage_support import check_state, stop_flag
 from .._handoff import hand_off
 from .._memory import WHOLE
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import TensorSpec
 from .._structure import flatten, pack_as
-from . import by_value
-from .base import check_state, stop_flag
-from .context import IteratorContext
-from .node import DatasetNode, SpecOf
 from .packing import ConcatBuffer, FirstFitBins, RowBuilder, Sequence, SequenceCheck, component_names
-from .replay import fast_forward, rereads_same
-from .stacking import padding_scalar
-from .stage import Stage
 
 DEFAULT_PACKING_BINS = 16
 """``pack``'s ``num_packing_bins`` when not given: 16 open bins (rows), 16 x ``sequence_length`` tokens held."""

@@ -15,13 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from .._args import count_arg
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode, SpecOf
+from .._engine.stacking import _flatten_shapes, pad_and_stack, padding_scalar
+from .._engine.stage import Stage
 from .._spec import NoneTensorSpec, TensorShape, TensorSpec, batch_spec
 from .._structure import flatten, pack_as
 from .batch import batched_cardinality, make_batcher
-from .context import IteratorContext
-from .node import DatasetNode, SpecOf
-from .stacking import _flatten_shapes, pad_and_stack, padding_scalar
-from .stage import Stage
 
 
 class PaddedBatchNode(DatasetNode):

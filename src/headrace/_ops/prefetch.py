@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from .._args import count_arg
+from .._engine.context import IteratorContext
+from .._engine.pool.parallel import PoolIterator
+from .._engine.recipe import DatasetNode
+from .._engine.stage import Stage
+from .._engine.tuning.starting_values import PREFETCH_AUTOTUNE_BUFFER
 from .._options import AUTOTUNE
-from .autotune import PREFETCH_AUTOTUNE_BUFFER
-from .context import IteratorContext
-from .node import DatasetNode
-from .parallel import PoolIterator
-from .stage import Stage
 
 
 def _identity(x: Any) -> Any:

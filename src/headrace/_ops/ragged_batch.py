@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 
 from .._args import count_arg
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode, SpecOf
+from .._engine.stacking import _columns, _is_structure, stack
+from .._engine.stage import Stage
 from .._spec import RaggedTensorSpec, TensorSpec, as_dtype, batch_spec
 from .._structure import flatten, pack_as
 from .batch import batched_cardinality, make_batcher
-from .context import IteratorContext
-from .node import DatasetNode, SpecOf
-from .stacking import _columns, _is_structure, stack
-from .stage import Stage
 
 
 def _ragged_components(spec: Any) -> list[bool]:

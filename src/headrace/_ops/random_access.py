@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 
 from .._args import as_int, as_seed
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.seeds import fresh_seed, iteration_seed
+from .._engine.stage import Stage
+from .._engine.stage_support import check_state, note_error
 from .._structure import normalize
-from .base import check_state, note_error
-from .context import IteratorContext
-from .node import DatasetNode
-from .seeds import fresh_seed, iteration_seed
-from .stage import Stage
 
 _ROUNDS = 6
 _BLOCK = 1024

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._engine.calls import check_state_kept, guarded_apply
+from .._engine.stage_support import note_error
 from .._options import INFINITE_CARDINALITY
 from .._spec import spec_of
 from .._structure import normalize_tensors
-from .base import note_error
-from .calls import check_state_kept, guarded_apply
 
 
 def reduce_dataset(dataset: Any, initial_state: Any, reduce_func: Callable[[Any, Any], Any],

@@ -19,14 +19,14 @@ from typing import Any
 import numpy as np
 
 from .._args import as_int, as_seed
+from .._engine.calls import call_with_element, guarded_call
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode, SpecOf, trace
+from .._engine.seeds import check_seed, fresh_seed, seeded_bits
+from .._engine.stage import Stage, UnaryIterator
+from .._engine.stage_support import fn_name, note_error
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import TensorSpec
-from .base import fn_name, note_error
-from .calls import call_with_element, guarded_call
-from .context import IteratorContext
-from .node import DatasetNode, SpecOf, trace
-from .seeds import check_seed, fresh_seed, seeded_bits
-from .stage import Stage, UnaryIterator
 
 
 def _dist(values: Any, what: str, n: int | None = None) -> np.ndarray:

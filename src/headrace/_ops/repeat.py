@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from .._args import as_int
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.stage import Stage
+from .._engine.stage_support import check_state
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
-from .base import check_state
-from .context import IteratorContext
-from .node import DatasetNode
-from .stage import Stage
 
 
 class RepeatNode(DatasetNode):

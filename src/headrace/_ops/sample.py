@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 
 from .._args import as_int
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode, SpecOf, as_node, node_of
+from .._engine.seeds import check_seed, fresh_seed, seeded_bits
+from .._engine.stage import MultiInputIterator, Stage
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import TensorSpec, require_compatible
-from .context import IteratorContext
-from .node import DatasetNode, SpecOf, as_node, node_of
-from .seeds import check_seed, fresh_seed, seeded_bits
-from .stage import MultiInputIterator, Stage
 
 _FIX = "give datasets whose elements have the same structure and dtypes (cast or map one first)"
 

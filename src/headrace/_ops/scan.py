@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._engine import by_value
+from .._engine.calls import check_state_kept, guarded_apply
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode, SpecOf, trace
+from .._engine.stage import Stage, UnaryIterator
+from .._engine.stage_support import fn_name, note_error
 from .._spec import spec_of
 from .._structure import nbytes, normalize, normalize_tensors
-from . import by_value
-from .base import fn_name, note_error
-from .calls import check_state_kept, guarded_apply
-from .context import IteratorContext
-from .node import DatasetNode, SpecOf, trace
-from .stage import Stage, UnaryIterator
 
 
 def call_scan(fn: Callable[..., Any], state: Any, x: Any, stage: str) -> tuple[Any, Any]:

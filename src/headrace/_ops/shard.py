@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from .._args import count_arg
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.stage import Stage, UnaryIterator
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
-from .context import IteratorContext
-from .node import DatasetNode
-from .stage import Stage, UnaryIterator
 
 
 class ShardNode(DatasetNode):

@@ -4,7 +4,7 @@ Order: the buffer is filled with the first ``buffer_size`` elements; each output
 buffered element (one 64-bit draw of a PCG64 generator, modulo the buffer length), whose place is taken by
 the next input element. With a ``seed`` the order is reproducible; with ``reshuffle_each_iteration``
 (default) every iterator (each ``iter(ds)``, each ``repeat`` epoch) draws its order from ``(seed, iteration
-path)`` (``headrace._ops.seeds``); the distribution is tf.data's, the random stream is not TensorFlow's.
+path)`` (``headrace._engine.seeds``); the distribution is tf.data's, the random stream is not TensorFlow's.
 
 Memory: buffered elements are charged to an elastic account, each reserved before it is pulled. The order
 is a function of the seed, the input (its elements and their sizes, in order) and the byte capacity, and the
@@ -55,7 +55,7 @@ another input, a ``batch``, ``window``, ``group_by_window``, ``scan``, ``take`` 
 groups, counts or cuts other elements; ``Stage.depends_on_input_order``, so ``replays_same_elements()`` is
 False), no key can find a buffered element again, so the state holds the buffered elements by value
 (``keys_by: "value"``, :mod:`by_value`) and the input's state now; the restore is exact, the state as large as
-the buffer. The decision among pull numbers, hashes and values: ``headrace._ops.replay.buffer_keys``.
+the buffer. The decision among pull numbers, hashes and values: ``headrace._engine.replay.buffer_keys``.
 """
 
 from __future__ import annotations
@@ -68,18 +68,18 @@ import numpy as np
 import xxhash
 
 from .._args import as_seed, count_arg
+from .._engine import by_value
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.replay import buffer_keys, fast_forward, restoring
+from .._engine.seeds import check_seed, fresh_seed, iteration_seed
+from .._engine.shuffle_capacity import ByteCapacity
+from .._engine.stage import Stage
+from .._engine.stage_support import check_state, is_crash, stop_flag
 from .._errors import MemoryBudgetError, StateError
 from .._handoff import delivers_charged, hand_off, taking, waiter_urgency
 from .._memory import UNCAPPED, Cancelled, Reservation
 from .._structure import flatten, nbytes
-from . import by_value
-from .base import check_state, is_crash, stop_flag
-from .context import IteratorContext
-from .node import DatasetNode
-from .replay import buffer_keys, fast_forward, restoring
-from .seeds import check_seed, fresh_seed, iteration_seed
-from .shuffle_capacity import ByteCapacity
-from .stage import Stage
 
 HASH = "xxh3_64"
 """The content hash of new states (``"hash"`` in the state): xxHash's XXH3, 64 bits (about 13 us for a 602 KB
@@ -159,7 +159,7 @@ class _ShuffleIterator(Stage):
         self._buffer_size = node.buffer_size
         self._account = ctx.account(stage, node.buffer_size)
         self._below = ctx.tree.stages_below(node)  # the stages of its input (their accounts, in ByteCapacity.fit)
-        # the input's replay facts (headrace._ops.replay, rules 1 and 2), for buffer_keys
+        # the input's replay facts (headrace._engine.replay, rules 1 and 2), for buffer_keys
         self._input_in_order = source.replays_deterministically()
         self._input_same = source.replays_same_elements()
         self._every = max(64, node.buffer_size // 2)
@@ -223,7 +223,7 @@ class _ShuffleIterator(Stage):
             acc.warn_shrunk()  # the first fill this capacity stops: an event (replay_epoch), warned once
 
     def replay_epoch(self) -> int:
-        """Its own replay events (the capacity's changes) and those below (``headrace._ops.replay``, rule 3)."""
+        """Its own replay events (the capacity's changes) and those below (``headrace._engine.replay``, rule 3)."""
         return self._capacity.changes + super().replay_epoch()
 
     def _pull_into_buffer(self, reservation: Reservation | None, slot: int) -> bool:
@@ -293,7 +293,7 @@ class _ShuffleIterator(Stage):
     def get_state(self) -> dict[str, Any]:
         oldest = min((e.pull for e in self._buf), default=self._pulls)
         base_pull, base, epoch = next(c for c in reversed(self._checkpoints) if c[0] <= oldest)
-        # pull numbers, content hashes or the values themselves: headrace._ops.replay (rule 4)
+        # pull numbers, content hashes or the values themselves: headrace._engine.replay (rule 4)
         keys_by = buffer_keys(self._source, epoch, self._input_in_order, self._input_same)
         if keys_by == "value":
             keys = [by_value.Deferred(e.value) for e in self._buf]

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .base import fn_name
-from .context import IteratorContext
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.stage import Stage
+from .._engine.stage_support import fn_name
 from .filter import PredicateIterator
-from .node import DatasetNode
-from .stage import Stage
 
 
 class TakeWhileNode(DatasetNode):

@@ -3,24 +3,24 @@
 The batch being split is charged to a mandatory memory account until its last row is handed on; rows
 of N-D components are copies, so the batch's memory is freed as soon as it is used up.
 State: the input's state before the current batch plus the row offset (no copy of the batch); below a
-``deterministic=False`` stage the batch being split is saved by value instead (``headrace._ops.by_value``).
+``deterministic=False`` stage the batch being split is saved by value instead (``headrace._engine.by_value``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from .._engine import by_value
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode, SpecOf
+from .._engine.replay import rereads_same
+from .._engine.stacking import row, unstack
+from .._engine.stage import Stage, UnaryIterator
+from .._engine.stage_support import check_state, stop_flag
 from .._memory import UNCAPPED
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import TensorSpec, unbatch_spec
 from .._structure import flatten, nbytes, pack_as
-from . import by_value
-from .base import check_state, stop_flag
-from .context import IteratorContext
-from .node import DatasetNode, SpecOf
-from .replay import rereads_same
-from .stacking import row, unstack
-from .stage import Stage, UnaryIterator
 
 
 class UnbatchNode(DatasetNode):

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from .._engine import by_value
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode, SpecOf
+from .._engine.stage import Stage, UnaryIterator
+from .._engine.stage_support import check_state
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._spec import STRING, TensorSpec
-from . import by_value
-from .base import check_state
-from .context import IteratorContext
-from .node import DatasetNode, SpecOf
-from .stage import Stage, UnaryIterator
 
 _ALLOWED = (np.dtype(np.int32), np.dtype(np.int64), STRING)
 _PER_VALUE_BYTES = 64  # a set entry: the value object and its hash slot (a conservative estimate)

@@ -22,13 +22,13 @@ from collections import deque
 from typing import Any
 
 from .._args import count_arg
+from .._engine import by_value
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode, ElementsNode, SpecOf, wrap
+from .._engine.stage import Stage, UnaryIterator
+from .._engine.stage_support import check_state, stop_flag
 from .._spec import DatasetSpec, spec_of
 from .._structure import flatten, nbytes, pack_as
-from . import by_value
-from .base import check_state, stop_flag
-from .context import IteratorContext
-from .node import DatasetNode, ElementsNode, SpecOf, wrap
-from .stage import Stage, UnaryIterator
 
 
 class WindowNode(DatasetNode):

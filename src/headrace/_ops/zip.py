@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode, SpecOf, as_node
+from .._engine.stage import MultiInputIterator, Stage
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .._structure import flatten, pack_as
-from .context import IteratorContext
-from .node import DatasetNode, SpecOf, as_node
-from .stage import MultiInputIterator, Stage
 
 
 def _reject_lists(datasets: Any) -> None:

@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from .._engine.context import IteratorContext
+from .._engine.seeds import check_seed
+from .._engine.stage import Stage
+from .._engine.stage_support import stop_flag
 from .._errors import DataLossError, MemoryBudgetError, StateError
 from .._memory import Cancelled, Policy, StageAccount, format_bytes
-from .._ops.base import stop_flag
-from .._ops.context import IteratorContext
-from .._ops.seeds import check_seed
-from .._ops.stage import Stage
 from .._structure import nbytes
 from .._sync import Lock
 from . import files

@@ -15,14 +15,14 @@ from typing import Any
 import numpy as np
 
 from .._args import as_int
+from .._engine.context import IteratorContext
+from .._engine.counted_cardinality import elements
+from .._engine.recipe import DatasetNode, node_of
+from .._engine.stage import Stage
 from .._errors import StateError
 from .._machine import cpu_count
-from .._ops.context import IteratorContext
-from .._ops.counting import elements
+from .._ops.in_memory import TensorSlicesNode
 from .._ops.interleave import InterleaveNode
-from .._ops.node import DatasetNode, node_of
-from .._ops.sources import TensorSlicesNode
-from .._ops.stage import Stage
 from .._options import AUTOTUNE
 from . import files
 from ._streams import DEFAULT_BUFFER_BYTES

@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 
 from .._dataset import Dataset
-from .._ops.base import check_state
-from .._ops.context import IteratorContext
-from .._ops.node import DatasetNode
-from .._ops.stage import Stage
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.stage import Stage
+from .._engine.stage_support import check_state
 from .._options import AUTOTUNE
 from ..image.formats import IMAGE_EXTENSIONS
 from . import files

@@ -27,9 +27,9 @@ import zlib
 from collections import deque
 from typing import IO, Any, BinaryIO
 
+from .._engine.stage_support import join_threads, start_thread
 from .._errors import DataLossError
 from .._memory import Cancelled
-from .._ops.base import join_threads, start_thread
 from .._sync import Condition, Flag
 from . import files
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from .._engine.context import IteratorContext
+from .._engine.stage_support import check_state, stop_flag
 from .._errors import DataLossError, MemoryBudgetError
 from .._memory import format_bytes
-from .._ops.base import check_state, stop_flag
-from .._ops.context import IteratorContext
 from ._blocks import BlockRowIterator, close_quietly
 from ._filenames import NameSource
 from ._streams import ReadAhead, buffer_bytes, compression_of, open_input, seek_input

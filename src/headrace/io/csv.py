@@ -34,12 +34,12 @@ import numpy as np
 
 from .._args import as_int
 from .._dataset import Dataset
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.stage import Stage
+from .._engine.stage_support import check_state, stop_flag
 from .._errors import DataLossError, MemoryBudgetError, RecordParseError
 from .._memory import format_bytes
-from .._ops.base import check_state, stop_flag
-from .._ops.context import IteratorContext
-from .._ops.node import DatasetNode
-from .._ops.stage import Stage
 from .._spec import TensorSpec
 from ._blocks import BlockRowIterator, close_quietly, state_error
 from ._csv_args import csv_format

@@ -30,12 +30,12 @@ import numpy as np
 
 from .._dataset import Dataset
 from .._deps import require
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.stage import Stage
+from .._engine.stage_support import check_state
 from .._errors import DataLossError
 from .._memory import format_bytes
-from .._ops.base import check_state
-from .._ops.context import IteratorContext
-from .._ops.node import DatasetNode
-from .._ops.stage import Stage
 from . import files
 from ._blocks import (
     BLOCK_BYTES,

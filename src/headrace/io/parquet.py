@@ -38,12 +38,12 @@ import numpy as np
 
 from .._dataset import Dataset
 from .._deps import require
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.stage import Stage
+from .._engine.stage_support import check_state
 from .._errors import DataLossError
 from .._memory import format_bytes
-from .._ops.base import check_state
-from .._ops.context import IteratorContext
-from .._ops.node import DatasetNode
-from .._ops.stage import Stage
 from .._sync import Lock as TimedLock
 from ._blocks import (
     BLOCK_BYTES,
@@ -220,7 +220,7 @@ class ParquetNode(DatasetNode):
 
     def units(self, epoch: int | Sequence[int] = 0, seed: int | None = None) -> list[tuple[int, int]]:
         """``(file index, row group)`` pairs this shard reads in iteration ``epoch`` (an int or an iteration
-        path, ``headrace._ops.seeds``), in order."""
+        path, ``headrace._engine.seeds``), in order."""
         meta = self.metadata()
         every = [(f, g) for f, m in enumerate(meta) for g in range(len(m.rg_rows))]
         mine = strided(every, self.num_shards, self.index)

@@ -47,12 +47,12 @@ from typing import Any
 import numpy as np
 
 from .._args import as_int
-from .._ops.base import check_state, note_error
+from .._engine.calls import guarded_call
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode, SpecOf
+from .._engine.stage import Stage
+from .._engine.stage_support import check_state, note_error
 from .._ops.cache import pid_alive
-from .._ops.calls import guarded_call
-from .._ops.context import IteratorContext
-from .._ops.node import DatasetNode, SpecOf
-from .._ops.stage import Stage
 from .._spec import STRING, NoneTensorSpec, TensorSpec, from_json, most_specific_compatible, to_json
 from .._structure import flatten, pack_as
 from ._framing import DEFAULT_BUFFER_BYTES, RecordReader

@@ -31,9 +31,9 @@ from typing import Any
 
 from .._args import as_int
 from .._dataset import Dataset
-from .._ops.context import IteratorContext
-from .._ops.node import DatasetNode
-from .._ops.stage import Stage
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.stage import Stage
 from .._options import UNKNOWN_CARDINALITY
 from .._spec import STRING, TensorSpec
 from ._filenames import FileNames, parallel_reads, read_buffer_size, shard_by_file

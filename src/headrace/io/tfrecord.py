@@ -26,12 +26,12 @@ import warnings
 from typing import Any, NamedTuple
 
 from .._dataset import Dataset
+from .._engine.context import IteratorContext
+from .._engine.counted_cardinality import counting_enabled, memoized
+from .._engine.recipe import DatasetNode
+from .._engine.stage import Stage
+from .._engine.stage_support import check_state, note_error
 from .._errors import DataLossError
-from .._ops.base import check_state, note_error
-from .._ops.context import IteratorContext
-from .._ops.counting import counting_enabled, memoized
-from .._ops.node import DatasetNode
-from .._ops.stage import Stage
 from .._options import UNKNOWN_CARDINALITY
 from .._spec import STRING, TensorSpec
 from .._sync import Lock as TimedLock
@@ -144,8 +144,9 @@ class TFRecordNode(DatasetNode):
         return TensorSpec((), STRING)  # one serialized record: a bytes scalar (tf.string)
 
     def cardinality(self) -> int:
-        """Unknown, as tf.data; inside ``counting()`` (``headrace._ops.counting``) with ``on_corrupt="raise"``
-        the number of records of the files (:func:`count_records`; a names dataset is iterated)."""
+        """Unknown, as tf.data; inside ``counting()`` (``headrace._engine.counted_cardinality``) with
+        ``on_corrupt="raise"`` the number of records of the files (:func:`count_records`; a names dataset is
+        iterated)."""
         if not counting_enabled() or self.on_corrupt != "raise":
             return UNKNOWN_CARDINALITY
         return memoized(self, self._count)

@@ -43,11 +43,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._budget.account import Reservation
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.stage import Stage
+from .._engine.stage_support import check_state
 from .._errors import StateError
-from .._ops.base import check_state
-from .._ops.context import IteratorContext
-from .._ops.node import DatasetNode
-from .._ops.stage import Stage
 from .._options import UNKNOWN_CARDINALITY
 from .._structure import nbytes
 from ..distribute import process_info

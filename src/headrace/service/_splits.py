@@ -19,11 +19,11 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from .._engine.context import IteratorContext
+from .._engine.recipe import DatasetNode
+from .._engine.stage import Stage
 from .._errors import StateError
-from .._ops.context import IteratorContext
-from .._ops.node import DatasetNode
-from .._ops.sources import RangeNode, TensorSlicesNode, TensorsNode
-from .._ops.stage import Stage
+from .._ops.in_memory import RangeNode, TensorSlicesNode, TensorsNode
 from .._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 
 Split = list[Any]  # [kind, a, b]: see the module docstring

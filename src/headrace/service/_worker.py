@@ -23,8 +23,8 @@ from typing import Any
 import psutil
 
 from .._dataset import Dataset
+from .._engine.recipe import DatasetNode
 from .._iterator import Iterator
-from .._ops.node import DatasetNode
 from .._options import Options
 from .._structure import nbytes
 from ._splits import InOrderNode, Split, split_node

@@ -1,0 +1,1 @@
+"""The engine: the recipe, the stages' runtime, replay, and the helpers stages share."""

@@ -1,0 +1,1 @@
+"""The worker pool of parallel stages, its executors and worker processes."""

@@ -1,0 +1,1 @@
+"""AUTOTUNE (knobs, the tuner, starting values), explain(), and the static optimizations."""
