@@ -1,6 +1,7 @@
 """The iterator of :mod:`headrace.io.text`: reads the files one after another in chunks, cuts each chunk into
 elements at C speed (``bytes.split`` / slices) and holds them as the block in hand of a
-:class:`~headrace.io._blocks.BlockRowIterator` (charged to the budget, handed to ``batch`` in runs by ``fill``).
+:class:`~headrace.io._blocks.BlockRowIterator` (charged to the budget, handed to ``batch`` in runs: slices of the
+block's object array by ``fill_columns``, of its list by ``fill`` below a ``map``).
 
 Budget: before each read the reader's ``buffers`` account reserves the stream's buffers, the chunk, the
 unfinished element carried over and the Python objects the chunk's elements will be (estimated from the mean
