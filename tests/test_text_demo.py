@@ -1,0 +1,52 @@
+"""headrace.text_demo (``headrace demo --text``): a tiny run end to end, its JSON line and checks; bad options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from headrace.text_demo import PACKAGES, TextDemoConfig, package_windows, run_text_demo
+
+
+def test_a_tiny_text_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("apache_beam", reason="the demo converts its text with headrace convert (Beam)")
+    pytest.importorskip("tokenizers")
+    cfg = TextDemoConfig(windows_per_class=200, epochs=2,
+                         d_model=32, num_layers=1, global_batch_size=8, num_shards=2, output=str(tmp_path),
+                         progress=False, memory_budget="192MiB")
+    record = run_text_demo(cfg)
+    out = capsys.readouterr().out
+    assert json.loads(out.strip().splitlines()[-1]) == record  # the last line is the JSON record
+    assert record["classes"] == len(PACKAGES) == 8 and record["windows"] == 1600
+    assert record["chance"] == pytest.approx(1 / 8)  # 20 held-out windows of each package
+    assert len(record["accuracy_per_epoch"]) == 2 == len(record["tokens_per_s_per_epoch"])
+    assert record["accuracy"] > record["chance"]  # it learns something in two tiny epochs
+    assert record["packing_efficiency"] >= 0.95 and record["efficiency_ok"]
+    limit = record["base_rss_bytes"] + record["memory_budget_bytes"] * 1.1 + 64 * 2**20
+    assert record["rss_limit_bytes"] == int(limit) and record["peak_rss_bytes"] <= limit and record["within_budget"]
+    assert record["tokens_per_s"] > 0 and record["micro_batch_size"] * record["accumulation_steps"] == 8
+    assert "epoch 2: held-out accuracy" in out and "(chance 12.5%)" in out and "packing efficiency" in out
+    assert Path(record["plot"]).stat().st_size > 1000 and (tmp_path / "tokenizer.json").is_file()
+    # the shards are headrace convert's (GZIP TFRecord, with manifests); the tokenizer saw the training split only
+    assert len(list((tmp_path / "data" / "train").glob("train-*-of-00002.tfrecord.gz"))) == 2
+    manifest = json.loads((tmp_path / "data" / "eval" / "dataset.json").read_text())
+    assert manifest["records"] == 160  # one block of 20 in every 200 windows of each package
+
+
+def test_windows_come_from_the_package_and_a_missing_package_is_named() -> None:
+    windows = package_windows("json", 2, 5)
+    assert len(windows) == 5 and all(w.count(" \u2424 ") == 1 and "\t" not in w for w in windows)
+    with pytest.raises(FileNotFoundError, match="'no_such_package' is not installed here"):
+        package_windows("no_such_package", 2, 5)
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("windows_per_class", 10, "windows_per_class=10 is too few: at least 100"),
+    ("sequence_length", 0, "sequence_length=0 must be an int >= 1"),
+    ("memory_budget", "lots", "memory_budget='lots' is not a size"),
+])
+def test_bad_settings_are_named(field: str, value: object, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        TextDemoConfig(**{field: value}).validate()  # type: ignore[arg-type]
