@@ -50,3 +50,34 @@ def test_windows_come_from_the_package_and_a_missing_package_is_named() -> None:
 def test_bad_settings_are_named(field: str, value: object, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         TextDemoConfig(**{field: value}).validate()  # type: ignore[arg-type]
+
+
+def test_compress_text_model_reports_fp32_rows_and_a_smaller_int8(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    import numpy as np
+    import torch
+
+    import headrace as hr
+    from headrace.text_demo import compress_text_model
+    from headrace.train.text import PackedTextClassifier, segment_examples
+
+    def sequence(i: np.int64) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng(int(i))
+        n = int(rng.integers(8, 30))
+        return rng.integers(1, 1000, n).astype(np.int32), np.full(n, int(i) % 4, np.int32)
+
+    torch.manual_seed(0)
+    model = PackedTextClassifier(1000, 4, sequence_length=64, max_segments=8, d_model=64, num_layers=1)
+    rows = hr.Dataset.range(120).map(sequence).pack(64).map(segment_examples(8))
+    summary = compress_text_model(model, tmp_path, rows, 128 * 2**20, repeats=5)
+    variants = summary["variants"]
+    assert list(variants) == ["fp32-torch", "fp32-onnxruntime", "int8"]
+    fp32, int8 = variants["fp32-onnxruntime"], variants["int8"]
+    # the embedding table is most of this model: quantizing only the Linear layers would leave it ~1.3x smaller
+    assert fp32["size_bytes"] / int8["size_bytes"] >= 2.0
+    for v in variants.values():  # accuracy over the 120 labelled segments, with its interval
+        low, high = v["accuracy_ci95"]
+        assert low <= v["accuracy"] <= high and v["latency_ms_batch32"] > 0
+    report = json.loads((tmp_path / "compress" / "report.json").read_text())
+    assert {r["name"] for r in report["variants"]} == set(variants)
+    assert all(r["examples"] == 120 for r in report["variants"])

@@ -49,7 +49,7 @@ MIN_EFFICIENCY = 0.95
 class TextDemoConfig:
     """The text demo's knobs (``headrace demo --text``'s options)."""
 
-    windows_per_class: int = 750
+    windows_per_class: int = 600
     lines_per_window: int = 2
     epochs: int = 3
     sequence_length: int = 128
@@ -59,7 +59,7 @@ class TextDemoConfig:
     output: str = "demo_text_output"
     global_batch_size: int = 16
     learning_rate: float = 3e-3
-    d_model: int = 64
+    d_model: int = 128
     num_layers: int = 2
     num_shards: int = 8
     seed: int = 0
@@ -310,9 +310,29 @@ def run_text_demo(cfg: TextDemoConfig) -> dict[str, Any]:
          f"{100 * chance:.1f}%); {tokens_per_s:.0f} tokens/s; packing efficiency {100 * counter.efficiency():.1f}%; "
          f"peak RSS {format_bytes(peak.peak_bytes)} (limit base + budget x 1.1 + 64 MiB = {format_bytes(limit)}); "
          f"plot {plot_path}")
+    if cfg.compress:
+        record["compress"] = compress_text_model(model, out, eval_ds, budget)
     sys.stdout.write(json.dumps(record) + "\n")
     sys.stdout.flush()
     return record
 
 
-__all__ = ["PACKAGES", "TextDemoConfig", "package_windows", "run_text_demo", "text_dataset"]
+def compress_text_model(model: Any, output: Path, eval_ds: Any, memory_budget: int,
+                        repeats: int = 20) -> dict[str, Any]:
+    """``--compress``: the trained model as fp32 (PyTorch, ONNX Runtime) and int8 (ONNX Runtime dynamic
+    quantization of its Linear and Embedding weights, :func:`headrace.compress.quantize`), measured on the
+    held-out rows by :func:`headrace.compress.run.compress_model` into ``output/compress/report.json``.
+    ``repeats``: timed calls per batch size. Returns the variants' sizes, accuracies (with 95% intervals) and
+    latencies for the JSON line."""
+    from .compress.demo import summary
+    from .compress.run import CompressOptions, compress_model
+
+    options = CompressOptions(quantize="dynamic", prune_macs=None, distill_student=None,
+                              memory_budget=str(memory_budget), repeats=repeats)
+    report = compress_model(model.eval(), eval_dataset=eval_ds, calibration_dataset=eval_ds, train_dataset=None,
+                            build_student=lambda name: None, output=output / "compress", options=options,
+                            progress=False)
+    return summary(report, output / "compress")
+
+
+__all__ = ["PACKAGES", "TextDemoConfig", "compress_text_model", "package_windows", "run_text_demo", "text_dataset"]

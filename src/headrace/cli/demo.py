@@ -56,7 +56,7 @@ def command(ctx: typer.Context,
                    image_only={"--images": images, "--regions": regions})
         return
     if windows is not None:
-        raise typer.BadParameter("--windows is an option of the text demo; add --text", param_hint="--windows")
+        raise typer.BadParameter("an option of the text demo; add --text", param_hint="--windows")
     memory_budget = memory_budget or "384MiB"
     output = output or "demo_output"
     from ..demo import demo_config, run_demo
@@ -80,7 +80,7 @@ def _text_demo(ctx: typer.Context, *, image_only: dict[str, Any], compress: bool
 
     for flag, value in image_only.items():
         if value is not None:
-            raise typer.BadParameter(f"{flag} is an option of the image demo; the text demo takes --windows",
+            raise typer.BadParameter("an option of the image demo, not of --text (the text demo takes --windows)",
                                      param_hint=flag)
     names = {"windows": "windows_per_class"}
     cfg = TextDemoConfig(compress=compress, **{names.get(k, k): v for k, v in given.items() if v is not None})
