@@ -220,6 +220,18 @@ def _reusable(data_dir: Path, want: dict[str, Any]) -> dict[str, Any] | None:
     return info
 
 
+def reuse_or_reset(data_dir: Path, want: dict[str, Any], what: str) -> dict[str, Any] | None:
+    """An earlier preparation's ``demo.json`` when it is reusable (:func:`_reusable`; said, naming its
+    ``what``), else ``None`` with ``data_dir`` made and its old ``demo.json`` removed, ready for a new one."""
+    info = _reusable(data_dir, want)
+    if info is not None:
+        _say(f"reusing {info['train_records']} + {info['eval_records']} {what} in {data_dir}/{{train,eval}}")
+        return info
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / DEMO_MARKER).unlink(missing_ok=True)
+    return None
+
+
 def write_dataset(cfg: DemoConfig, output: Path) -> dict[str, Any]:
     """Generate the photos into ``output/photos/{train,eval}/<class>/`` and convert them with
     :func:`headrace.convert.convert` (Apache Beam) into ``output/data/{train,eval}/`` (``train-*.tfrecord``,
@@ -233,12 +245,9 @@ def write_dataset(cfg: DemoConfig, output: Path) -> dict[str, Any]:
     data_dir, photo_dir = output / "data", output / "photos"
     want = {"images": cfg.images, "seed": cfg.seed, "size": list(SOURCE_SIZE), "num_shards": cfg.num_shards,
             "eval_fraction": cfg.eval_fraction, "layout": "convert", "regions": cfg.task_regions}
-    info = _reusable(data_dir, want)
+    info = reuse_or_reset(data_dir, want, "records")
     if info is not None:
-        _say(f"reusing {info['train_records']} + {info['eval_records']} records in {data_dir}/{{train,eval}}")
         return info
-    data_dir.mkdir(parents=True, exist_ok=True)
-    (data_dir / DEMO_MARKER).unlink(missing_ok=True)
     for old in [*data_dir.glob("*.tfrecord*"), data_dir / "dataset.json"]:  # an older demo's flat layout
         old.unlink(missing_ok=True)
     t0 = time.perf_counter()

@@ -35,7 +35,7 @@ import numpy as np
 
 from ._deps import require
 from ._memory import format_bytes, parse_bytes
-from .demo import DEMO_MARKER, IN_PROCESS_BEAM, SPLITS, Recorder, _prepare_in_subprocess, _reusable, _say, plot
+from .demo import DEMO_MARKER, IN_PROCESS_BEAM, SPLITS, Recorder, _prepare_in_subprocess, _say, plot, reuse_or_reset
 
 PACKAGES = ("asyncio", "email", "unittest", "multiprocessing", "xml", "importlib", "http", "logging")
 """The classes: standard-library packages with at least ~4,000 non-blank source lines (their tests left out)."""
@@ -129,12 +129,9 @@ def write_dataset(cfg: TextDemoConfig, output: Path) -> dict[str, Any]:
     data_dir = output / "data"
     want = {"text": True, "windows_per_class": cfg.windows_per_class, "lines_per_window": cfg.lines_per_window,
             "num_shards": cfg.num_shards, "packages": list(PACKAGES)}
-    info = _reusable(data_dir, want)
+    info = reuse_or_reset(data_dir, want, "windows")
     if info is not None:
-        _say(f"reusing {info['train_records']} + {info['eval_records']} windows in {data_dir}/{{train,eval}}")
         return info
-    data_dir.mkdir(parents=True, exist_ok=True)
-    (data_dir / DEMO_MARKER).unlink(missing_ok=True)
     t0 = time.perf_counter()
     counts = write_text(cfg, output / "text")
     shards = {"train": cfg.num_shards, "eval": max(1, cfg.num_shards // 4)}
