@@ -49,7 +49,7 @@ MIN_EFFICIENCY = 0.95
 class TextDemoConfig:
     """The text demo's knobs (``headrace demo --text``'s options)."""
 
-    windows_per_class: int = 600
+    windows_per_class: int = 400
     lines_per_window: int = 2
     epochs: int = 3
     sequence_length: int = 128

@@ -47,7 +47,7 @@ def command(ctx: typer.Context,
                                       help="Train on text instead: windows of the Python standard library's "
                                            "sources, which package each comes from (8 classes)."),
             windows: int = typer.Option(None, min=100, metavar="N",
-                                        help="With --text: windows per package [default: 750]."),
+                                        help="With --text: windows per package [default: 400]."),
             ) -> None:
     """Real photos (or, with --text, real text) -> shards -> train inside a memory budget; plot and JSON line."""
     if text:
