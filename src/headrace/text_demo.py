@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ._deps import require
 from ._memory import format_bytes, parse_bytes
 from .demo import DEMO_MARKER, IN_PROCESS_BEAM, SPLITS, Recorder, _prepare_in_subprocess, _say, plot, reuse_or_reset
@@ -65,11 +63,6 @@ class TextDemoConfig:
     seed: int = 0
     progress: bool | None = None
     compress: bool = False  # then the int8 model beside the fp32 ones in output/compress (headrace.compress)
-
-    @property
-    def min_tokens(self) -> int:
-        """Windows shorter than this many tokens are left out, so no row holds more than ``max_segments``."""
-        return -(-self.sequence_length // self.max_segments)
 
     def validate(self) -> None:
         for name in ("windows_per_class", "lines_per_window", "epochs", "sequence_length", "max_segments",
@@ -155,48 +148,6 @@ def _prepare_main(config_json: str, output: str) -> None:
     write_dataset(TextDemoConfig(**json.loads(config_json)), Path(output))
 
 
-def _shard_lines(directory: Path) -> Any:
-    """The ``<label>\\t<window>`` lines (bytes) of a converted split, in shard order."""
-    from . import AUTOTUNE
-    from .convert import open_dataset
-    from .io.example import FixedLenFeature, parse_example
-
-    spec = {"text": FixedLenFeature([], "string")}
-    return (open_dataset(directory).batch(256)
-            .map(lambda records: parse_example(records, spec)["text"], num_parallel_calls=AUTOTUNE)
-            .unbatch())
-
-
-class Tokenize:
-    """The batched ``map``: ``<label>\\t<window>`` lines -> ragged ``(token ids int32, labels int32)``, one label
-    per token (so ``pack`` keeps it with its tokens); windows under ``min_tokens`` tokens are left out."""
-
-    def __init__(self, encoder: Any, min_tokens: int) -> None:
-        self.encoder, self.min_tokens = encoder, min_tokens
-
-    def __call__(self, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        labels, texts = zip(*(line.split(b"\t", 1) for line in lines), strict=True)
-        ids = self.encoder(np.array(texts, dtype=object))
-        keep = [i for i, seq in enumerate(ids) if len(seq) >= self.min_tokens]
-        out_ids, out_labels = np.empty(len(keep), object), np.empty(len(keep), object)
-        for j, i in enumerate(keep):
-            out_ids[j], out_labels[j] = ids[i], np.full(len(ids[i]), int(labels[i]), np.int32)
-        return out_ids, out_labels
-
-
-def text_dataset(directory: Path, encoder: Any, cfg: TextDemoConfig, *, training: bool) -> Any:
-    """Step 2's pipeline over one converted split: ``(rows int32 (3, L), targets int64 (max_segments,))``."""
-    from . import AUTOTUNE
-    from .train.text import segment_examples
-
-    lines = _shard_lines(directory)
-    if training:
-        lines = lines.shuffle(2048, seed=cfg.seed)
-    ds = (lines.batch(256).map(Tokenize(encoder, cfg.min_tokens), num_parallel_calls=AUTOTUNE, executor="thread")
-          .unbatch().pack(cfg.sequence_length).map(segment_examples(cfg.max_segments)))
-    return ds.shuffle(256, seed=cfg.seed) if training else ds
-
-
 class TokenCounter:
     """Counts the non-padding and all tokens of the rows trained on, per epoch (an ``on_step_end`` callback)."""
 
@@ -234,7 +185,9 @@ class EpochReport:
 
 def _chance(directory: Path) -> float:
     """The majority class's share of a split's windows (always guessing it scores this)."""
-    counts = np.bincount([int(line.split(b"\t", 1)[0]) for line in _shard_lines(directory)], minlength=len(PACKAGES))
+    from .train.text_data import count_labels, labelled_lines
+
+    counts = count_labels(labelled_lines(directory))
     return float(counts.max() / max(1, counts.sum()))
 
 
@@ -248,14 +201,14 @@ def run_text_demo(cfg: TextDemoConfig) -> dict[str, Any]:
     from .train.memory import PeakRSS, release_free_memory, rss_bytes
     from .train.schedule import cosine_schedule
     from .train.text import PackedTextClassifier, segment_cross_entropy
+    from .train.text_data import labelled_lines, packed_text_dataset, texts_of
 
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
     info = _prepare_in_subprocess(cfg, out, module="headrace.text_demo")
     data = out / "data"
     t0 = time.perf_counter()
-    tok = text.train_tokenizer(_shard_lines(data / "train").map(lambda line: line.split(b"\t", 1)[1]),
-                               vocab_size=cfg.vocab_size)
+    tok = text.train_tokenizer(texts_of(labelled_lines(data / "train")), vocab_size=cfg.vocab_size)
     tok.save(str(out / "tokenizer.json"))
     _say(f"trained a byte-level BPE tokenizer ({tok.get_vocab_size()} tokens) on the training shards in "
          f"{time.perf_counter() - t0:.1f} s -> {out / 'tokenizer.json'}")
@@ -268,8 +221,9 @@ def run_text_demo(cfg: TextDemoConfig) -> dict[str, Any]:
     release_free_memory()
     base = rss_bytes()
     with PeakRSS() as peak:
-        train_ds = text_dataset(data / "train", encoder, cfg, training=True)
-        eval_ds = text_dataset(data / "eval", encoder, cfg, training=False)
+        shape = {"sequence_length": cfg.sequence_length, "max_segments": cfg.max_segments, "seed": cfg.seed}
+        train_ds = packed_text_dataset(labelled_lines(data / "train"), encoder, training=True, **shape)
+        eval_ds = packed_text_dataset(labelled_lines(data / "eval"), encoder, training=False, **shape)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.01)
         # rows per epoch are known only after packing, and each epoch's shuffle packs them a little differently:
         # one pass counts the first epoch's (the schedule's length; it stays at its end if a later epoch has more)
@@ -332,4 +286,4 @@ def compress_text_model(model: Any, output: Path, eval_ds: Any, memory_budget: i
     return summary(report, output / "compress")
 
 
-__all__ = ["PACKAGES", "TextDemoConfig", "compress_text_model", "package_windows", "run_text_demo", "text_dataset"]
+__all__ = ["PACKAGES", "TextDemoConfig", "compress_text_model", "package_windows", "run_text_demo"]
