@@ -43,8 +43,8 @@ def evaluate(model: Any, eval_dataset: Any, *, batch_size: int = 32, threads: in
         max_batches: stop the accuracy pass after this many batches (None: the whole dataset).
 
     Returns:
-        ``accuracy`` (0-1), ``examples`` (labels counted), ``correct``, ``accuracy_ci95`` (``[low, high]``, the 95% Wilson
-        score interval), ``size_bytes`` (on disk, see :class:`CompressedModel`),
+        ``accuracy`` (0-1), ``examples`` (labels counted), ``correct``, ``accuracy_ci95`` (``[low, high]``, the
+        95% Wilson score interval), ``size_bytes`` (on disk, see :class:`CompressedModel`),
         ``parameters``, ``macs`` (per element), ``threads``, and per batch size ``b``
         ``latency_ms_batch{b}`` (p50, ms per batch), ``latency_ms_batch{b}_p90`` and ``_min`` (best of N), plus
         ``method`` and
