@@ -10,6 +10,7 @@ import pytest
 from headrace.text_demo import PACKAGES, TextDemoConfig, package_windows, run_text_demo
 
 
+@pytest.mark.slow  # Beam conversion / ONNX export and a few epochs: tens of seconds on 2 loaded cores
 def test_a_tiny_text_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("apache_beam", reason="the demo converts its text with headrace convert (Beam)")
     pytest.importorskip("tokenizers")
@@ -52,6 +53,7 @@ def test_bad_settings_are_named(field: str, value: object, match: str) -> None:
         TextDemoConfig(**{field: value}).validate()  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # Beam conversion / ONNX export and a few epochs: tens of seconds on 2 loaded cores
 def test_compress_text_model_reports_fp32_rows_and_a_smaller_int8(tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime")
     import numpy as np

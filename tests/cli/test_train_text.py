@@ -30,6 +30,7 @@ def _labelled(n: int) -> list[str]:
     return [f"{i % 2}\t" + " ".join(WORDS[i % 2][(i + j) % 4] for j in range(6 + i % 5)) for i in range(n)]
 
 
+@pytest.mark.slow  # Beam conversion / ONNX export and a few epochs: tens of seconds on 2 loaded cores
 def test_train_text_learns_checkpoints_and_resumes(tmp_path: Path) -> None:
     shards = _convert(tmp_path, _labelled(160))
     ck = tmp_path / "ck"
