@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from .._memory import format_bytes
+from ..convert.config import FORMATS
 from ._app import run
 from ._flags import IMAGE_SIZE_HELP, byte_size
 from ._flags import image_size as image_size_flag
@@ -23,7 +24,9 @@ def command(
                               "glob; local or fsspec URL."),
     dst: str = typer.Argument(..., metavar="DST", help="Output directory (must be new or empty unless "
                                                        "--overwrite)."),
-    to: Literal["tfrecord", "parquet"] = typer.Option("tfrecord", "--to", help="Output format."),
+    to: Literal[FORMATS] = typer.Option("tfrecord", "--to",  # type: ignore[valid-type]
+                           help="Output format: tf.train.Example records, Parquet columns, or text lines (the "
+                                "records' single string feature, one a line)."),
     num_shards: int = typer.Option(None, "--num-shards", min=1, metavar="N", help="Exactly this many shards."),
     shard_size: str = typer.Option(None, "--shard-size", parser=byte_size, metavar="SIZE",
                                    help="About this many bytes per shard, e.g. 256MiB (the default)."),
@@ -41,7 +44,8 @@ def command(
                                      help="Fail when more source rows than this are rejected."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a previous conversion in DST."),
     compression: str = typer.Option(None, "--compression", metavar="CODEC",
-                                    help="TFRecord: GZIP or ZLIB; Parquet: SNAPPY (default), GZIP, ZSTD, NONE."),
+                                    help="TFRecord and text: GZIP or ZLIB; Parquet: SNAPPY (default), GZIP, ZSTD, "
+                                         "NONE."),
     prefix: str = typer.Option("data", "--prefix", metavar="NAME", help="Shard file name prefix."),
     seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the record order inside and across shards."),
     label: str = typer.Option(None, "--label", metavar="FEATURE",
@@ -49,7 +53,7 @@ def command(
     verbose: bool = typer.Option(False, "--verbose", help="Show Apache Beam's log and its workers' output "
                                                           "(default: kept in a file named only if the run fails)."),
 ) -> None:
-    """Convert a dataset to sharded TFRecord or Parquet on Apache Beam, with a dataset.json manifest."""
+    """Convert a dataset to sharded TFRecord, Parquet or text lines on Apache Beam, with a dataset.json manifest."""
 
     def work() -> dict[str, Any]:
         from ..convert.pipeline import convert

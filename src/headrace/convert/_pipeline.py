@@ -34,7 +34,8 @@ from ..io.files import join
 from .config import ConvertConfig
 from .output import finalize, staging_dir, write_shard
 from .runs import SPILL_BYTES, merge_sections, write_run
-from .schema import SchemaAccumulator, columns, encode_row, estimate_bytes
+from .schema import SchemaAccumulator, estimate_bytes
+from .sinks import row_encoder, shard_name
 from .sources import Rejected, Source
 
 REJECTED_TAG = "rejected"
@@ -111,17 +112,18 @@ class SchemaCombine(beam.CombineFn):
 
 class WriteShard(beam.DoFn):
     """Merges one shard's run sections into ``(key, id)`` order, encodes the rows with the dataset's kinds
-    (tf.train.Example, or Parquet columns), writes the shard to the staging folder, yields its info."""
+    (tf.train.Example, Parquet columns or text lines), writes the shard to the staging folder, yields its info."""
 
     def __init__(self, cfg: ConvertConfig) -> None:
         self.cfg = cfg
 
     def process(self, element: tuple[int, Any], schema: Any) -> Iterator[dict[str, Any]]:
         shard, refs = element
-        encode = columns if self.cfg.to == "parquet" else encode_row
-        rows = merge_sections(refs, join(staging_dir(self.cfg), f"merge-{shard}-{uuid.uuid4().hex[:8]}"))
-        payloads = (encode(feats, schema.kinds) for _, _, feats in rows)
-        yield write_shard(self.cfg, schema, shard, payloads, uuid.uuid4().hex[:8])
+        cfg = self.cfg
+        encode = row_encoder(cfg.to, schema, shard_name(cfg.prefix, shard, cfg.shards, cfg.to, cfg.compression))
+        rows = merge_sections(refs, join(staging_dir(cfg), f"merge-{shard}-{uuid.uuid4().hex[:8]}"))
+        payloads = (encode(row_id, feats) for _, row_id, feats in rows)
+        yield write_shard(cfg, schema, shard, payloads, uuid.uuid4().hex[:8])
 
 
 class Finalize(beam.DoFn):

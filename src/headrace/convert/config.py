@@ -12,7 +12,10 @@ from typing import Any
 
 from .._memory import parse_bytes
 
-FORMATS = ("tfrecord", "parquet")
+COMPRESSIONS: dict[str, tuple[str, ...]] = {
+    "tfrecord": ("GZIP", "ZLIB"), "parquet": ("SNAPPY", "GZIP", "ZSTD", "NONE"), "text": ("GZIP", "ZLIB")}
+"""The output formats (``to``) and the compressions each accepts (``None`` too: uncompressed; Parquet: SNAPPY)."""
+FORMATS = tuple(COMPRESSIONS)
 DEFAULT_SHARD_BYTES = 256 * 2**20
 
 
@@ -69,7 +72,7 @@ class ConvertConfig:
             raise ValueError(f"convert: max_rejected={self.max_rejected!r} must be an int >= 0")
         if self.compression is not None:
             c = str(self.compression).upper()
-            allowed = ("GZIP", "ZLIB") if self.to == "tfrecord" else ("SNAPPY", "GZIP", "ZSTD", "NONE")
+            allowed = COMPRESSIONS[self.to]
             if c not in allowed:
                 raise ValueError(f"convert: compression={self.compression!r} for {self.to} must be one of "
                                  f"{', '.join(allowed)} (or None)")

@@ -99,8 +99,9 @@ def feature_spec(directory: str | os.PathLike[str]) -> dict[str, Any]:
 
 def open_dataset(directory: str | os.PathLike[str], verify_checksums: bool = False, **reader_options: Any) -> Any:
     """The converted dataset's shards as a :class:`headrace.Dataset`: a :class:`headrace.io.TFRecordDataset`
-    of the serialized Examples (``compression_type`` from the manifest) or a
-    :class:`headrace.io.ParquetDataset` of rows; ``reader_options`` go to that reader.
+    of the serialized Examples, a :class:`headrace.io.TextLineDataset` of the lines (``bytes``; both with
+    ``compression_type`` from the manifest) or a :class:`headrace.io.ParquetDataset` of rows;
+    ``reader_options`` go to that reader (e.g. ``num_parallel_reads``).
 
     With ``verify_checksums=True`` every shard's size and SHA-256 are checked first (:func:`verify`).
     """
@@ -110,6 +111,10 @@ def open_dataset(directory: str | os.PathLike[str], verify_checksums: bool = Fal
         from ..io.parquet import ParquetDataset
 
         return ParquetDataset(paths, **reader_options)
+    if m["output"]["format"] == "text":
+        from ..io.text import TextLineDataset
+
+        return TextLineDataset(paths, compression_type=m["output"]["compression"], **reader_options)
     from ..io.tfrecord import TFRecordDataset
 
     return TFRecordDataset(paths, compression_type=m["output"]["compression"], **reader_options)

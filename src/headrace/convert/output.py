@@ -29,11 +29,11 @@ from ..io import files
 from .config import ConvertConfig
 from .manifest import FORMAT, MANIFEST, VERSION
 from .schema import Schema
-from .sinks import arrow_schema, shard_name, write_parquet, write_tfrecord
+from .sinks import arrow_schema, shard_name, write_parquet, write_text, write_tfrecord
 
 REJECTED = "_rejected.jsonl"
 STAGING = ".staging-"
-_OUTPUT_RE = re.compile(r"^[^/]+-\d{5}-of-\d{5}\.(tfrecord(\.gz|\.zlib)?|parquet)(\.idx)?$")
+_OUTPUT_RE = re.compile(r"^[^/]+-\d{5}-of-\d{5}\.((tfrecord|txt)(\.gz|\.zlib)?|parquet)(\.idx)?$")
 
 
 def is_output(name: str) -> bool:
@@ -65,7 +65,8 @@ def staging_dir(cfg: ConvertConfig) -> str:
 
 
 def write_shard(cfg: ConvertConfig, schema: Schema, shard: int, payloads: list[Any], attempt: str) -> dict[str, Any]:
-    """Write shard number ``shard`` (records or Parquet rows, in order) into the staging folder.
+    """Write shard number ``shard`` (the payloads of :func:`headrace.convert.sinks.row_encoder`: records,
+    Parquet rows or text lines, in order) into the staging folder.
 
     Returns the shard's entry for the manifest plus ``"tmp"`` / ``"index_tmp"`` (its staged paths).
     """
@@ -77,6 +78,8 @@ def write_shard(cfg: ConvertConfig, schema: Schema, shard: int, payloads: list[A
     if cfg.to == "parquet":
         est = schema.est_bytes / max(1, schema.rows)
         info = write_parquet(tmp, payloads, arrow_schema(schema.kinds, schema.spec), cfg.compression, est)
+    elif cfg.to == "text":
+        info = write_text(tmp, payloads, cfg.compression)
     else:
         info = write_tfrecord(tmp, payloads, cfg.compression)
     return {"shard": shard, "path": name, "records": info["records"], "bytes": info["bytes"],
