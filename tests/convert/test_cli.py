@@ -40,6 +40,33 @@ def test_convert_command_prints_summary_and_json(app, tmp_path):
     assert (out / "dataset.json").exists()
 
 
+def test_convert_to_text_writes_lines_and_refuses_a_line_break_in_one_line(app, tmp_path):
+    from headrace.convert import shard_paths
+    from headrace.io import TextLineDataset
+
+    src = tmp_path / "t.txt"
+    src.write_text("héllo ✓\n\nlast\n", encoding="utf-8")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["convert", str(src), str(out), "--to", "text", "--compression", "gzip",
+                                   "--num-shards", "2", *_beam_flags()])
+    assert res.exit_code == 0, res.output
+    result = json.loads(res.stdout.strip().splitlines()[-1])
+    assert result["format"] == "text" and result["records"] == 3 and result["features"] == ["text"]
+    assert "3 records in 2 text shard(s)" in res.stdout
+    paths = shard_paths(out)
+    assert [Path(p).name for p in paths] == ["data-00000-of-00002.txt.gz", "data-00001-of-00002.txt.gz"]
+    assert sorted(TextLineDataset(paths, compression_type="GZIP")) == sorted(["héllo ✓".encode(), b"", b"last"])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n{"text": "two\\nlines"}\n')
+    res = CliRunner().invoke(app, ["convert", str(bad), str(tmp_path / "o2"), "--to", "text", *_beam_flags()])
+    assert res.exit_code == 1 and len(res.stderr.strip().splitlines()) == 1
+    assert res.stderr.startswith("headrace: error: convert: record bad.jsonl:2 (shard data-00000-of-00001.txt): "
+                                 "the 'text' value b'two\\nlines' holds a line break")
+    assert not (tmp_path / "o2" / "dataset.json").exists()
+    res = CliRunner().invoke(app, ["convert", str(bad), str(tmp_path / "o3"), "--to", "txt"])
+    assert res.exit_code == 2 and "'tfrecord', 'parquet', 'text'" in res.stderr
+
+
 def test_convert_command_errors_are_one_line(app, tmp_path):
     src = csv_file(tmp_path / "t.csv")
     res = CliRunner().invoke(app, ["convert", str(src), str(tmp_path / "out"), *_beam_flags()])
