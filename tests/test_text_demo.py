@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from headrace.io import TextLineDataset
 from headrace.text_demo import PACKAGES, TextDemoConfig, package_windows, run_text_demo
 
 
@@ -30,10 +31,15 @@ def test_a_tiny_text_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert record["tokens_per_s"] > 0 and record["micro_batch_size"] * record["accumulation_steps"] == 8
     assert "epoch 2: held-out accuracy" in out and "(chance 12.5%)" in out and "packing efficiency" in out
     assert Path(record["plot"]).stat().st_size > 1000 and (tmp_path / "tokenizer.json").is_file()
-    # the shards are headrace convert's (GZIP TFRecord, with manifests); the tokenizer saw the training split only
-    assert len(list((tmp_path / "data" / "train").glob("train-*-of-00002.tfrecord.gz"))) == 2
+    # the shards are headrace convert's (GZIP text lines, with manifests); the tokenizer saw the training split only
+    shards = sorted((tmp_path / "data" / "train").glob("train-*-of-00002.txt.gz"))
+    assert len(shards) == 2 and sorted(p.name for p in (tmp_path / "data" / "train").iterdir()) == [
+        "dataset.json", *(p.name for p in shards)]
     manifest = json.loads((tmp_path / "data" / "eval" / "dataset.json").read_text())
     assert manifest["records"] == 160  # one block of 20 in every 200 windows of each package
+    assert manifest["output"]["format"] == "text" and manifest["output"]["compression"] == "GZIP"
+    lines = list(TextLineDataset(sorted((tmp_path / "data" / "eval").glob("eval-*.txt.gz")), compression_type="GZIP"))
+    assert len(lines) == 160 and all(line.split(b"\t", 1)[0].isdigit() for line in lines)
 
 
 def test_windows_come_from_the_package_and_a_missing_package_is_named() -> None:

@@ -6,10 +6,12 @@
    written as one text file per package and split (``output/text/{train,eval}/<package>.txt``, one window a
    line: ``<label>\\t<lines joined by " ␤ ">``; a block of 20 windows in every 200 goes to eval), then converted
    by :func:`headrace.convert.convert` (Apache Beam, the text source: :class:`headrace.io.TextLineDataset`
-   reads each file) into GZIP-compressed TFRecord shards ``output/data/{train,eval}/``.
+   reads each file; ``to="text"``) into GZIP-compressed text shards ``output/data/{train,eval}/*.txt.gz``, one
+   window a line.
 2. Train a byte-level BPE tokenizer (:func:`headrace.text.train_tokenizer`) on the training shards only, then
-   ``shards -> batch -> map(tokenize, AUTOTUNE threads) -> unbatch -> pack -> map(segment_examples) ->
-   shuffle`` into :func:`headrace.train.fit` (which batches and prefetches) under ``memory_budget``, training
+   ``TextLineDataset(shards) -> shuffle -> batch -> map(parse + tokenize, AUTOTUNE threads) -> unbatch -> pack
+   -> map(segment_examples) -> shuffle`` (:mod:`headrace.train.text_data`) into :func:`headrace.train.fit`
+   (which batches and prefetches) under ``memory_budget``, training
    :class:`headrace.train.text.PackedTextClassifier`: which package does each window come from.
 3. Print per epoch the held-out accuracy beside chance, tokens/s (non-padding tokens trained on per second),
    the packing efficiency (non-padding share of the rows trained on) and the peak RSS against the budget;
@@ -120,16 +122,17 @@ def write_dataset(cfg: TextDemoConfig, output: Path) -> dict[str, Any]:
     from .convert import convert
 
     data_dir = output / "data"
-    want = {"text": True, "windows_per_class": cfg.windows_per_class, "lines_per_window": cfg.lines_per_window,
-            "num_shards": cfg.num_shards, "packages": list(PACKAGES)}
+    want = {"text": True, "to": "text", "windows_per_class": cfg.windows_per_class,
+            "lines_per_window": cfg.lines_per_window, "num_shards": cfg.num_shards, "packages": list(PACKAGES)}
     info = reuse_or_reset(data_dir, want, "windows")
     if info is not None:
         return info
     t0 = time.perf_counter()
     counts = write_text(cfg, output / "text")
     shards = {"train": cfg.num_shards, "eval": max(1, cfg.num_shards // 4)}
-    manifests = {split: convert(output / "text" / split, data_dir / split, source_format="text", num_shards=n,
-                                compression="GZIP", prefix=split, overwrite=True, beam_options=IN_PROCESS_BEAM)
+    manifests = {split: convert(output / "text" / split, data_dir / split, source_format="text", to="text",
+                                num_shards=n, compression="GZIP", prefix=split, overwrite=True,
+                                beam_options=IN_PROCESS_BEAM)
                  for split, n in shards.items()}
     info = {"config": want, "train_records": manifests["train"]["records"],
             "eval_records": manifests["eval"]["records"], "seconds": time.perf_counter() - t0}
@@ -138,7 +141,7 @@ def write_dataset(cfg: TextDemoConfig, output: Path) -> dict[str, Any]:
                            f"{counts['train']} + {counts['eval']} windows written; remove {output} and retry")
     (data_dir / DEMO_MARKER).write_text(json.dumps(info))
     _say(f"cut {counts['train'] + counts['eval']} windows of {cfg.lines_per_window} lines from {len(PACKAGES)} "
-         f"standard-library packages; converted them with headrace.convert (Apache Beam) to GZIP TFRecord shards "
+         f"standard-library packages; converted them with headrace.convert (Apache Beam) to GZIP text shards "
          f"({shards['train']} + {shards['eval']}) in {info['seconds']:.1f} s -> {data_dir}/{{train,eval}}")
     return info
 

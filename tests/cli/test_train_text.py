@@ -1,4 +1,5 @@
-"""``headrace train PATH --text``: labelled text from ``headrace convert --from text``, trained, resumed; bad lines."""
+"""``headrace train PATH --text``: labelled text from ``headrace convert --from text --to text`` (or ``--to
+tfrecord``), trained, resumed; bad lines; a conversion that is not labelled text."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ runner = CliRunner()
 WORDS = [["alpha", "beta", "gamma", "delta"], ["one", "two", "three", "four"]]
 
 
-def _convert(tmp_path: Path, lines: list[str]) -> Path:
+def _convert(tmp_path: Path, lines: list[str], to: str = "text") -> Path:
     pytest.importorskip("apache_beam", reason="the text is converted with headrace convert (Beam)")
     from headrace.convert import convert
 
     src = tmp_path / "src"
     src.mkdir()
     (src / "lines.txt").write_text("".join(f"{line}\n" for line in lines))
-    convert(src, tmp_path / "shards", source_format="text", num_shards=2, compression="GZIP",
+    convert(src, tmp_path / "shards", source_format="text", to=to, num_shards=2,
+            compression=None if to == "parquet" else "GZIP",
             beam_options=("direct_running_mode=in_memory", "direct_num_workers=1"))
     return tmp_path / "shards"
 
@@ -48,9 +50,17 @@ def test_train_text_learns_checkpoints_and_resumes(tmp_path: Path) -> None:
     assert again["history"][-1]["eval_accuracy"] > 0.9  # which word list a line is drawn from: chance 50%
 
 
-def test_a_line_without_a_label_is_a_one_line_error(tmp_path: Path) -> None:
-    shards = _convert(tmp_path, ["0\tgood line here", "no label on this line"])
+@pytest.mark.parametrize("to", ["text", "tfrecord"])  # TextLineDataset, or the records' text feature
+def test_a_line_without_a_label_is_a_one_line_error(tmp_path: Path, to: str) -> None:
+    shards = _convert(tmp_path, ["0\tgood line here", "no label on this line"], to)
     result = runner.invoke(app, ["train", str(shards), "--text", "--global-batch-size", "1"])
     assert result.exit_code == 1
     assert "the line b'no label on this line' is not '<label>\\t<text>'" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_conversion_that_is_not_labelled_text_is_named(tmp_path: Path) -> None:
+    shards = _convert(tmp_path, ["0\tgood line here", "1\tanother line"], "parquet")
+    result = runner.invoke(app, ["train", str(shards), "--text", "--global-batch-size", "1"])
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert "a parquet conversion with features ['text']; labelled text is a --to text conversion" in result.output

@@ -1,6 +1,7 @@
 """``headrace train PATH --text``: train :class:`~headrace.train.text.PackedTextClassifier` on labelled text.
 
-PATH (and ``--eval``) is ``headrace convert --from text`` output whose lines are ``<label>\\t<text>``
+PATH (and ``--eval``) is ``headrace convert --from text --to text`` output (read by
+:class:`headrace.io.TextLineDataset`; ``--to tfrecord`` output works too) whose lines are ``<label>\\t<text>``
 (:mod:`headrace.train.text_data`). A byte-level BPE tokenizer (``--vocab-size``) is trained on PATH's text and
 saved as ``tokenizer.json`` in ``--checkpoint-dir``; ``--resume`` reads it back from there, so a resumed run
 encodes exactly as the first did. Rows of ``--sequence-length`` tokens hold at most ``sequence_length // 4``

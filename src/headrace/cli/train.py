@@ -232,8 +232,9 @@ def command(ctx: typer.Context,
                                         help="Read and decode the training data on the Ray cluster at ADDRESS "
                                              "(local, auto, HOST:PORT or ray://HOST:PORT; needs headrace[ray])."),
             text: bool = typer.Option(False, "--text",
-                                      help="PATH is `headrace convert --from text` output of '<label>\\t<text>' "
-                                           "lines: train a tokenizer and a Transformer classifier on packed rows "
+                                      help="PATH is `headrace convert --from text --to text` output (or "
+                                           "--to tfrecord) of '<label>\\t<text>' lines: train a tokenizer and a "
+                                           "Transformer classifier on packed rows "
                                            "(--model and --image-size are the image models' options)."),
             sequence_length: int = typer.Option(128, min=4, metavar="N", help="With --text: tokens per packed row."),
             vocab_size: int = typer.Option(2000, min=260, metavar="N",

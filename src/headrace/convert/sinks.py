@@ -23,11 +23,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-from collections.abc import Iterable, Mapping
-from typing import Any
-
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from .._deps import require
 from .._errors import ConvertError

@@ -1,16 +1,20 @@
 """Labelled text as ``headrace train --text`` and ``headrace demo --text`` read it, packed for
 :class:`~headrace.train.text.PackedTextClassifier`.
 
-Record format: ``headrace convert --from text`` output (TFRecord shards of ``tf.train.Example``, one string
-feature ``text``, optionally GZIP-compressed; :func:`headrace.convert.open_dataset` reads them), one labelled
-sequence per record: ``<label>\\t<text>``, ``label`` a decimal class id ``0 .. num_classes - 1``, ``text`` UTF-8.
+Record format: ``headrace convert --to text`` output (sharded line files, optionally GZIP / ZLIB; read by
+:class:`headrace.io.TextLineDataset`), one labelled sequence per line: ``<label>\t<text>``, ``label`` a decimal
+class id ``0 .. num_classes - 1``, ``text`` UTF-8. The TFRecord output of ``headrace convert --from text``
+(``tf.train.Example`` records with one string feature ``text`` holding such a line) is read too:
+:func:`labelled_lines` looks at the manifest.
 
 The pipeline (:func:`packed_text_dataset`)::
 
-    records -> batch(256) -> map(parse, AUTOTUNE) -> unbatch -> [shuffle] -> batch(256)
-      -> map(Tokenize: ids + per-token labels, AUTOTUNE threads) -> unbatch -> pack(sequence_length)
+    TextLineDataset(shards, num_parallel_reads=4) -> [shuffle] -> batch(256)
+      -> map(Tokenize: parse label + ids + per-token labels, AUTOTUNE threads) -> unbatch -> pack(sequence_length)
       -> map(segment_examples(max_segments)) -> [shuffle]
       -> elements (rows int32 (3, sequence_length), targets int64 (max_segments,))
+
+(``fit`` batches and prefetches them.)
 """
 
 from __future__ import annotations
@@ -24,18 +28,30 @@ from .._dataset import Dataset
 from .._options import AUTOTUNE
 
 TEXT_FEATURE = "text"
+PARALLEL_READS = 4
+"""Shards read at once, their lines interleaved one by one (a fixed count, not the CPU count: the line order,
+and so a run, is the same on every machine)."""
 
 
 def labelled_lines(directory: str | os.PathLike[str]) -> Dataset:
-    """The ``<label>\\t<text>`` lines (``bytes``) of a ``headrace convert --from text`` output directory, in
-    shard order.
+    """The ``<label>\t<text>`` lines (``bytes``) of a ``headrace convert`` output directory: the lines of a
+    ``--to text`` output (:class:`headrace.io.TextLineDataset`, :data:`PARALLEL_READS` shards at once), or the
+    ``text`` feature of a TFRecord output's records (in shard order).
 
     Raises:
         FileNotFoundError / ManifestError: ``directory`` is not a conversion's output (no ``dataset.json``).
+        ValueError: a TFRecord or Parquet output without the string feature ``text`` (names the features).
     """
-    from ..convert import open_dataset
+    from ..convert import load_manifest, open_dataset
     from ..io.example import FixedLenFeature, parse_example
 
+    m = load_manifest(directory)
+    if m["output"]["format"] == "text":
+        return open_dataset(directory, num_parallel_reads=PARALLEL_READS)
+    if m["output"]["format"] != "tfrecord" or m["features"].get(TEXT_FEATURE, {}).get("dtype") != "string":
+        raise ValueError(f"{directory}: a {m['output']['format']} conversion with features {sorted(m['features'])}; "
+                         f"labelled text is a --to text conversion (or TFRecord with the string feature "
+                         f"{TEXT_FEATURE!r}): run headrace convert SRC DST --from text --to text")
     spec = {TEXT_FEATURE: FixedLenFeature([], "string")}
     return (open_dataset(directory).batch(256)
             .map(lambda records: parse_example(records, spec)[TEXT_FEATURE], num_parallel_calls=AUTOTUNE)
@@ -97,5 +113,5 @@ def count_labels(lines: Dataset) -> np.ndarray:
     return np.bincount(np.array([split_label(line)[0] for line in lines], np.int64))
 
 
-__all__ = ["TEXT_FEATURE", "Tokenize", "count_labels", "labelled_lines", "packed_text_dataset", "split_label",
-           "texts_of"]
+__all__ = ["PARALLEL_READS", "TEXT_FEATURE", "Tokenize", "count_labels", "labelled_lines", "packed_text_dataset",
+           "split_label", "texts_of"]
