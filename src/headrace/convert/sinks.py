@@ -12,9 +12,9 @@ compressed) or ``.parquet``, ``i`` counting from 0: the names depend only on ``p
   without the feature has an empty list; no nulls, so :class:`headrace.io.ParquetDataset` reads it).
   Row groups of at most :data:`ROW_GROUP_BYTES` (the footer indexes them: no separate index file).
 - **Text**: one line per record, the record's only feature (a string present once in every record), its
-  bytes as they are (sources encode ``str`` as UTF-8) and ``\n`` after each, so
+  bytes as they are (sources encode ``str`` as UTF-8) and ``\\n`` after each, so
   :class:`headrace.io.TextLineDataset` reads the records back; GZIP / ZLIB as TensorFlow's (one gzip member,
-  one zlib stream). A value holding ``\n`` or ``\r`` cannot be one line and fails the conversion
+  one zlib stream). A value holding ``\\n`` or ``\\r`` cannot be one line and fails the conversion
   (:func:`text_line`). No index.
 """
 
@@ -63,7 +63,7 @@ def text_feature(schema: Schema) -> str:
 
 
 def text_line(row_id: str, features: dict[str, Values], name: str, shard: str) -> bytes:
-    """The line of one record (without its ``\n``).
+    """The line of one record (without its ``\\n``).
 
     Raises:
         ConvertError: the value holds a line break (names the record, the shard and the value's start).
@@ -120,7 +120,7 @@ def write_tfrecord(path: str, records: Iterable[bytes], compression: str | None)
 
 
 def write_text(path: str, lines: Iterable[bytes], compression: str | None) -> dict[str, Any]:
-    """Write ``lines`` (streamed; each without its ``\n``) to the text file ``path``, ``\n`` after each, GZIP /
+    """Write ``lines`` (streamed; each without its ``\\n``) to the text file ``path``, ``\\n`` after each, GZIP /
     ZLIB compressed as TensorFlow's writers do (zlib's default level). Returns ``{"records", "bytes",
     "sha256", "index": None}``."""
     from ..io._streams import WBITS

@@ -2,7 +2,7 @@
 :class:`~headrace.train.text.PackedTextClassifier`.
 
 Record format: ``headrace convert --to text`` output (sharded line files, optionally GZIP / ZLIB; read by
-:class:`headrace.io.TextLineDataset`), one labelled sequence per line: ``<label>\t<text>``, ``label`` a decimal
+:class:`headrace.io.TextLineDataset`), one labelled sequence per line: ``<label>\\t<text>``, ``label`` a decimal
 class id ``0 .. num_classes - 1``, ``text`` UTF-8. The TFRecord output of ``headrace convert --from text``
 (``tf.train.Example`` records with one string feature ``text`` holding such a line) is read too:
 :func:`labelled_lines` looks at the manifest.
@@ -34,7 +34,7 @@ and so a run, is the same on every machine)."""
 
 
 def labelled_lines(directory: str | os.PathLike[str]) -> Dataset:
-    """The ``<label>\t<text>`` lines (``bytes``) of a ``headrace convert`` output directory: the lines of a
+    """The ``<label>\\t<text>`` lines (``bytes``) of a ``headrace convert`` output directory: the lines of a
     ``--to text`` output (:class:`headrace.io.TextLineDataset`, :data:`PARALLEL_READS` shards at once), or the
     ``text`` feature of a TFRecord output's records (in shard order).
 
