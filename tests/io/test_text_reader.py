@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import random
+import warnings
 import zlib
 
 import numpy as np
@@ -289,3 +290,20 @@ def test_close_stops_the_read_ahead_threads(tmp_path):
         it.close()  # (a stopped read-ahead is never taken for the end of a file: the next one is not opened)
         alive = [t.name for t in threading.enumerate() if t.name.startswith("headrace-")]
         assert not alive, alive
+
+
+def test_a_readers_buffers_are_not_taken_for_the_size_of_elements(tmp_path):
+    """The reader's buffers (a few MiB under a 64 MiB budget: 1 MiB reads, read ahead, decompression) are not
+    elements: a stage that has not seen its own yet must not assume elements that large, which gave a later
+    batch a share over the whole budget and shrank a parallel map's window to one element (warned)."""
+    files = []
+    for i in range(4):
+        path = tmp_path / f"part-{i}.txt.gz"
+        path.write_bytes(gzip.compress(b"".join(b"%d\tline %d of file %d\n" % (j % 8, j, i) for j in range(3000))))
+        files.append(str(path))
+    ds = (TextLineDataset(files, compression_type="GZIP", num_parallel_reads=4).shuffle(512, seed=0).batch(64)
+          .map(lambda b: b, num_parallel_calls=2, executor="thread").unbatch().shuffle(64, seed=0).batch(16)
+          .prefetch(2).with_options(hr.Options(memory_budget=64 * MiB)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", hr.MemoryBudgetWarning)
+        assert sum(len(b) for b in ds) == 12_000

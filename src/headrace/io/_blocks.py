@@ -178,6 +178,7 @@ class BlockRowIterator(Stage):
         self._work = self.ctx.account(f"{self._stage} buffers", 1, mandatory=True,
                                       hint="write the file in smaller pieces", stage_of=self._stage)
         self._work.holds_between = True  # held until the read is over, across the rows it yields
+        self._work.unit_is_element = False  # buffers, not elements: no stage may assume elements this large
         if largest > 0:
             self._work.grow_unit(largest)
 
