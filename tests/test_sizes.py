@@ -1,4 +1,4 @@
-"""Small modules and classes (issue 23, DEVELOPERS.md): no module of ``src/headrace`` over 600 lines, no class
+"""Small modules and classes (docs/architecture.md): no module of ``src/headrace`` over 600 lines, no class
 over 300 lines but the ``Dataset`` facade (one method per tf.data transformation, each a few lines that build a
 node). A class is measured from its ``class`` line to its last statement (decorators, docstring and blank lines
 inside included)."""

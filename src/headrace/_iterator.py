@@ -267,7 +267,7 @@ class Iterator:
     def _learn_sizes(self, sizes: dict[str, list[int]]) -> None:
         """Teach the stages what the saved run had learned: the budget's shares, and every decision taken from
         them (a shuffle capping its buffer), are then the saved run's, not guesses made while a restored stage
-        has produced nothing yet (a restore is a fixed point whatever the budget, issue #22)."""
+        has produced nothing yet (a restore is a fixed point whatever the budget)."""
         if not isinstance(sizes, dict) or not all(
                 isinstance(v, list) and len(v) == 2 and all(isinstance(n, int) and n >= 0 for n in v)
                 for v in sizes.values()):

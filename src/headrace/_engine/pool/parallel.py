@@ -2,26 +2,14 @@
 around it (:class:`PoolIterator`).
 
 Used by parallel ``map``, ``prefetch`` (one worker, identity), parallel ``batch`` and ``interleave``'s slots.
-:class:`ParallelApplier` is one object assembled from one part per concern, each in its module; the parts
-share the pool's fields, listed with their owners in ``fields``, so that the per-element paths read them
-without a call:
-
-- ``order``: the results window: sequence numbers, at most ``window`` elements in flight, the order the
-  consumer takes results in (``deterministic``), errors re-raised at their position; the consumer's ``next()``;
-- ``steps``: one element's steps, one home each: pull, apply ``fn`` (note the error), advance the prefix;
-- ``workers``: the worker threads, their loop and reservations (every element in flight is covered by the
-  stage's memory account before it exists), the executor's calls, shutdown;
-- ``inline``: the inline and lean paths (``set_workers(0)``: the consumer's thread computes);
-- ``snapshots``: the input snapshots every ``SNAPSHOT_EVERY`` pulls, replay events, ``state()``, ``restore()``;
-- ``stats``: the counters ``explain()`` and the autotuner read;
-- ``replay``: the rules of exactly-once replay it follows (advancing an input by positions for a restore's
-  ``forward``, replay events, when an input replays in order).
-
-Run-time settings (the autotuner, ``headrace._engine.tuning.tuner``): ``set_workers(n)`` changes how many workers take
-elements (threads are started when needed; those above ``n`` park, holding nothing); ``n = 0`` runs the stage
-inline. ``set_window(n)`` changes the elements in flight. Both keep the state exact: sequence numbers,
-snapshots and ordering are the same whoever computes an element. :class:`PoolIterator` wires the AUTOTUNE
-knobs (``workers``, ``window``, ``buffer``) to them.
+:class:`ParallelApplier` is one object assembled from one part per concern, each in its module of this
+package, sharing the fields listed in ``fields`` so that the per-element paths read them without a call:
+``order`` (the results window and the consumer's ``next()``), ``steps`` (pull, apply, advance: one home
+each), ``workers`` (threads, reservations, executor calls, shutdown), ``inline`` (``set_workers(0)``: the
+consumer's thread computes), ``snapshots`` (input snapshots, ``state()``, ``restore()``), ``stats``.
+``set_workers(n)`` and ``set_window(n)`` (the tuner) keep the state exact: sequence numbers, snapshots and
+ordering are the same whoever computes an element. Ordering, snapshots and the inline path, with a picture:
+docs/design/pool.md.
 """
 
 from __future__ import annotations
