@@ -145,6 +145,8 @@ class _Slot:
 
 
 class _InterleaveIterator(Stage):
+    ctx: IteratorContext
+
     def __init__(self, ctx: IteratorContext, node: InterleaveNode, source: Stage, cycle_length: int,
                  parallel: bool, deterministic: bool, stage: str) -> None:
         super().__init__(ctx)
@@ -210,7 +212,9 @@ class _InterleaveIterator(Stage):
         docs/design/pool.md.)"""
         most = self._read_ahead
         acc = self._account
-        unit = acc.unit_bytes() if acc is not None else 0
+        if acc is None:
+            return most
+        unit = acc.unit_bytes()
         if unit <= 0:
             return most
         active = max(1, sum(s is not None for s in self._slots)) if self._end_of_input else self._cycle_length

@@ -102,6 +102,7 @@ class _Entry:
 
 class _ShuffleIterator(Stage):
     kind = "shuffle"
+    ctx: IteratorContext
 
     def __init__(self, ctx: IteratorContext, node: ShuffleNode, source: Stage, stage: str) -> None:
         super().__init__(ctx)
@@ -247,6 +248,7 @@ class _ShuffleIterator(Stage):
         base_pull, base, epoch = next(c for c in reversed(self._checkpoints) if c[0] <= oldest)
         # pull numbers, content hashes or the values themselves: headrace._engine.replay (rule 4)
         keys_by = buffer_keys(self._source, epoch, self._input_in_order, self._input_same)
+        keys: list[Any]
         if keys_by == "value":
             keys = [by_value.Deferred(e.value) for e in self._buf]
         elif keys_by == "hash":

@@ -64,7 +64,8 @@ def staging_dir(cfg: ConvertConfig) -> str:
     return files.join(cfg.dst, STAGING + cfg.run_id)
 
 
-def write_shard(cfg: ConvertConfig, schema: Schema, shard: int, payloads: list[Any], attempt: str) -> dict[str, Any]:
+def write_shard(cfg: ConvertConfig, schema: Schema, shard: int, payloads: Iterable[Any],
+                attempt: str) -> dict[str, Any]:
     """Write shard number ``shard`` (records or Parquet rows, in order) into the staging folder.
 
     Returns the shard's entry for the manifest plus ``"tmp"`` / ``"index_tmp"`` (its staged paths).

@@ -18,11 +18,7 @@ from .executor import ExecutorKind
 from .stats import PoolStats
 
 if TYPE_CHECKING:
-    from .order import ResultsWindow
     from .parallel import ParallelApplier
-    from .snapshots import InputSnapshots
-    from .steps import ElementSteps
-    from .workers import WorkerThreads
 
 
 class InlinePath:
@@ -34,14 +30,6 @@ class InlinePath:
         self.direct = pool.executor.kind is ExecutorKind.THREAD  # see call()
         self.stats = PoolStats()
 
-    def wire(self) -> None:
-        """Bind the pool's other parts (built after this one)."""
-        pool = self.pool
-        self.window: ResultsWindow = pool.window
-        self.workers: WorkerThreads = pool.workers
-        self.snapshots: InputSnapshots = pool.snapshots
-        self.steps: ElementSteps = pool.steps
-
     def next_inline(self) -> Any:
         """Pull and apply in the consumer's thread (``active == 0``, nothing in flight), as a sequential
         stage does: no reservation, no snapshots (``state()`` asks the input for its position instead, which
@@ -51,15 +39,16 @@ class InlinePath:
 
         This is the path AUTOTUNE picks for cheap calls, so it is kept lean: an untimed try of the input
         lock first, the function called directly once the executor settled on threads."""
-        pool, window, snapshots, steps = self.pool, self.window, self.snapshots, self.steps
-        stop = self.workers.stop_flag
+        pool = self.pool
+        window, snapshots, steps, workers = pool.window, pool.snapshots, pool.steps, pool.workers
+        stop = workers.stop_flag
         stats = self.stats
         source = pool.source
         raw_lock = pool.raw_input_lock
         while True:
-            if not raw_lock.acquire(False) and not self.workers.acquire_input(stop):
+            if not raw_lock.acquire(False) and not workers.acquire_input(stop):
                 raise Cancelled()
-            error = None
+            error: BaseException | None = None
             try:
                 if snapshots.epoch_stale:
                     snapshots.sync_lean_epoch()
@@ -100,10 +89,11 @@ class InlinePath:
     def may_go_lean(self) -> bool:
         """After an inline element: whether the next ones may take the lean path (nothing in flight, held,
         skipped, read ahead or ended; the function called directly; no input to release; not stopping)."""
-        pool, window, workers = self.pool, self.window, self.workers
+        pool = self.pool
+        window, workers = pool.window, pool.workers
         return (pool.active == 0 and self.direct and pool.release_input is None and not window.skip
                 and not window.beyond and not window.results and window.end_seq is None
-                and window.next_seq == window.prefix and window.next_seq >= self.snapshots.prepull_end
+                and window.next_seq == window.prefix and window.next_seq >= pool.snapshots.prepull_end
                 and workers.crash is None and not workers.stop_flag.is_set())
 
     def call(self, x: Any, seq: int, stop: Flag) -> Any:
@@ -117,4 +107,4 @@ class InlinePath:
         if executor.kind is ExecutorKind.THREAD:  # final: an "auto" executor never moves on from threads
             self.direct = True
             return pool.fn(x)
-        return executor.call(x, self.window.index_base + seq, stop)
+        return executor.call(x, pool.window.index_base + seq, stop)

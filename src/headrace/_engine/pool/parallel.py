@@ -18,14 +18,23 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._memory import StageAccount
 from ..._sync import Lock as TimedLock
 from ..replay import replays_in_order
 from ..stage import Stage
 from ..stage_support import check_state
-from ..tuning.knobs import MAX_BUFFER, MAX_WINDOW, MAX_WORKERS, KnobKind, StageStats, stage_tuning, workers_start_reason
+from ..tuning.knobs import (
+    MAX_BUFFER,
+    MAX_WINDOW,
+    MAX_WORKERS,
+    KnobKind,
+    StageStats,
+    StageTuning,
+    stage_tuning,
+    workers_start_reason,
+)
 from .executor import Executor, ExecutorKind, ThreadExecutor
 from .inline import InlinePath
 from .order import LEAN_TIMING_EVERY, ResultsWindow
@@ -33,6 +42,9 @@ from .snapshots import RESTORE_WAIT_S, InputSnapshots
 from .stats import PoolStats, summarize
 from .steps import ElementSteps
 from .workers import WorkerThreads
+
+if TYPE_CHECKING:
+    from ..context import IteratorContext
 
 __all__ = ["LEAN_TIMING_EVERY", "RESTORE_WAIT_S", "SNAPSHOT_EVERY", "ParallelApplier", "PoolIterator", "PoolStats"]
 
@@ -94,7 +106,7 @@ class ParallelApplier:
         self.workers = WorkerThreads(self)
         self.inline = InlinePath(self)
         self.steps = ElementSteps(self)
-        for part in (self.window, self.snapshots, self.workers, self.inline, self.steps):
+        for part in (self.window, self.snapshots, self.workers, self.steps):
             part.wire()
         # the consumer's calls go to the window directly (PoolIterator binds ``next`` once)
         self.next: Callable[[], Any] = self.window.next
@@ -177,7 +189,7 @@ class PoolIterator(Stage):
     own with a demand of ``window`` elements. Other keywords go to :class:`ParallelApplier`.
     """
 
-    def __init__(self, ctx: Any, source: Stage, fn: Callable[[Any], Any], stage: str, workers: int,
+    def __init__(self, ctx: IteratorContext, source: Stage, fn: Callable[[Any], Any], stage: str, workers: int,
                  deterministic: bool, *, kind: str, window: int | Callable[[], int],
                  account: StageAccount | None = None, warn_shrink: bool = True, autotune: bool = False,
                  **pool_options: Any) -> None:
@@ -199,12 +211,12 @@ class PoolIterator(Stage):
         self.__next__ = self._pool.next  # type: ignore[method-assign]
         self._pool.delivers_as = self
         self.reorders = not self._pool.deterministic  # (replay's rule 1)
-        self._tuning: Any = None
+        self._tuning: StageTuning | None = None
         if autotune and ctx.options.autotune_enabled is not False:
             self._tune(ctx, workers, window)
 
     # ---- AUTOTUNE (headrace._engine.tuning.tuner) ------------------------------------------------------------
-    def _tune(self, ctx: Any, workers: int, window: int | Callable[[], int]) -> None:
+    def _tune(self, ctx: IteratorContext, workers: int, window: int | Callable[[], int]) -> None:
         t = stage_tuning(ctx, self.stage, self.kind)
         if self.kind == "prefetch":
             t.knob(KnobKind.BUFFER, int(window) if isinstance(window, int) else 1, 0, MAX_BUFFER,

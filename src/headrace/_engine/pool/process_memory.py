@@ -125,7 +125,7 @@ def read_into(fd: int, n: int, offset: int) -> np.ndarray:
     dest = np.empty(n, np.uint8)
     done = 0
     while done < n:
-        got = os.preadv(fd, [dest[done:]], offset + done)
+        got = os.preadv(fd, [dest[done:]], offset + done)  # type: ignore[list-item]  # (an ndarray is a buffer)
         if got <= 0:
             raise OSError(f"short read from a shared-memory segment at offset {offset + done}")
         done += got

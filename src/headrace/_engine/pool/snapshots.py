@@ -260,7 +260,8 @@ class InputSnapshots:
         if item.nbytes:
             self.pool.account.adjust(-item.nbytes)
         if item.error is not None:
-            error, item = item.error, None
+            error = item.error
+            del item
             try:
                 raise error
             finally:

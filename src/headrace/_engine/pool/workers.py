@@ -14,6 +14,7 @@ defect in the pool's own machinery is stored (``crash``) and re-raised to the co
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -81,7 +82,7 @@ class WorkerThreads:
             stats = self.stats[i]
             stats.t0, stats.parked_s = time.monotonic(), 0.0
             self.threads.append(start_thread(f"{self.pool.thread_name}-{i}",
-                                             lambda i=i, st=stats: self._work(gen, stop, i, st), stop))
+                                             functools.partial(self._work, gen, stop, i, stats), stop))
 
     def any_alive(self) -> bool:
         return any(t.is_alive() for t in self.threads)
