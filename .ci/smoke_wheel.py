@@ -6,8 +6,10 @@ extra's module imports from site-packages), that worker processes start from it 
 that ``to_torch`` works under ``DataLoader(num_workers=2)`` with the fork and spawn start methods and
 reshuffles every epoch (also under forkserver), that the adapters run from the wheel (``to_torch``'s state
 restored in a fresh dataset, ``headrace.lightning``, ``to_jax``, ``headrace.keras``'s ``adapt`` in a ``fit`` on the
-torch backend, in a process of its own), that ``headrace.service`` runs on local Ray workers and restores
-exactly, and that the ``headrace`` console script runs. Exits non-zero naming
+torch backend, in a process of its own), that the text and CSV readers (``TextLineDataset``,
+``FixedLengthRecordDataset``, ``CsvDataset``, ``make_csv_dataset``) and ``Dataset.pack`` work on small generated
+files and the readers in DataLoader workers started by spawn and forkserver, that ``headrace.service`` runs on
+local Ray workers and restores exactly, and that the ``headrace`` console script runs. Exits non-zero naming
 the first failure.
 """
 
@@ -84,6 +86,70 @@ def extras(tmp: Path) -> None:
     import headrace.train  # noqa: F401
 
     check("headrace.train / compress / convert import", True)
+
+
+def text_and_csv(tmp: Path) -> None:
+    """The text and CSV readers and ``pack`` from the wheel, on small generated files."""
+    import gzip
+
+    import numpy as np
+
+    import headrace as hr
+
+    (tmp / "a.txt").write_bytes(b"one\r\ntwo\n\nlast")
+    (tmp / "b.txt.gz").write_bytes(gzip.compress(b"gz 1\ngz 2\n"))
+    paths = [str(tmp / "a.txt"), str(tmp / "b.txt.gz")]
+    got = list(hr.io.TextLineDataset(paths, compression_type="AUTO").as_numpy_iterator())
+    check("TextLineDataset (plain, CRLF, GZIP by extension)", got == [b"one", b"two", b"", b"last", b"gz 1", b"gz 2"],
+          got)
+    got = [b.tolist() for b in hr.io.TextLineDataset(paths, compression_type="AUTO", num_parallel_reads=2).batch(4)]
+    check("TextLineDataset(num_parallel_reads=2) -> batch", got == [[b"one", b"gz 1", b"two", b"gz 2"],
+                                                                  [b"", b"last"]], got)
+
+    (tmp / "r.bin").write_bytes(b"HEAD" + b"".join(bytes([i]) * 3 for i in range(4)) + b"FT")
+    got = list(hr.io.FixedLengthRecordDataset(str(tmp / "r.bin"), 3, header_bytes=4, footer_bytes=2)
+               .as_numpy_iterator())
+    check("FixedLengthRecordDataset (header, footer)", got == [bytes([i]) * 3 for i in range(4)], got)
+
+    (tmp / "t.csv").write_bytes(b'id,score,name\n1,0.5,"a, b"\n2,,c\n3,1.5,"say ""hi"""\n')
+    ds = hr.io.CsvDataset(str(tmp / "t.csv"), [np.int32, [9.0], bytes], header=True)
+    got = [(int(i), float(s), n) for i, s, n in ds.as_numpy_iterator()]
+    check("CsvDataset (quotes, a default, a header)", got == [(1, 0.5, b"a, b"), (2, 9.0, b"c"),
+                                                              (3, 1.5, b'say "hi"')], got)
+    batches = list(hr.io.make_csv_dataset(str(tmp / "t.csv"), batch_size=2, label_name="id", shuffle=False,
+                                          num_epochs=1))
+    got = [(sorted(f), f["score"].tolist(), y.tolist()) for f, y in batches]
+    check("make_csv_dataset (inferred types, a label)", got == [(["name", "score"], [0.5, 0.0], [1, 2]),
+                                                                (["name", "score"], [1.5], [3])], got)
+
+    seqs = hr.Dataset.from_generator(lambda: iter([np.array([1, 2, 3]), np.array([4, 5]), np.array([6])]),
+                                     output_signature=hr.TensorSpec([None], np.int64))
+    got = [tuple(a.tolist() for a in row) for row in seqs.pack(4, num_packing_bins=2)]
+    check("Dataset.pack", got == [([1, 2, 3, 6], [1, 1, 1, 2], [0, 1, 2, 0]), ([4, 5, 0, 0], [1, 1, 0, 0],
+                                                                            [0, 1, 0, 0])], got)
+
+
+def readers_in_workers(tmp: Path, context: str) -> None:
+    """TextLineDataset and CsvDataset pickled into DataLoader workers started by ``context``: each reads its
+    share of the files, together every element once."""
+    import numpy as np
+    from torch.utils.data import DataLoader
+
+    import headrace as hr
+    from headrace.torch import to_torch
+
+    texts, tables = [], []
+    for f in range(2):
+        (tmp / f"w{f}.txt").write_bytes(b"".join(b"%d\n" % (f * 50 + i) for i in range(50)))
+        (tmp / f"w{f}.csv").write_bytes(b"".join(b"%d,x\n" % (f * 50 + i) for i in range(50)))
+        texts.append(str(tmp / f"w{f}.txt"))
+        tables.append(str(tmp / f"w{f}.csv"))
+    for what, ds in (("TextLineDataset", hr.io.TextLineDataset(texts).map(lambda line: np.int64(line))),
+                     ("CsvDataset", hr.io.CsvDataset(tables, [np.int64, bytes]).map(lambda i, _: i))):
+        got = sorted(int(x) for x in DataLoader(to_torch(ds), batch_size=None, num_workers=2,
+                                                multiprocessing_context=context))
+        check(f"{what} under DataLoader(num_workers=2, {context}): every element once", got == list(range(100)),
+              got)
 
 
 def dataloader_epochs(context: str) -> None:
@@ -191,6 +257,9 @@ def main() -> None:
     if not QUICK:
         with tempfile.TemporaryDirectory() as tmp:
             extras(Path(tmp))
+            text_and_csv(Path(tmp))
+            for context in ("spawn", "forkserver"):
+                readers_in_workers(Path(tmp), context)
         for context in ("fork", "spawn", "forkserver"):
             dataloader_epochs(context)
         adapters()

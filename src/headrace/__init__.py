@@ -56,7 +56,7 @@ __version__ = "0.1.0"
 # every public submodule (tests/test_public_names.py keeps this in step with the package and the docs)
 _LAZY_SUBMODULES = frozenset({
     "cli", "compress", "convert", "data", "demo", "distribute", "image", "io", "jax", "jax_orbax", "keras",
-    "lightning", "service", "text", "torch", "train",
+    "lightning", "service", "text", "text_demo", "torch", "train",
 })
 
 

@@ -17,12 +17,15 @@ loops that re-check a stop event (see ``headrace._memory.WAIT_SLICE_S``).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from types import TracebackType
 
 from ._errors import InternalTimeoutError
 
 LOCK_TIMEOUT_S = 30.0
 """Longest any internal lock may be waited for; past it, :class:`InternalTimeoutError`."""
+CLOSE_WAITS_FOR_CALL_S = 10.0
+"""How long an adapter's ``close()`` from another thread waits for a ``next()`` in progress (:class:`InFlight`)."""
 
 
 def acquire(lock: threading.Lock, what: str, timeout_s: float = LOCK_TIMEOUT_S) -> None:
@@ -116,3 +119,35 @@ class Flag:
 
     def is_set(self) -> bool:
         return self._set
+
+
+class InFlight:
+    """The thread inside a call (an adapter's ``next()``), so that ``close()`` from another thread can let that
+    call hand out its element before it takes the position: otherwise it could keep the position before an
+    element the call then returns (a duplicate after resume)."""
+
+    __slots__ = ("_cond", "_thread")
+
+    def __init__(self, what: str) -> None:
+        self._cond = Condition(what)
+        self._thread: int | None = None
+
+    def begin(self, check: Callable[[], None]) -> None:
+        """Enter the call after ``check()`` (which raises, e.g. on a closed iterator) under the same lock."""
+        with self._cond:
+            check()
+            self._thread = threading.get_ident()
+
+    def end(self) -> None:
+        with self._cond:
+            self._thread = None
+            self._cond.notify_all()
+
+    def settle(self, then: Callable[[bool], None]) -> None:
+        """Wait up to ``CLOSE_WAITS_FOR_CALL_S`` for a call in another thread to end, then run ``then(settled)``
+        (``settled``: no call was left in progress) before any new call begins."""
+        timeout_s = CLOSE_WAITS_FOR_CALL_S
+        with self._cond:
+            me = threading.get_ident()
+            settled = self._thread in (None, me) or self._cond.wait_for(lambda: self._thread is None, timeout_s)
+            then(settled)

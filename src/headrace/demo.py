@@ -220,6 +220,18 @@ def _reusable(data_dir: Path, want: dict[str, Any]) -> dict[str, Any] | None:
     return info
 
 
+def reuse_or_reset(data_dir: Path, want: dict[str, Any], what: str) -> dict[str, Any] | None:
+    """An earlier preparation's ``demo.json`` when it is reusable (:func:`_reusable`; said, naming its
+    ``what``), else ``None`` with ``data_dir`` made and its old ``demo.json`` removed, ready for a new one."""
+    info = _reusable(data_dir, want)
+    if info is not None:
+        _say(f"reusing {info['train_records']} + {info['eval_records']} {what} in {data_dir}/{{train,eval}}")
+        return info
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / DEMO_MARKER).unlink(missing_ok=True)
+    return None
+
+
 def write_dataset(cfg: DemoConfig, output: Path) -> dict[str, Any]:
     """Generate the photos into ``output/photos/{train,eval}/<class>/`` and convert them with
     :func:`headrace.convert.convert` (Apache Beam) into ``output/data/{train,eval}/`` (``train-*.tfrecord``,
@@ -233,12 +245,9 @@ def write_dataset(cfg: DemoConfig, output: Path) -> dict[str, Any]:
     data_dir, photo_dir = output / "data", output / "photos"
     want = {"images": cfg.images, "seed": cfg.seed, "size": list(SOURCE_SIZE), "num_shards": cfg.num_shards,
             "eval_fraction": cfg.eval_fraction, "layout": "convert", "regions": cfg.task_regions}
-    info = _reusable(data_dir, want)
+    info = reuse_or_reset(data_dir, want, "records")
     if info is not None:
-        _say(f"reusing {info['train_records']} + {info['eval_records']} records in {data_dir}/{{train,eval}}")
         return info
-    data_dir.mkdir(parents=True, exist_ok=True)
-    (data_dir / DEMO_MARKER).unlink(missing_ok=True)
     for old in [*data_dir.glob("*.tfrecord*"), data_dir / "dataset.json"]:  # an older demo's flat layout
         old.unlink(missing_ok=True)
     t0 = time.perf_counter()
@@ -258,7 +267,7 @@ def write_dataset(cfg: DemoConfig, output: Path) -> dict[str, Any]:
     return info
 
 
-class _Recorder:
+class Recorder:
     """Collects (time, step, loss, RSS) for the plot."""
 
     def __init__(self, budget: int, base: int) -> None:
@@ -271,8 +280,7 @@ class _Recorder:
         self.rows.append((time.perf_counter() - self.t0, info.step, info.loss, info.rss_bytes))
 
 
-
-def plot(path: Path, recorder: _Recorder, budget: int, base: int) -> None:
+def plot(path: Path, recorder: Recorder, budget: int, base: int) -> None:
     """Loss per step and RSS over time (with the budget line) as a PNG."""
     matplotlib = require("matplotlib", "headrace demo")
     matplotlib.use("Agg")
@@ -304,15 +312,15 @@ def _prepare_main(config_json: str, output: str) -> None:
     write_dataset(DemoConfig(**json.loads(config_json)), Path(output))
 
 
-def _prepare_in_subprocess(cfg: DemoConfig, output: Path) -> dict[str, Any]:
-    """Run :func:`write_dataset` in a fresh Python process (its memory, Beam's included, is not the
-    trainer's)."""
+def _prepare_in_subprocess(cfg: Any, output: Path, module: str = "headrace.demo") -> dict[str, Any]:
+    """Run ``module._prepare_main`` (here: :func:`write_dataset`) with the dataclass ``cfg`` in a fresh Python
+    process (its memory, Beam's included, is not the trainer's); returns ``output/data/demo.json``."""
     if importlib.util.find_spec("apache_beam") is None:
         from .convert._beam import INSTALL_HINT
 
         raise MissingDependencyError(f"the demo builds its shards with headrace convert, which runs on Apache "
                                      f"Beam; install it with: {INSTALL_HINT}")
-    code = "import sys; from headrace.demo import _prepare_main; _prepare_main(sys.argv[1], sys.argv[2])"
+    code = f"import sys; from {module} import _prepare_main; _prepare_main(sys.argv[1], sys.argv[2])"
     done = subprocess.run([sys.executable, "-c", code, json.dumps(dataclasses.asdict(cfg)), str(output)],
                           capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S)
     if done.stdout:
@@ -367,7 +375,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         optimizer = torch.optim.SGD(model.parameters(), lr=cfg.learning_rate, momentum=0.9, nesterov=True,
                                     weight_decay=5e-4)
         scheduler = one_cycle(optimizer, max_lr=cfg.learning_rate, total_steps=max(1, steps_per_epoch * cfg.epochs))
-        recorder = _Recorder(budget, base)
+        recorder = Recorder(budget, base)
         height, width = image_hw(cfg.image_size, minimum=MIN_IMAGE_SIDE)
         train_bytes = info["train_records"] * height * width * 3  # what the model reads: uint8 (H, W, 3)
         _say(f"training {cfg.model} on {info['train_records']} images at {width}x{height}, "

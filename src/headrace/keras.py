@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._deps import require
-from ._errors import MissingDependencyError, StateError
+from ._errors import IteratorClosedError, MissingDependencyError, StateError
+from ._sync import InFlight
 from ._versioned import check_versioned
 
 
@@ -110,6 +111,8 @@ class KerasDataset(_data_adapter.DataAdapter):
         self._length = length  # batches per iteration of the dataset, when known
         self._pos = _Position()
         self._it: HeadraceIterator | None = None
+        self._in_next = InFlight("KerasDataset batch read")  # close() from another thread waits for it
+        self._lost: str | None = None  # why the position is unknown (close() stopped a read under it)
         self._run: object | None = None  # the generator now reading (None: the last one finished)
         self._run_start = _Position()
         self._quota: int | None = None  # steps of the next Keras epoch, when it resumes one
@@ -173,7 +176,15 @@ class KerasDataset(_data_adapter.DataAdapter):
     def close(self) -> None:
         """Stop the pipeline (its threads, files, memory accounts); idempotent. ``get_state()`` still gives the
         position (a Keras epoch read again starts where the unfinished one started, as always)."""
-        if self._it is not None and self._pos.batches:
+        self._in_next.settle(self._keep_position)
+
+    def _keep_position(self, settled: bool) -> None:
+        """close()'s position, after the last batch handed out (``settled``: no batch read in progress; else the
+        read in progress is stopped under it and raises, its batch not counted)."""
+        if not settled:
+            self._lost = ("closed by close() from another thread while a batch read was in progress (its "
+                          "position is unknown); set_state() a state saved before")
+        elif self._it is not None and self._pos.batches:
             self._pos.iterator = self._it.get_state()
         self._drop()
 
@@ -184,11 +195,14 @@ class KerasDataset(_data_adapter.DataAdapter):
 
     # ---- reading -----------------------------------------------------------------------------------------
     def _snapshot(self) -> _Position:
+        if self._lost is not None:
+            raise IteratorClosedError(f"headrace.keras: KerasDataset {self._lost}")
         live = self._it.get_state() if self._it is not None and self._pos.batches else None
         return replace(self._pos, iterator=live if live is not None else self._pos.iterator)
 
     def _move_to(self, pos: _Position) -> None:
         self._drop()
+        self._lost = None
         self._pos = replace(pos)
         self._run = None
         self._quota = self._steps - pos.epoch_steps if pos.epoch_steps else None
@@ -229,11 +243,21 @@ class KerasDataset(_data_adapter.DataAdapter):
 
         while True:
             if self._it is None:
+                if self._lost is not None:
+                    raise IteratorClosedError(f"headrace.keras: KerasDataset {self._lost}")
                 self._it = HeadraceIterator(self._dataset, iteration=self._pos.iteration)
                 if self._pos.iterator is not None:
                     self._it.set_state(self._pos.iterator)
+            it = self._it
             try:
-                batch = next(self._it)
+                self._in_next.begin(lambda: None)
+                try:
+                    batch = next(it)
+                finally:
+                    self._in_next.end()
+                if self._it is not it:  # close() from another thread stopped it under this read: not counted
+                    raise IteratorClosedError("headrace.keras: the KerasDataset was closed from another thread "
+                                              "while it read a batch; get_state() is the position before it")
                 break
             except StopIteration:
                 if self._pos.batches == 0:

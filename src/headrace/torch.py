@@ -33,7 +33,6 @@ Requires torch (``pip install 'headrace[torch]'``).
 from __future__ import annotations
 
 import collections
-import threading
 import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -44,6 +43,7 @@ from ._deps import require
 from ._errors import IteratorClosedError, StateError
 from ._memory import budget_share
 from ._structure import map_structure
+from ._sync import InFlight
 from ._versioned import check_versioned
 
 torch = require("torch", "headrace.torch")
@@ -120,9 +120,6 @@ def _check_position(state: Any, source: str) -> dict[str, Any]:
 
 _POSITION_LOST = "closed by an interrupt inside next() (its position is unknown)"
 _CLOSED_MID_NEXT = "closed by close() while next() was producing an element (its position is unknown)"
-# How long close() from another thread waits for a next() in progress to hand out its element, so that the
-# position it keeps is the one after that element (not one element behind it).
-CLOSE_WAITS_FOR_NEXT_S = 10.0
 
 
 class TorchEpochIterator:
@@ -145,27 +142,24 @@ class TorchEpochIterator:
         self._position: dict[str, Any] | None = None  # a restored headrace state, applied by the first next()
         self._done = False
         self._closed: str | None = None  # why next() raises IteratorClosedError (close(); load_state_dict reopens)
-        # close() from another thread and next() in progress: close() waits for that next() to return
-        self._turn = threading.Condition()
-        self._in_next: int | None = None  # the thread inside next(), if any
+        self._in_next = InFlight("to_torch iterator next()")  # close() from another thread waits for it
 
     def __iter__(self) -> TorchEpochIterator:
         return self
 
     def __next__(self) -> Any:
-        with self._turn:
-            if self._done:
-                raise StopIteration
-            if self._closed is not None:
-                raise IteratorClosedError(f"next() on a to_torch iterator {self._closed}; load_state_dict() a "
-                                          "state saved before to go on, or make a new one with iter(to_torch(ds))")
-            self._in_next = threading.get_ident()
+        self._in_next.begin(self._check_open)
         try:
             return self._next_element()
         finally:
-            with self._turn:
-                self._in_next = None
-                self._turn.notify_all()
+            self._in_next.end()
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise StopIteration
+        if self._closed is not None:
+            raise IteratorClosedError(f"next() on a to_torch iterator {self._closed}; load_state_dict() a state "
+                                      "saved before to go on, or make a new one with iter(to_torch(ds))")
 
     def _next_element(self) -> Any:
         with budget_share(self._share):
@@ -230,25 +224,26 @@ class TorchEpochIterator:
         ``IteratorClosedError`` (never the epoch again from its start); ``state_dict()`` is still the position
         after the last element yielded, and ``load_state_dict()`` reopens the iterator at a state.
 
-        Called while another thread is inside ``next()``, it first waits (up to ``CLOSE_WAITS_FOR_NEXT_S``,
-        10 s) for that ``next()`` to hand out its element, so the position kept is the one after it; past that
-        wait it stops the iterator under the ``next()`` (which then raises ``IteratorClosedError``) and
-        ``state_dict()`` raises ``IteratorClosedError`` (the position is unknown: use a state saved before).
+        Called while another thread is inside ``next()``, it first waits (up to 10 s) for that ``next()`` to
+        hand out its element, so the position kept is the one after it; past that wait it stops the iterator
+        under the ``next()`` (which then raises ``IteratorClosedError``) and ``state_dict()`` raises
+        ``IteratorClosedError`` (the position is unknown: use a state saved before).
         """
-        with self._turn:
-            if self._closed is None:
-                self._closed = "closed by close()"
-                # a next() in progress in another thread: its element is handed out, then the position taken
-                if self._in_next not in (None, threading.get_ident()) and not self._turn.wait_for(
-                        lambda: self._in_next is None, CLOSE_WAITS_FOR_NEXT_S):
-                    self._closed = _CLOSED_MID_NEXT  # stopped under it: which element it took is unknown
-                it = self._it
-                if it is not None and not self._done and self._closed != _CLOSED_MID_NEXT:
-                    try:
-                        self._position = it.get_state()
-                    except IteratorClosedError:  # an interrupt inside next() closed it: the position is unknown
-                        self._closed = _POSITION_LOST
+        if self._closed is None:
+            self._in_next.settle(self._keep_position)
         self._release()
+
+    def _keep_position(self, settled: bool) -> None:
+        """close()'s position: after the last element handed out (``settled``: no next() is in progress)."""
+        if self._closed is not None:  # (a second close() got here first)
+            return
+        self._closed = "closed by close()" if settled else _CLOSED_MID_NEXT
+        it = self._it
+        if settled and it is not None and not self._done:
+            try:
+                self._position = it.get_state()
+            except IteratorClosedError:  # an interrupt inside next() closed it: the position is unknown
+                self._closed = _POSITION_LOST
 
     def _release(self) -> None:
         it, self._it = self._it, None

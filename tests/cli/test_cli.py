@@ -449,6 +449,10 @@ USER_ERRORS = [
 USAGE_ERRORS = [
     (["train", "{shards}", "--model", "vgg16"], "'--model': 'vgg16' is not one of 'resnet18', 'small-cnn'"),
     (["demo", "--model", "vgg16"], "'--model'"),
+    (["demo", "--text", "--images", "100"], "--images: an option of the image demo, not of --text (the text demo "
+                                            "takes --windows)"),
+    (["demo", "--windows", "500"], "--windows: an option of the text demo; add --text"),
+    (["demo", "--text", "--windows", "10"], "'--windows'"),
     (["train", "{shards}", "--precision", "fp8"], "'--precision'"),
     (["train", "{shards}", "--global-batch-size", "0"], "'--global-batch-size'"),
     (["train", "{shards}", "--global-batch-size", "-1"], "'--global-batch-size'"),

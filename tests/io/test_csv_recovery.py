@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 import headrace as hr
-from headrace._memory import Cancelled
+from headrace._budget.ledger import MemoryBudget
+from headrace._memory import Cancelled, process_budget
 from headrace.io import _streams, _text_reader
 from headrace.io import csv as csv_module
 
@@ -131,8 +132,8 @@ def test_interrupt_during_the_restore_catch_up_reads_nothing_half_moved(tmp_path
         next(it)
 
 
-@pytest.mark.parametrize("text", [False, True])
-def test_close_during_the_restore_catch_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: bool) -> None:
+def _close_during_the_catch_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: bool) -> None:
+    """A restore whose catch-up meets a ``close()`` from another thread: ``next()`` says the iterator is closed."""
     holder: list[Any] = []
 
     def close_from_another_thread() -> None:
@@ -142,10 +143,15 @@ def test_close_during_the_restore_catch_up(tmp_path: Path, monkeypatch: pytest.M
 
     it, state = _restore_with(tmp_path, monkeypatch, close_from_another_thread, text)
     holder.append(it)
-    monkeypatch.setattr(_Stream, "reads", 0)
     with pytest.raises(hr.IteratorClosedError):
         it.set_state(state)
         next(it)
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_close_during_the_restore_catch_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: bool) -> None:
+    monkeypatch.setattr(_Stream, "reads", 0)
+    _close_during_the_catch_up(tmp_path, monkeypatch, text)
     assert _Stream.reads == 1  # the catch-up (hundreds of 4 KiB chunks) stopped at the chunk close() met
 
 
@@ -166,3 +172,61 @@ def test_seek_input_stops_between_chunks(tmp_path: Path) -> None:
         with pytest.raises(Cancelled):
             _streams.seek_input(stream, 2 * _streams._SKIP_CHUNK, str(path), flag)
         assert stream.tell() == 0
+
+
+class _Ledger:
+    """Every charge and release of the budget's accounts, watched: a release (or charge) on an account that is
+    closed already (its bytes were all given back when it closed) and an account's bytes below zero are noted."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.late: list[str] = []
+        self.negative: list[str] = []
+        real_charge, real_credit = MemoryBudget.charge, MemoryBudget.credit
+
+        def charge(budget: MemoryBudget, acc: Any, nbytes: int) -> None:
+            if acc.closed:
+                self.late.append(f"charge of {nbytes} to closed {acc.stage}")
+            real_charge(budget, acc, nbytes)
+
+        def credit(budget: MemoryBudget, acc: Any, nbytes: int) -> None:
+            if acc.closed:
+                self.late.append(f"release of {nbytes} from closed {acc.stage}")
+            real_credit(budget, acc, nbytes)
+            if acc.held_bytes < 0:
+                self.negative.append(f"{acc.stage}: {acc.held_bytes}")
+
+        monkeypatch.setattr(MemoryBudget, "charge", charge)
+        monkeypatch.setattr(MemoryBudget, "credit", credit)
+
+    def check(self) -> None:
+        assert self.late == [] and self.negative == []
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_the_readers_accounts_are_given_back_once_across_damage_restore_and_close(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: bool) -> None:
+    """Each charge of the reader's accounts is released exactly once: never after the account closed (close() from
+    another thread during a restore's catch-up used to release the read's reservation after the close), never below
+    zero; the process budget is back where it was once the iterators are closed."""
+    ledger = _Ledger(monkeypatch)
+    before = process_budget().total_bytes
+    files, whole = _damaged_files(tmp_path, 250_000)
+    ds = (hr.io.TextLineDataset(files, compression_type="GZIP") if text
+          else hr.io.CsvDataset(files, _DEFAULTS, compression_type="GZIP"))
+    assert len(list(ds.ignore_errors())) == whole + 1
+    assert sum(len(b if text else b[0]) for b in ds.ignore_errors().batch(1000)) == whole + 1
+    with iter(ds) as it:
+        for _ in range(whole // 2):
+            next(it)
+        state = it.get_state()
+    with iter(ds) as it:  # restored into the damaged file: the rest of its records, the error, the next file
+        it.set_state(state)
+        got = 0
+        with pytest.raises(hr.DataLossError):
+            while True:
+                next(it)
+                got += 1
+        assert got == whole - whole // 2 and len(list(it)) == 1
+    _close_during_the_catch_up(tmp_path, monkeypatch, text)
+    ledger.check()
+    assert process_budget().total_bytes == before

@@ -18,6 +18,7 @@ keras = pytest.importorskip("keras")
 
 import headrace as hr  # noqa: E402
 from headrace.keras import BackupAndRestore, KerasDataset, _as_state, adapt  # noqa: E402
+from tests.close_race import HeldNext, close_during_next  # noqa: E402
 
 
 def _ds(n: int = 20, batch: int = 4) -> hr.Dataset:
@@ -113,6 +114,32 @@ def test_state_gives_exactly_the_rest_mid_epoch_and_at_epoch_ends() -> None:
     assert head + rest == whole[:5]
     assert _ids(c.get_numpy_iterator()) == whole[5:]  # then whole epochs, as uninterrupted
     assert c.get_state()["iteration"] == 2 and c.get_state()["batches"] == 0  # at an epoch's end: no iterator state
+
+
+@pytest.mark.parametrize("wait", [True, False], ids=["close-waits", "close-stops-the-read"])
+def test_close_from_another_thread_during_a_read_keeps_an_exact_position(wait, monkeypatch) -> None:
+    # Issue 37: close() took the position while a batch was being read that the read then handed out: the
+    # position was one batch behind it (that batch again after resume).
+    import headrace._sync as sync
+
+    if not wait:
+        monkeypatch.setattr(sync, "CLOSE_WAITS_FOR_CALL_S", 0.2)
+    whole = _ids(adapt(_ds()).get_numpy_iterator())
+    b = adapt(_ds())
+    reader = b.get_numpy_iterator()
+    head = [next(reader)[1].tolist() for _ in range(2)]
+    held = HeldNext(b._it)
+    b._it = held
+    got = close_during_next(b.close, lambda: next(reader)[1].tolist(), held, go_after_s=0.3 if wait else 1.0)
+    if not wait:  # stopped under the read: no batch, and the position is unknown (never a wrong one)
+        assert isinstance(got, hr.IteratorClosedError), got
+        with pytest.raises(hr.IteratorClosedError, match="position is unknown"):
+            b.get_state()
+        return
+    head.append(got)  # the read in progress handed out its batch, and the position is after it
+    c = adapt(_ds())
+    c.set_state(b.get_state())
+    assert head + _ids(c.get_numpy_iterator()) == whole
 
 
 def test_batches_keras_read_ahead_are_not_counted_as_trained() -> None:

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 
 import headrace as hr
 from headrace.torch import device_prefetch, element_to_torch, to_torch
+from tests.close_race import HeldNext, close_during_next
 
 
 def test_element_to_torch_shares_writable_arrays_and_copies_read_only() -> None:
@@ -171,61 +172,15 @@ def test_a_closed_to_torch_iterator_raises_and_keeps_its_position() -> None:
     assert [int(x) for x in it] == list(range(2, 10))
 
 
-class _HeldNext:
-    """Stands in for the headrace iterator inside a to_torch iterator: its next() waits for ``go`` before
-    taking the element, as a next() producing a batch does while close() runs in another thread."""
-
-    def __init__(self, real) -> None:
-        import threading
-
-        self.real, self.entered, self.go = real, threading.Event(), threading.Event()
-
-    def __next__(self):
-        self.entered.set()
-        if not self.go.wait(10):
-            raise TimeoutError("the test never let next() go on")
-        return next(self.real)
-
-    def get_state(self):
-        return self.real.get_state()
-
-    def close(self) -> None:
-        self.real.close()
-
-
-def _close_during_next(it, held: _HeldNext, *, go_after_s: float):
-    import threading
-
-    closer = threading.Thread(target=it.close)
-    got: list[object] = []
-    taker = threading.Thread(target=lambda: got.append(_next_or_error(it)))
-    taker.start()
-    if not held.entered.wait(10):
-        raise TimeoutError("next() never started")
-    closer.start()
-    time.sleep(go_after_s)
-    held.go.set()
-    taker.join(10)
-    closer.join(15)
-    assert not taker.is_alive() and not closer.is_alive()
-    return got[0]
-
-
-def _next_or_error(it):
-    try:
-        return int(next(it))
-    except hr.IteratorClosedError as e:
-        return e
-
-
 def test_close_from_another_thread_during_next_keeps_the_position_after_the_element_next_returns() -> None:
     # Issue 37: close() took the position while next() was producing an element that next() then returned:
     # state_dict() was one element behind it (a duplicate after resume; 1 of 2 loaded suite runs).
     it = iter(to_torch(hr.Dataset.range(10)))
     assert [int(next(it)), int(next(it))] == [0, 1]
-    held = _HeldNext(it._it)
+    held = HeldNext(it._it)
     it._it = held
-    assert _close_during_next(it, held, go_after_s=0.3) == 2  # close() waited for the element in progress
+    # close() waits for the element in progress
+    assert close_during_next(it.close, lambda: int(next(it)), held, go_after_s=0.3) == 2
     state = it.state_dict()
     again = iter(to_torch(hr.Dataset.range(10)))
     again.load_state_dict(state)
@@ -233,15 +188,15 @@ def test_close_from_another_thread_during_next_keeps_the_position_after_the_elem
 
 
 def test_close_that_cannot_wait_for_next_says_the_position_is_unknown(monkeypatch) -> None:
-    import headrace.torch as torch_adapter
+    import headrace._sync as sync
 
-    monkeypatch.setattr(torch_adapter, "CLOSE_WAITS_FOR_NEXT_S", 0.2)
+    monkeypatch.setattr(sync, "CLOSE_WAITS_FOR_CALL_S", 0.2)
     it = iter(to_torch(hr.Dataset.range(10)))
     assert int(next(it)) == 0
-    held = _HeldNext(it._it)
+    held = HeldNext(it._it)
     it._it = held
     t0 = time.monotonic()
-    ended = _close_during_next(it, held, go_after_s=1.0)
+    ended = close_during_next(it.close, lambda: int(next(it)), held, go_after_s=1.0)
     assert isinstance(ended, hr.IteratorClosedError), ended  # stopped under next(): no element handed out
     assert time.monotonic() - t0 < 5
     with pytest.raises(hr.IteratorClosedError, match="position is unknown"):

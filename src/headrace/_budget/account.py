@@ -134,10 +134,13 @@ class StageAccount:
         overdraws, or reserves what still fits (``policy.partial``: ``settle`` charges any real excess, so the
         budget is exceeded by real bytes only, not by an estimate the element may never reach: 256 B / 12 MiB
         records went 11 KB over for a 12 MiB estimate), or refuses (``policy.refuse``, ``refusals``).
-        Raises ``MemoryBudgetError`` if they can never fit, ``Cancelled`` if ``stop`` is set meanwhile.
+        Raises ``MemoryBudgetError`` if they can never fit, ``Cancelled`` if ``stop`` is set meanwhile or the account
+        is closed.
         """
         b = self.budget
         with b.cv:
+            if self.closed:  # (closed by close() from another thread: it holds nothing more)
+                raise admission.Cancelled()
             if self.mandatory or self.holds_between or nbytes > b.limit_bytes:
                 refuse_impossible(self, nbytes)  # (it refuses nothing else: not called per element)
             while True:

@@ -139,11 +139,13 @@ class Stage(Replayable, DatasetIterator):
         return tally.result(len(items) - start)
 
     def fill_columns(self, runs: list[list[Any]], k: int, per: int) -> tuple[int, int, int]:
-        """``fill`` for a stage whose elements are flat tuples of scalars held as columns (a table reader): append
-        up to ``k`` elements to ``runs`` as runs, each a list of one numpy array per tuple component (views are
-        fine: a sequential ``batch`` concatenates them into its batch, in the same call), stopping early after an
-        element of more than ``per`` bytes; returns ``(elements, bytes, largest)``. An error or ``StopIteration``
-        leaves the runs appended before it. Only stages that override it are asked (``_ops/batch.py``)."""
+        """``fill`` for a stage whose elements are flat tuples of scalars held as columns (a table reader), or
+        scalars (a text reader's lines): append up to ``k`` elements to ``runs`` as runs, each a list of one 1-D
+        numpy array per tuple component, or for scalar elements one array (views are fine: a sequential ``batch``
+        concatenates them into its batch, in the same call), stopping early after an element of more than ``per``
+        bytes; returns ``(elements, bytes, largest)``, the bytes exactly the elements' ``nbytes``. An error or
+        ``StopIteration`` leaves the runs appended before it. Only stages that override it are asked
+        (``_ops/batch.py``)."""
         raise NotImplementedError(f"{type(self).__name__} does not hand out columns")
 
     def _close_self(self) -> None:

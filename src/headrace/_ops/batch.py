@@ -81,6 +81,17 @@ class BatchNode(DatasetNode):
                             columnar=True)
 
 
+def _concatenated(runs: list[Any], held: int, count: int) -> tuple[Any, int]:
+    """A batch of ``count`` elements (``held`` bytes) from a source's column runs (``Stage.fill_columns``): one
+    array per component (a tuple of them; a run that is one array: a scalar element, one array), and its bytes
+    (``nbytes``: the elements' bytes plus a pointer per element of each object column, without a pass over them)."""
+    if type(runs[0]) is np.ndarray:
+        out = np.concatenate(runs)
+        return out, held + (8 * count if out.dtype.hasobject else 0)
+    cols = tuple(np.concatenate([run[k] for run in runs]) for k in range(len(runs[0])))
+    return cols, held + 8 * count * sum(c.dtype.hasobject for c in cols)
+
+
 class _Group:
     """Elements gathered for one batch in parallel mode, with the bytes they hold in the assembly account."""
 
@@ -226,8 +237,8 @@ class _BatchIterator(Stage):
             try:
                 n, size, largest = self._columns(self._runs, self._bs - self._run_rows, self._per)  # type: ignore[misc]
             except BaseException as e:
-                for run in self._runs:
-                    self._items.extend(zip(*[list(col) for col in run]))
+                for run in self._runs:  # (a scalar element's run is one array)
+                    self._items.extend(list(run) if type(run) is np.ndarray else zip(*[list(col) for col in run]))
                 self._runs, self._run_rows = [], 0
                 if isinstance(e, StopIteration):
                     return False
@@ -252,6 +263,7 @@ class _BatchIterator(Stage):
             self._done = True
             raise StopIteration
         items, held, largest, runs = self._items, self._held, self._largest, self._runs
+        count = len(items) or self._run_rows
         reservation: Reservation = self._reservation  # type: ignore[assignment]
         if self._combine is None:
             reservation.settle(held, count=len(items), largest=largest)
@@ -264,7 +276,6 @@ class _BatchIterator(Stage):
         # The items and their stacked batch exist together while it is made: one reservation for both (made
         # at the batch's start from the largest batch so far; the first batch's is topped up here).
         need = held + max(held, self._out_max)
-        count = len(items) or self._run_rows
         if need > reservation.nbytes:  # (the first batch, or larger items): their size is the unit from now on
             try:
                 acc.grow_unit(largest)  # (so a batch that can never fit is refused naming its elements)
@@ -273,8 +284,7 @@ class _BatchIterator(Stage):
                 reservation.cancel()
                 raise
         try:
-            out = (tuple(np.concatenate([run[k] for run in runs]) for k in range(len(runs[0]))) if runs
-                   else self._combine(items, self._stage))
+            out, n_out = _concatenated(runs, held, count) if runs else (self._combine(items, self._stage), -1)
         except Exception as e:
             reservation.cancel()
             raise note_error(e, self._stage, index) from None
@@ -283,7 +293,8 @@ class _BatchIterator(Stage):
             raise
         finally:
             del items, runs
-        n_out = nbytes(out)
+        if n_out < 0:
+            n_out = nbytes(out)
         self._out_max = max(self._out_max, n_out)
         # the items are gone and the batch is held: the items' size is this stage's unit, the batch's is not
         if taker_of(self) is None:  # handed on as it is returned: settled and released in one step, and for a

@@ -1,5 +1,6 @@
 """``headrace demo``: real photos -> sharded TFRecords -> a small ResNet trained inside a memory budget
-(:mod:`headrace.demo` does the work)."""
+(:mod:`headrace.demo` does the work); ``--text``: the standard library's sources -> a tokenizer, packed rows -> a
+small Transformer (:mod:`headrace.text_demo`)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,12 @@ def command(ctx: typer.Context,
             image_size: str = typer.Option("96", parser=_demo_image_size, metavar="SIZE",
                                            help=f"Training resolution: {IMAGE_SIZE_HELP}, at least "
                                                 f"{MIN_IMAGE_SIDE} pixels a side."),
-            memory_budget: str = typer.Option("384MiB", parser=memory_size, metavar="SIZE",
-                                              help="Memory budget above the process base RSS."),
-            output: str = typer.Option("demo_output", metavar="DIR",
-                                       help="Directory for the shards, metrics and plot."),
+            memory_budget: str = typer.Option(None, parser=memory_size, metavar="SIZE",
+                                              help="Memory budget above the process base RSS [default: 384MiB; "
+                                                   "256MiB with --text]."),
+            output: str = typer.Option(None, metavar="DIR",
+                                       help="Directory for the shards, metrics and plot [default: demo_output; "
+                                            "demo_text_output with --text]."),
             model: Model = typer.Option("resnet18", help="The model to train."),
             global_batch_size: int = typer.Option(None, min=1, metavar="N",
                                                   help="Elements per optimizer step [default: 64; 32 with "
@@ -39,9 +42,23 @@ def command(ctx: typer.Context,
             regions: int = typer.Option(None, metavar="R",
                                         help="Regions per photograph, 1, 2, 4, 6 or 9: the task has 12 x R "
                                              "classes (1: which photograph, the default; 2: which half of "
-                                             "which photograph, 24 classes, the default with --compress).")
+                                             "which photograph, 24 classes, the default with --compress)."),
+            text: bool = typer.Option(False, "--text",
+                                      help="Train on text instead: windows of the Python standard library's "
+                                           "sources, which package each comes from (8 classes)."),
+            windows: int = typer.Option(None, min=100, metavar="N",
+                                        help="With --text: windows per package [default: 400]."),
             ) -> None:
-    """Real photos -> sharded TFRecords -> train a small ResNet inside a memory budget; plot and JSON line."""
+    """Real photos (or, with --text, real text) -> shards -> train inside a memory budget; plot and JSON line."""
+    if text:
+        _text_demo(ctx, windows=windows, epochs=epochs, memory_budget=memory_budget, output=output,
+                   global_batch_size=global_batch_size, compress=compress,
+                   image_only={"--images": images, "--regions": regions})
+        return
+    if windows is not None:
+        raise typer.BadParameter("an option of the text demo; add --text", param_hint="--windows")
+    memory_budget = memory_budget or "384MiB"
+    output = output or "demo_output"
     from ..demo import demo_config, run_demo
 
     cfg, chosen = demo_config(images=images, epochs=epochs, compress=compress, image_size=image_size,
@@ -56,3 +73,15 @@ def command(ctx: typer.Context,
         return run_demo(cfg)  # prints its own JSON line last
 
     run(ctx, work, emit_json=False)
+
+
+def _text_demo(ctx: typer.Context, *, image_only: dict[str, Any], compress: bool, **given: Any) -> None:
+    from ..text_demo import TextDemoConfig, run_text_demo
+
+    for flag, value in image_only.items():
+        if value is not None:
+            raise typer.BadParameter("an option of the image demo, not of --text (the text demo takes --windows)",
+                                     param_hint=flag)
+    names = {"windows": "windows_per_class"}
+    cfg = TextDemoConfig(compress=compress, **{names.get(k, k): v for k, v in given.items() if v is not None})
+    run(ctx, lambda: run_text_demo(cfg), emit_json=False)

@@ -221,19 +221,42 @@ def command(ctx: typer.Context,
                                           help="TFRecord shards evaluated after each epoch."),
             num_classes: int = typer.Option(None, min=2, metavar="N",
                                             help="Number of classes (default: largest label + 1)."),
-            lr: float = typer.Option(0.05, parser=positive, metavar="RATE",
-                                     help="Peak learning rate (SGD, one-cycle schedule)."),
+            lr: float = typer.Option(None, parser=positive, metavar="RATE",
+                                     help="Peak learning rate [default: 0.05 (SGD, one-cycle schedule); 0.003 "
+                                          "with --text (AdamW, cosine schedule)]."),
             seed: int = typer.Option(0, metavar="N", help="Seed of the model initialisation and the shuffles."),
             on_corrupt: Literal["raise", "skip"] = typer.Option(
                 "raise", help="At an undecodable image or corrupt record: stop (after a checkpoint), or skip it "
                               "(warned, counted at the end and in metrics.jsonl)."),
             service: str = typer.Option(None, "--service", metavar="ADDRESS",
                                         help="Read and decode the training data on the Ray cluster at ADDRESS "
-                                             "(local, auto, HOST:PORT or ray://HOST:PORT; needs headrace[ray]).")
+                                             "(local, auto, HOST:PORT or ray://HOST:PORT; needs headrace[ray])."),
+            text: bool = typer.Option(False, "--text",
+                                      help="PATH is `headrace convert --from text` output of '<label>\\t<text>' "
+                                           "lines: train a tokenizer and a Transformer classifier on packed rows "
+                                           "(--model and --image-size are the image models' options)."),
+            sequence_length: int = typer.Option(128, min=4, metavar="N", help="With --text: tokens per packed row."),
+            vocab_size: int = typer.Option(2000, min=260, metavar="N",
+                                         help="With --text: the byte-level BPE vocabulary (>= 260)."),
             ) -> None:
-    """Train a built-in model (resnet18, small-cnn) on TFRecord image shards inside a memory budget."""
+    """Train a built-in model (resnet18, small-cnn) on TFRecord image shards inside a memory budget (or, with
+    --text, a Transformer on labelled text)."""
     if resume and checkpoint_dir is None:
         raise typer.BadParameter("needs --checkpoint-dir (where the checkpoints are)", param_hint="--resume")
+    if text:
+        if service is not None:
+            raise typer.BadParameter("reads image shards on a Ray cluster; --text trains here", param_hint="--service")
+        from ._train_text import run_train_text
+
+        run(ctx, lambda: run_train_text(path, eval_path=eval_path, global_batch_size=global_batch_size, epochs=epochs,
+                                        precision=precision, memory_budget=memory_budget,
+                                        checkpoint_dir=checkpoint_dir, resume=resume,
+                                        micro_batch_size=micro_batch_size, learning_rate=lr or 3e-3,
+                                        num_classes=num_classes, seed=seed, checkpoint_every=checkpoint_every,
+                                        sequence_length=sequence_length, vocab_size=vocab_size),
+            extra_flags={"learning_rate": "--lr", "resume": "--resume"}, interrupted=_interrupted)
+        return
+    lr = lr or 0.05
     run(ctx, lambda: run_train(path, model=model, image_size=image_size,  # type: ignore[arg-type]
                                global_batch_size=global_batch_size, epochs=epochs, precision=precision,
                                memory_budget=memory_budget, checkpoint_dir=checkpoint_dir, resume=resume,

@@ -10,10 +10,10 @@ at the end. Without ``validation`` every epoch runs and the last weights are kep
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any
 
 from ..train._deps import import_torch
+from ..train.schedule import cosine_schedule
 
 torch = import_torch()
 
@@ -69,20 +69,6 @@ def steps_per_epoch(dataset: Any, global_batch_size: int, dataset_size: int | No
         n = dataset.cardinality()
         size = int(n) if isinstance(n, int) and n >= 0 else None
     return None if size is None else max(1, size // global_batch_size)
-
-
-def cosine_schedule(optimizer: Any, total_steps: int, warmup_steps: int = 0) -> Any:
-    """Linear warm-up over ``warmup_steps`` then cosine decay to 0 at ``total_steps`` (a ``LambdaLR``)."""
-    total = max(1, total_steps)
-    warm = max(0, min(warmup_steps, total - 1))
-
-    def factor(step: int) -> float:
-        if step < warm:
-            return (step + 1) / (warm + 1)
-        progress = min(1.0, (step - warm) / max(1, total - warm))
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def train(model: Any, dataset: Any, *, loss_fn: Any, epochs: int, lr: float, validation: Any = None,

@@ -56,10 +56,15 @@ def compress_demo(model: Any, output: Path, *, image_size: int | tuple[int, int]
                             build_student=lambda name: build_model(name, num_classes),
                             output=output / "compress", options=options, progress=progress,
                             validation_dataset=validation, train_size=size)
+    return summary(report, output / "compress")
+
+
+def summary(report: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """The demos' JSON-line entry for a compression ``report`` written into ``directory``."""
     keys = ("size_bytes", "parameters", "macs", "accuracy", "accuracy_ci95", "latency_ms_batch1",
             "latency_ms_batch32", "speedup_batch32", "size_ratio")
-    return {"report": str(output / "compress" / "report.json"),
+    return {"report": str(directory / "report.json"),
             "variants": {v["name"]: {k: v.get(k) for k in keys} for v in report["variants"]}}
 
 
-__all__ = ["compress_demo", "split_files"]
+__all__ = ["compress_demo", "split_files", "summary"]

@@ -31,7 +31,9 @@ def evaluate(model: Any, eval_dataset: Any, *, batch_size: int = 32, threads: in
 
     Args:
         model: a ``torch.nn.Module`` (measured as fp32 in eager mode) or a :class:`CompressedModel`.
-        eval_dataset: a headrace ``Dataset`` of unbatched ``(inputs, label)`` elements (label: int class).
+        eval_dataset: a headrace ``Dataset`` of unbatched ``(inputs, label)`` elements (label: int class), or of
+            ``(inputs, labels)`` with one label per output slot (logits ``(N, S, C)``, labels ``(N, S)``; labels
+            < 0 are not counted: :mod:`headrace.train.text`).
         batch_size: elements per ``predict`` call for the accuracy pass.
         threads: CPU threads for every measurement (``torch.set_num_threads`` and the ONNX Runtime
             session); default ``torch.get_num_threads()``. Restored afterwards.
@@ -41,8 +43,8 @@ def evaluate(model: Any, eval_dataset: Any, *, batch_size: int = 32, threads: in
         max_batches: stop the accuracy pass after this many batches (None: the whole dataset).
 
     Returns:
-        ``accuracy`` (0-1), ``examples``, ``correct``, ``accuracy_ci95`` (``[low, high]``, the 95% Wilson
-        score interval), ``size_bytes`` (on disk, see :class:`CompressedModel`),
+        ``accuracy`` (0-1), ``examples`` (labels counted), ``correct``, ``accuracy_ci95`` (``[low, high]``, the
+        95% Wilson score interval), ``size_bytes`` (on disk, see :class:`CompressedModel`),
         ``parameters``, ``macs`` (per element), ``threads``, and per batch size ``b``
         ``latency_ms_batch{b}`` (p50, ms per batch), ``latency_ms_batch{b}_p90`` and ``_min`` (best of N), plus
         ``method`` and
@@ -90,8 +92,10 @@ def _evaluate(model: Any, eval_dataset: Any, batch_size: int, threads: int, size
                 batches.close()
                 raise ValueError(f"eval_dataset, batch {index}: the model cannot run on inputs {x.dtype} "
                                  f"{tuple(x.shape)}: {type(exc).__name__}: {exc}") from exc
-            correct += int((out.argmax(axis=1) == np.asarray(y)).sum())
-            count += len(x)
+            labels = np.asarray(y)
+            labelled = labels >= 0  # per-segment labels mark unused slots < 0 (headrace.train.text)
+            correct += int(((out.argmax(axis=-1) == labels) & labelled).sum())
+            count += int(labelled.sum())
             if max_batches is not None and index + 1 >= max_batches:
                 batches.close()
                 break

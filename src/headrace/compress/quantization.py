@@ -13,8 +13,9 @@ Routes (``torch.ao.quantization`` is deprecated and not used):
   calibration -> ``convert_pt2e``; runs compiled by TorchInductor with freezing (oneDNN int8 kernels),
   compiled on the first ``predict`` (tens of seconds).
 - ``method="dynamic", backend="onnxruntime"``: ``quantize_dynamic`` of the MatMul / Gemm (``nn.Linear``),
-  attention and LSTM layers (int8 weights, activations quantized per batch at run time): for Linear- and
-  attention-heavy models; no calibration data needed (``calibration_dataset`` may be ``None``).
+  attention and LSTM layers (int8 weights, activations quantized per batch at run time) and of the Gather of a
+  weight table (``nn.Embedding``: int8 table, dequantized rows): for Linear-, attention- and embedding-heavy
+  models such as Transformers; no calibration data needed (``calibration_dataset`` may be ``None``).
 """
 
 from __future__ import annotations
@@ -218,7 +219,7 @@ def _quantize_ort(model: Any, calib: _Calibration | None, first: np.ndarray, inf
             if calib is not None:
                 calib.close()
             qz.quantize_dynamic(pre, out, weight_type=qz.QuantType.QInt8, per_channel=per_channel,
-                                op_types_to_quantize=["MatMul", "Gemm", "Attention", "LSTM"])
+                                op_types_to_quantize=["MatMul", "Gemm", "Attention", "LSTM", "Gather"])
         proto = onnx.load(out)
     method_name = f"int8-{method}"
     info |= {"route": f"onnxruntime quantize_{method} (QDQ, {'per-channel' if per_channel else 'per-tensor'} "

@@ -29,8 +29,9 @@ from .._engine.seeds import check_seed
 from .._engine.stage import Stage
 from .._engine.stage_support import stop_flag
 from .._errors import DataLossError, MemoryBudgetError, StateError
-from .._memory import Policy, StageAccount, format_bytes
+from .._memory import Cancelled, Policy, StageAccount, format_bytes
 from .._structure import nbytes
+from .._sync import Lock
 from . import files
 
 BLOCK_BYTES = 4 * 1024 * 1024
@@ -156,6 +157,19 @@ class BlockRowIterator(Stage):
         self._block_cap_bytes = max(1, min(4 * BLOCK_BYTES, ctx.budget.limit_bytes // 16))
         self._work: StageAccount | None = None
         self._work_held = 0
+        # The accounts are given back once: by the reading thread's own releases while they are open, or all at
+        # once by close() (which may come from another thread during a read: the read's reservation and buffers
+        # are then given back by the close, and the read finds its accounts closed and releases nothing). Both
+        # sides change them under this lock, so a release never lands after the close (in the budget) nor twice.
+        self._gate = Lock(f"{self._stage}: its accounts")
+
+    def _give_back(self, acc: StageAccount | None, nbytes: int) -> None:
+        """Release ``nbytes`` held in ``acc`` unless ``close()`` gave everything back already."""
+        if acc is None or not nbytes:
+            return
+        with self._gate:
+            if not acc.closed:
+                acc.release(nbytes)
 
     def open_work(self, largest: int) -> None:
         """Open the account of the reader's own buffers; ``largest``: the most one read needs (its unit of work,
@@ -195,14 +209,18 @@ class BlockRowIterator(Stage):
             return (f"{needs}, but the rest of the {budget} is held by buffers that wait for this read ({holders}); "
                     f"{fix} (a budget of at least {format_bytes(total)} ({total} bytes) fits this read beside them)")
 
-        acc.reserve(nbytes, stop_flag(self.ctx), Policy(refuse=refuse)).settle(nbytes)
-        self._work_held = nbytes
+        reservation = acc.reserve(nbytes, stop_flag(self.ctx), Policy(refuse=refuse))
+        with self._gate:
+            if acc.closed:  # (closed from another thread meanwhile: the close gave the reservation back)
+                raise Cancelled()
+            reservation.settle(nbytes)
+            self._work_held = nbytes
 
-    def release_work(self) -> None:
-        """The read that ``charge_work`` was for is over: its buffers are gone."""
-        if self._work_held and self._work is not None:
-            self._work.release(self._work_held)
-        self._work_held = 0
+    def release_work(self, nbytes: int | None = None) -> None:
+        """The read that ``charge_work`` was for is over: its buffers are gone (``nbytes``: only that many)."""
+        give = self._work_held if nbytes is None else min(nbytes, self._work_held)
+        self._work_held -= give
+        self._give_back(self._work, give)
 
     def rows_per_block(self, row_bytes: float, natural_rows: int) -> int:
         """``natural_rows`` (a chunk, about ``BLOCK_BYTES``), capped by the block size limit, >= 1."""
@@ -218,12 +236,22 @@ class BlockRowIterator(Stage):
         acc = self._account
         if acc is None:
             return self._read_block()
-        with acc.reserve(acc.estimate(), stop_flag(self.ctx)) as reservation:  # (cancelled unless settled)
+        reservation = acc.reserve(acc.estimate(), stop_flag(self.ctx))
+        try:
             block = self._read_block()
-            if block is None:
-                return None
-            size = self.block_nbytes(block)
-            reservation.settle(size)
+            size = 0 if block is None else self.block_nbytes(block)
+            with self._gate:
+                if acc.closed:  # (closed from another thread during the read: nothing of it is kept)
+                    raise Cancelled()
+                if block is None:
+                    reservation.cancel()
+                    return None
+                reservation.settle(size)
+        except BaseException:
+            with self._gate:
+                if not acc.closed:
+                    reservation.cancel()
+            raise
         self._block, self._held_bytes = block, size
         self._block_rows = len(next(iter(block.values()))) if block else 0
         self._offset = 0
@@ -235,8 +263,7 @@ class BlockRowIterator(Stage):
         return nbytes(block)
 
     def _drop(self) -> None:
-        if self._held_bytes and self._account is not None:
-            self._account.release(self._held_bytes)
+        self._give_back(self._account, self._held_bytes)
         self._block, self._block_rows, self._held_bytes, self._offset = None, 0, 0, 0
 
     @property
@@ -300,11 +327,12 @@ class BlockRowIterator(Stage):
         return row
 
     def _close_self(self) -> None:
+        with self._gate:  # everything given back at once, a read in progress in another thread included
+            for acc in (self._account, self._work):
+                if acc is not None:
+                    acc.close()
         self._drop()
         self.release_work()
-        for acc in (self._account, self._work):
-            if acc is not None:
-                acc.close()
 
 
 def shard_range(n: int, num_shards: int, index: int) -> tuple[int, int]:

@@ -284,6 +284,12 @@ def cut_point(buf: bytes, start: int, stop: int, quote: bool, eof: bool) -> int:
     return start
 
 
+def _has_empty_line(buf: bytes, stop: int, cr: bool) -> bool:
+    """Whether ``buf[:stop]`` has an empty line inside (``cr``: it has a ``\\r``; else only ``\\n\\n`` is sought)."""
+    return buf.find(b"\n\n", 0, stop) >= 0 or (cr and (
+        buf.find(b"\r\r", 0, stop) >= 0 or buf.find(b"\n\r", 0, stop) >= 0))
+
+
 class FastParser:
     """A chunk of whole records through ``pyarrow.csv.read_csv``: the output columns as numpy arrays, or None
     where the chunk needs the exact parser (see the module docstring)."""
@@ -301,50 +307,72 @@ class FastParser:
                                              newlines_in_values=quoted, ignore_empty_lines=False)
                        for quoted in (False, True)]  # (line breaks in values: only where quotes are, 2x slower)
         self._nulls = sorted({"", fmt.na.decode("latin-1")})
+        self.pc = require("pyarrow.compute", "CsvDataset")
+        self._converts: dict[int, tuple[list[str], list[str], Any]] = {}
+        self._fixed = sum(d.itemsize for d in fmt.dtypes if d is not STRING)
 
-    def parse(self, chunk: bytes, at_eof: bool) -> list[np.ndarray] | None:
+    def _convert_options(self, total: int) -> tuple[list[str], list[str], Any]:
+        """The column names of a chunk of ``total`` fields, the output ones, and pyarrow's convert options for them
+        (made once per field count)."""
+        got = self._converts.get(total)
+        if got is None:
+            names = [f"c{i}" for i in range(total)]
+            wanted = [names[i] for i in range(total) if self.fmt.included(i)]
+            got = self._converts[total] = (names, wanted, self.csv.ConvertOptions(
+                column_types=dict(zip(wanted, self._types)), include_columns=wanted, null_values=self._nulls,
+                strings_can_be_null=True, quoted_strings_can_be_null=True))
+        return got
+
+    def parse(self, buf: bytes, cut: int, at_eof: bool, quotes: bool = True) -> tuple[
+            list[np.ndarray], np.ndarray | None, int | None] | None:
+        """The records of ``buf[:cut]`` (whole records) as ``(the output columns, each row's bytes (its numbers'
+        itemsizes plus its strings' lengths; None without string columns), the record terminators in the chunk
+        where known without counting them (no quote, no ``\\r``: one line a record), else None)``, or None where
+        the chunk needs the exact parser. ``at_eof``: the chunk ends the file; ``quotes``: False where ``buf`` is known
+        to hold no ``"``."""
         fmt = self.fmt
-        if chunk.startswith(BOM) or chunk[:1] in (b"\n", b"\r"):
+        if buf.startswith(BOM) or buf[:1] in (b"\n", b"\r"):
             return None
-        quoted = fmt.quote and b'"' in chunk
+        chunk = memoryview(buf)[:cut] if cut < len(buf) else buf  # (no copy of the chunk)
+        quoted = quotes and fmt.quote and buf.find(b'"', 0, cut) >= 0
         if quoted and not quotes_valid(chunk, fmt.delim, at_eof):
             return None
-        if (fmt.n + len(fmt.exclude or ()) > 1 or fmt.select is not None) and (
-                b"\n\n" in chunk or b"\r\r" in chunk or b"\n\r" in chunk):
-            return None
+        cr = buf.find(b"\r", 0, cut) >= 0
+        if (fmt.n + len(fmt.exclude or ()) > 1 or fmt.select is not None) and _has_empty_line(buf, cut, cr):
+            return None  # (tf.data: an empty line is a record of one empty field; pyarrow: a row of nulls)
         total = fmt.fixed_fields()
         if total is None:
-            first = fmt.read_record(chunk, 0, True)
+            first = fmt.read_record(buf, 0, True)
             if first is None or first[3] is not None:
                 return None
             total = first[2]
-        out_fields = [i for i in range(total) if fmt.included(i)]
-        if len(out_fields) != fmt.n:
+        names, wanted, convert = self._convert_options(total)
+        if len(wanted) != fmt.n:
             return None
-        names = [f"c{i}" for i in range(total)]
-        wanted = [names[i] for i in out_fields]
         pa, csv = self.pa, self.csv
         try:
-            table = csv.read_csv(pa.py_buffer(chunk),
-                                 read_options=csv.ReadOptions(column_names=names, use_threads=False,
-                                                              block_size=len(chunk) + 1),
-                                 parse_options=self._parse[quoted],
-                                 convert_options=csv.ConvertOptions(
-                                     column_types=dict(zip(wanted, self._types)), include_columns=wanted,
-                                     null_values=self._nulls, strings_can_be_null=True,
-                                     quoted_strings_can_be_null=True))
+            table = csv.read_csv(pa.py_buffer(chunk), read_options=csv.ReadOptions(
+                column_names=names, use_threads=False, block_size=cut + 1), parse_options=self._parse[quoted],
+                convert_options=convert)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
-        columns = []
+        columns, sizes = [], None
         for k, name in enumerate(wanted):
-            col = table.column(name).combine_chunks()
+            col = table.column(name)
+            col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
             if col.null_count:
                 default = fmt.defaults[k]
                 if default is None:
                     return None
                 col = col.fill_null(pa.scalar(default, self._types[k]))
+            if fmt.dtypes[k] is STRING:  # (the strings' lengths from Arrow's offsets, not from the bytes objects)
+                lengths = self.pc.binary_length(col).to_numpy()
+                sizes = lengths.astype(np.int64) if sizes is None else sizes + lengths
             columns.append(col.to_numpy(zero_copy_only=False))
-        return columns
+        if sizes is not None:
+            sizes += self._fixed
+        lines = None if quoted or cr else table.num_rows - (buf[cut - 1] != 10)
+        return columns, sizes, lines
 
 
 def parse_records(fmt: CsvFormat, buf: bytes, pos: int, stop: int, eof: bool) -> tuple[

@@ -1,6 +1,7 @@
 """The iterator of :mod:`headrace.io.text`: reads the files one after another in chunks, cuts each chunk into
 elements at C speed (``bytes.split`` / slices) and holds them as the block in hand of a
-:class:`~headrace.io._blocks.BlockRowIterator` (charged to the budget, handed to ``batch`` in runs by ``fill``).
+:class:`~headrace.io._blocks.BlockRowIterator` (charged to the budget, handed to ``batch`` in runs: slices of the
+block's object array by ``fill_columns``, of its list by ``fill`` below a ``map``).
 
 Budget: before each read the reader's ``buffers`` account reserves the stream's buffers, the chunk, the
 unfinished element carried over and the Python objects the chunk's elements will be (estimated from the mean
@@ -63,7 +64,8 @@ class TextFileIterator(BlockRowIterator):
         self._block_skip = 0  # elements cut there before the block's first row
         self._done = 0  # whole elements cut from this file (the next one's number is _done + 1)
         self._block_first = 0  # elements of the file before the block's first row
-        self._list: list[bytes] = []  # the block's rows (fill takes slices of it), their lengths and cumulative sum
+        self._list: list[bytes] = []  # the block's rows (fill takes slices of it, fill_columns of _col), their
+        self._col = np.empty(0, object)  # lengths and cumulative sum
         self._lens = np.zeros(0, np.int64)
         self._cum = np.zeros(1, np.int64)
         self._block_rows_next = 0
@@ -158,18 +160,17 @@ class TextFileIterator(BlockRowIterator):
                 return None
             if chunk is not None:
                 self._parts.append(chunk)
-            data = b"".join(self._parts) if len(self._parts) > 1 else self._parts[0]
-            self._parts = []
+            parts, self._parts = self._parts, []
             try:
-                items, used = fmt.cut(data, chunk == b"")
+                items, used, rest = fmt.cut(parts, chunk == b"")
             except ValueError as e:
                 raise DataLossError(f"{fmt.label}: {self._path} at uncompressed byte {self._next_offset}: {e}",
                                     path=self._path, offset=self._next_offset, reason="partial record") from None
             if not chunk:  # the end (footer bytes, or a damaged element's start): nothing is carried over
-                used = len(data)
-            self._pending = len(data) - used
-            if self._pending:
-                self._parts.append(data[used:])
+                used, rest = used + len(rest), b""
+            self._pending = len(rest)
+            if rest:
+                self._parts.append(rest)
             self._next_offset += used
             return items
 
@@ -207,7 +208,7 @@ class TextFileIterator(BlockRowIterator):
             rows = items[skip:] if skip else items
             col = np.empty(len(rows), dtype=object)
             col[:] = rows
-            self._list, self._block_rows_next = rows, len(rows)
+            self._list, self._col, self._block_rows_next = rows, col, len(rows)
             self._lens = np.fromiter(map(len, rows), np.int64, len(rows))
             self._cum = np.zeros(len(rows) + 1, np.int64)
             np.cumsum(self._lens, out=self._cum[1:])
@@ -245,16 +246,40 @@ class TextFileIterator(BlockRowIterator):
                 break
         return held, largest
 
+    def fill_columns(self, runs: list[Any], k: int, per: int) -> tuple[int, int, int]:
+        """``Stage.fill_columns``: runs of the block's elements as slices of its object array (views), for ``batch``
+        to concatenate into its batch (no list of elements, no stacking, no pass over them to size the batch)."""
+        taken = held = largest = 0
+        while taken < k:
+            if self._run is not None:
+                self._end_run()
+            pos, rows = self._pos, self._block_rows
+            if pos >= rows:
+                if self._read_held() is None:
+                    raise StopIteration
+                continue
+            end = min(pos + k - taken, rows)
+            big = int(self._lens[pos:end].max())
+            if big > per:  # stop after the first element larger than per
+                end = pos + int(np.flatnonzero(self._lens[pos:end] > per)[0]) + 1
+                big = int(self._lens[pos:end].max())
+            runs.append(self._col[pos:end])
+            self._pos = end
+            taken += end - pos
+            held += int(self._cum[end] - self._cum[pos])
+            largest = max(largest, big)
+            if big > per:
+                break
+        return taken, held, largest
+
     def block_nbytes(self, block: dict[str, np.ndarray]) -> int:
         """``nbytes`` (a slot per element and its bytes), moved from the read's charge (which counted them in the
         chunk it cut) to the block's: what stays there is the buffers, the read-ahead, the part carried over and
         the elements' Python objects."""
         size = 8 * self._block_rows_next + int(self._cum[-1])
         keep = self._buffers + self._ahead * self._chunk + 2 * self._pending
-        give = min(size, self._work_held - keep)
-        if give > 0 and self._work is not None:
-            self._work.release(give)
-            self._work_held -= give
+        if self._work_held - keep > 0:
+            self.release_work(min(size, self._work_held - keep))
         return size
 
     def __next__(self) -> Any:

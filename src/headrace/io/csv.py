@@ -148,7 +148,7 @@ class CsvIterator(BlockRowIterator):
         self._errs: list[tuple[int, Exception]] = []
         self._err_i = 0
         self._cols: list[np.ndarray] = []
-        self._sizes: np.ndarray | None = None
+        self._sizes: _RowSizes | None = None  # (of the block in hand)
         self._blk = (0, 0, 1)  # (file, offset, line) of the block in hand
         self.open_work(0)
 
@@ -202,21 +202,8 @@ class CsvIterator(BlockRowIterator):
             self._raise_damage()
         if want > 3 * self._chunk:
             self._charge(want)
-        parts = [self._buf]
-        have = len(self._buf)
-        read = getattr(self._stream, "read1", None) or self._stream.read  # (one decompression a call: the bytes
-        while have < want and not self._eof:  # read before a damaged stream's error are kept)
-            try:
-                data = read(want - have)
-            except DataLossError as e:
-                self._damage = e  # the whole records before it are parsed first
-                break
-            if not data:
-                self._eof = True
-                break
-            parts.append(data)
-            have += len(data)
-        self._buf = b"".join(parts)
+        if not self._eof:
+            self._buf, self._eof, self._damage = _read_more(self._stream, self._buf, want)
 
     def _raise_damage(self) -> None:
         """The file ends at its damage (the records before it were handed out): raised once, then the next file."""
@@ -225,8 +212,9 @@ class CsvIterator(BlockRowIterator):
         self._f += 1  # (ignore_errors goes on with the next file)
         raise damage  # type: ignore[misc]
 
-    def _consume(self, n: int) -> None:
-        self._line += count_lines(self._buf, n)
+    def _consume(self, n: int, lines: int | None = None) -> None:
+        """The buffer's first ``n`` bytes are parsed (``lines``: the terminators in them, where known)."""
+        self._line += count_lines(self._buf, n) if lines is None else lines
         self._base += n
         self._buf = self._buf[n:]
 
@@ -260,14 +248,17 @@ class CsvIterator(BlockRowIterator):
             if self._damage is not None:
                 self._raise_damage()
             return None
-        cut = cut_point(self._buf, 0, len(self._buf), self._fmt.quote, self._eof)
+        quotes = self._fmt.quote and b'"' in self._buf  # (looked for once: the cut and the parser both ask)
+        cut = cut_point(self._buf, 0, len(self._buf), quotes, self._eof)
         while cut == 0:
             self._fill(2 * len(self._buf), 0)
-            cut = cut_point(self._buf, 0, len(self._buf), self._fmt.quote, self._eof)
-        cols = self._fast.parse(self._buf[:cut], self._eof and cut == len(self._buf))
-        if cols is not None:
-            self._consume(cut)
-            return self._as_block(cols)
+            quotes = self._fmt.quote and b'"' in self._buf
+            cut = cut_point(self._buf, 0, len(self._buf), quotes, self._eof)
+        fast = self._fast.parse(self._buf, cut, self._eof and cut == len(self._buf), quotes)
+        if fast is not None:
+            cols, sizes, lines = fast
+            self._consume(cut, lines)
+            return self._as_block(cols, sizes)
         rows: list[tuple[Any, ...]] = []
         pos = 0
         while pos < cut:
@@ -311,9 +302,15 @@ class CsvIterator(BlockRowIterator):
         err.__cause__ = e
         return err
 
-    def _as_block(self, cols: list[np.ndarray]) -> dict[str, np.ndarray]:
-        self._cols, self._sizes = cols, _row_sizes(cols, self._fixed, self._strings)
+    def _as_block(self, cols: list[np.ndarray], sizes: Any = False) -> dict[str, np.ndarray]:
+        """The block of ``cols``; ``sizes``: each row's bytes where known (None: no strings), else counted here."""
+        self._cols = cols
+        self._sizes = _RowSizes(_row_sizes(cols, self._fixed, self._strings) if sizes is False else sizes,
+                                self._fixed, len(cols[0]), len(self._strings))
         return {str(k): c for k, c in enumerate(cols)}
+
+    def block_nbytes(self, block: dict[str, np.ndarray]) -> int:
+        return self._sizes.nbytes  # type: ignore[union-attr]
 
     def _read_held(self) -> dict[str, np.ndarray] | None:
         block = super()._read_held()
@@ -355,7 +352,7 @@ class CsvIterator(BlockRowIterator):
         larger than ``per``), with its bytes and its largest row; the position moves past it."""
         stop = self._ensure()  # (an error or the end: the caller keeps what it has)
         i = self._pos
-        j, n_bytes, big = _run_of(self._sizes, self._fixed, i, min(stop, i + left), per)
+        j, n_bytes, big = self._sizes.run(i, min(stop, i + left), per)  # type: ignore[union-attr]
         self._pos = j
         return i, j, n_bytes, big
 
@@ -421,6 +418,27 @@ class CsvIterator(BlockRowIterator):
         super()._close_self()
 
 
+def _read_more(stream: Any, buf: bytes, want: int) -> tuple[bytes, bool, DataLossError | None]:
+    """``buf`` and the bytes read after it, until ``want`` in all: ``(the bytes, whether the file ended, a damaged
+    stream's error met, or None)``. One decompression a call (``read1``): the bytes read before a damaged stream's
+    error are kept (its whole records are parsed before the error is raised)."""
+    parts = [buf] if buf else []
+    have, ended, damage = len(buf), False, None
+    read = getattr(stream, "read1", None) or stream.read
+    while have < want:
+        try:
+            data = read(want - have)
+        except DataLossError as e:
+            damage = e
+            break
+        if not data:
+            ended = True
+            break
+        parts.append(data)
+        have += len(data)
+    return (parts[0] if len(parts) == 1 else b"".join(parts)), ended, damage
+
+
 def _too_long(where: str, size: int, budget: int, most: int) -> MemoryBudgetError:
     return MemoryBudgetError(
         f"{_WHAT}: the record at {where} is longer than {format_bytes(size)} and does not fit the reader's share of "
@@ -438,16 +456,30 @@ def _row_sizes(cols: list[np.ndarray], fixed: int, strings: list[int]) -> np.nda
     return sizes
 
 
-def _run_of(sizes: np.ndarray | None, fixed: int, i: int, j: int, per: int) -> tuple[int, int, int]:
-    """Rows ``[i, j)`` cut after the first one larger than ``per``: ``(its end, its bytes, its largest row)``."""
-    if sizes is None:
-        return j, fixed * (j - i), fixed
-    run = sizes[i:j]
-    over = np.flatnonzero(run > per)
-    if len(over):
-        j = i + int(over[0]) + 1
-        run = run[:j - i]
-    return j, int(run.sum()), int(run.max())
+class _RowSizes:
+    """A block's row sizes (``nbytes`` of each row: ``sizes``, or ``fixed`` each without strings), their running sum
+    and the largest: runs of rows and the block sized without a pass over their strings."""
+
+    __slots__ = ("cum", "fixed", "largest", "nbytes", "sizes")
+
+    def __init__(self, sizes: np.ndarray | None, fixed: int, rows: int, strings: int) -> None:
+        self.sizes, self.fixed = (sizes if sizes is not None and len(sizes) else None), fixed
+        if self.sizes is not None:
+            self.cum = np.zeros(rows + 1, np.int64)
+            np.cumsum(self.sizes, out=self.cum[1:])
+            self.largest = int(self.sizes.max())
+        self.nbytes = (fixed * rows if self.sizes is None else int(self.cum[-1])) + 8 * rows * strings  # (pointers)
+
+    def run(self, i: int, j: int, per: int) -> tuple[int, int, int]:
+        """Rows ``[i, j)`` cut after the first one larger than ``per``: ``(its end, its bytes, its largest row)``."""
+        sizes = self.sizes
+        if sizes is None:
+            return j, self.fixed * (j - i), self.fixed
+        if self.largest > per:
+            over = np.flatnonzero(sizes[i:j] > per)
+            if len(over):
+                j = i + int(over[0]) + 1
+        return j, int(self.cum[j] - self.cum[i]), int(sizes[i:j].max())
 
 
 def _skip(errs: list[tuple[int, Exception]], rows: int, pos: int, err_i: int, left: int) -> tuple[int, int, int]:

@@ -52,18 +52,26 @@ class Lines:
         """Whether ``chunk`` (after ``pending`` bytes with no element end) completes an element."""
         return b"\n" in chunk
 
-    def cut(self, data: bytes, at_end: bool) -> tuple[list[bytes], int]:
-        """The whole elements at the start of ``data`` and the bytes of ``data`` they use (at the end of the file:
-        all of it). Raises ``ValueError`` for a file that ends inside an element (records only)."""
-        cut = data.rfind(b"\n")
-        text = data.replace(b"\r", b"") if b"\r" in data else data
-        parts = text.split(b"\n")  # (C speed: one bytes object per line)
-        last = parts.pop()
+    def cut(self, parts: list[bytes], at_end: bool) -> tuple[list[bytes], int, bytes]:
+        """The whole elements at the start of the bytes ``parts`` hold one after another (all but the last: an
+        unfinished element carried over, no element end in them), the bytes they use (at the end of the file:
+        all) and the bytes after them. Raises ``ValueError`` for a file that ends inside an element (records
+        only). Lines: the last part is split where it is (no copy of it joined to the carried part)."""
+        chunk = parts[-1]
+        head = b"".join(parts[:-1]) if len(parts) > 1 else b""
+        cut = chunk.rfind(b"\n")
+        if cut < 0 and not at_end:
+            return [], 0, head + chunk
+        text = chunk.replace(b"\r", b"") if b"\r" in chunk else chunk
+        lines = text.split(b"\n")  # (C speed: one bytes object per line)
+        if head:
+            lines[0] = (head.replace(b"\r", b"") if b"\r" in head else head) + lines[0]
+        last = lines.pop()
         if at_end:
             if last:
-                parts.append(last)
-            return parts, len(data)
-        return parts, cut + 1
+                lines.append(last)
+            return lines, len(head) + len(chunk), b""
+        return lines, len(head) + cut + 1, chunk[cut + 1:]
 
     def advance(self, offset: int, skip: int) -> tuple[int, int]:
         """A position ``skip`` elements past ``offset``, as ``(offset, skip)`` (lines: only by reading)."""
@@ -92,7 +100,8 @@ class Records:
                 f"is {total - self.header_bytes - self.footer_bytes} bytes, not a whole number of records of "
                 f"{self.record_bytes} bytes; check record_bytes, header_bytes and footer_bytes")
 
-    def cut(self, data: bytes, at_end: bool) -> tuple[list[bytes], int]:
+    def cut(self, parts: list[bytes], at_end: bool) -> tuple[list[bytes], int, bytes]:
+        data = b"".join(parts) if len(parts) > 1 else parts[0]
         rb = self.record_bytes
         usable = len(data) - self.footer_bytes
         if at_end and (usable < 0 or usable % rb):
@@ -100,7 +109,7 @@ class Records:
                              f"left before the {self.footer_bytes}-byte footer")
         n = max(usable, 0) // rb
         end = n * rb
-        return list(map(data.__getitem__, map(slice, range(0, end, rb), range(rb, end + 1, rb)))), end
+        return list(map(data.__getitem__, map(slice, range(0, end, rb), range(rb, end + 1, rb)))), end, data[end:]
 
     def advance(self, offset: int, skip: int) -> tuple[int, int]:
         return offset + skip * self.record_bytes, 0

@@ -2,7 +2,8 @@
 size, mixed precision, DDP, checkpoint/resume, progress and metrics) and the built-in models.
 
 Needs PyTorch (``pip install 'headrace[torch]'``). Submodules: ``fit``, ``accumulate``, ``micro_batch``,
-``precision``, ``checkpoint``, ``elastic``, ``progress``, ``memory``, ``models``, ``loss`` (how ``fit`` calls a loss).
+``precision``, ``checkpoint``, ``elastic``, ``progress``, ``memory``, ``models``, ``text`` (a Transformer
+classifier of packed text rows), ``loss`` (how ``fit`` calls a loss).
 """
 
 from __future__ import annotations

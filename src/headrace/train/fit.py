@@ -121,7 +121,8 @@ def fit(model: Any, dataset: Any, *, loss_fn: Callable[[Any, Any], Any], optimiz
         checkpoint_every: optimizer steps between checkpoints (one more is written at the end).
         resume: continue from the newest checkpoint in ``checkpoint_dir`` if there is one.
         eval_dataset: unbatched ``(inputs, targets)`` elements, evaluated after each epoch (loss;
-            accuracy when the model returns ``(N, C)`` logits for integer labels).
+            accuracy when the model returns ``(N, C)`` logits for integer labels ``(N,)``, or ``(N, S, C)``
+            for ``(N, S)`` labels, counting only labels >= 0: :mod:`headrace.train.text`).
         callbacks: objects with any of ``on_step_end(StepInfo)``, ``on_epoch_end(dict)``,
             ``on_checkpoint(path, step)``; a plain callable is called as ``on_step_end``.
         device: default ``cuda:<local rank>`` when CUDA is available, else CPU.

@@ -1,7 +1,9 @@
-"""The one-cycle learning-rate schedule ``headrace train`` and ``headrace demo`` use, for any number of steps."""
+"""The learning-rate schedules of ``headrace train`` and the demos (one-cycle) and of ``headrace compress`` and
+the text demo (cosine with warm-up), for any number of steps."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ._deps import import_torch
@@ -40,3 +42,18 @@ def one_cycle(optimizer: Any, max_lr: float, total_steps: int) -> Any:
         raise ValueError(f"one_cycle: total_steps={total_steps}; a schedule needs at least 1 optimizer step")
     share = WARMUP_SHARE if WARMUP_SHARE * total_steps != 1 else 2 / total_steps
     return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, total_steps=total_steps, pct_start=share)
+
+
+def cosine_schedule(optimizer: Any, total_steps: int, warmup_steps: int = 0) -> Any:
+    """Linear warm-up over ``warmup_steps`` then cosine decay to 0 at ``total_steps`` (a ``LambdaLR``); past
+    ``total_steps`` the factor stays 0 (no error: for runs whose step count is only estimated, e.g. packed rows)."""
+    total = max(1, total_steps)
+    warm = max(0, min(warmup_steps, total - 1))
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / (warm + 1)
+        progress = min(1.0, (step - warm) / max(1, total - warm))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

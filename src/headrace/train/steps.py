@@ -81,7 +81,7 @@ def _evaluate(model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], devi
     time so evaluation fits where training did), summed over ranks."""
     was_training = model.training
     model.eval()
-    loss_sum = correct = count = 0.0
+    loss_sum = correct = count = graded = 0.0
     it = iter(dataset)
     try:
         with torch.no_grad():
@@ -95,16 +95,18 @@ def _evaluate(model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], devi
                     n = int(y.shape[0])
                     loss_sum += float(loss) * n
                     count += n
-                    if out.ndim == 2 and y.ndim == 1 and not torch.is_floating_point(y):
-                        correct += float((out.argmax(1) == y).sum())
+                    if out.ndim == y.ndim + 1 and y.ndim >= 1 and not torch.is_floating_point(y):
+                        labelled = y >= 0  # per-segment targets mark unused slots < 0 (headrace.train.text)
+                        correct += float(((out.argmax(-1) == y) & labelled).sum())
+                        graded += float(labelled.sum())
     finally:
         it.close()
         model.train(was_training)
-    loss_sum, correct, count = _all_reduce_sum([loss_sum, correct, count], device, info)
+    loss_sum, correct, count, graded = _all_reduce_sum([loss_sum, correct, count, graded], device, info)
     if count == 0:
         raise ValueError("eval_dataset is empty (or smaller than one batch on some rank); it must yield "
                          "at least one element per rank")
-    return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count}
+    return {"eval_loss": loss_sum / count, "eval_accuracy": correct / graded if graded else 0.0}
 
 
 def _train_step(model: Any, ddp: Any, batch: Any, plan: AccumulationPlan, loss_fn: Callable[[Any, Any], Any],

@@ -1,0 +1,107 @@
+"""int8 dynamic quantization of the text demo's model: PyTorch (``torch.ao`` ``quantize_dynamic``) against ONNX
+Runtime (``headrace.compress.quantize(method="dynamic")``), beside both fp32 runtimes.
+
+The model is ``headrace demo --text``'s (:class:`headrace.train.text.PackedTextClassifier` with the demo's
+sizes: vocabulary 2,000, 2 layers, d_model 128, rows of 128 tokens, 24 segment slots), untrained (latency and
+size do not depend on the weights' values), on rows of random tokens in 6 segments. Latency: alternating
+rounds of timed calls per runtime at batch 32 (and 1), best of N (the figure least disturbed by other
+processes) and median. Sizes: the saved ``state_dict`` (PyTorch) and the ONNX file.
+
+Targets (issue: the compressed text model): int8 >= 2x smaller and >= 1.5x faster at batch 32 than the fastest
+fp32 row. The faster int8 route here is the one ``headrace demo --text --compress`` uses (ONNX Runtime).
+
+Usage::
+
+    python bench/text_int8.py [--threads 2] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+
+import numpy as np
+import torch
+
+from headrace._machine import machine_line
+from headrace.compress import quantize
+from headrace.compress.measure import interleaved_latency
+from headrace.compress.report import int8_isa, machine
+from headrace.train.text import PackedTextClassifier
+
+SIZE_TARGET, SPEED_TARGET = 2.0, 1.5
+
+
+def _rows(batch: int, length: int = 128, segments: int = 6) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(1, 2000, (batch, length))
+    seg = np.repeat(np.arange(1, segments + 1), length // segments + 1)[:length]
+    pos = np.concatenate([np.arange(n) for n in np.bincount(seg)[1:]])
+    rows = [tokens, np.broadcast_to(seg, tokens.shape), np.broadcast_to(pos, tokens.shape)]
+    return np.stack(rows, 1).astype(np.int32)
+
+
+def _state_bytes(module: torch.nn.Module) -> int:
+    buffer = io.BytesIO()
+    torch.save(module.state_dict(), buffer)
+    return buffer.tell()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    print(machine_line(), flush=True)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = PackedTextClassifier(2000, 8, sequence_length=128, max_segments=24, d_model=128, num_layers=2).eval()
+    batch = _rows(32)
+    from headrace.compress._export import onnx_fp32
+
+    fp32_ort = onnx_fp32(model, batch)
+    int8_ort = quantize(model, None, method="dynamic", example_inputs=batch)
+    torch_int8 = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    for m in (fp32_ort, int8_ort):
+        m.set_threads(args.threads)
+
+    def run_torch(module: torch.nn.Module):
+        def predict(x: np.ndarray) -> np.ndarray:
+            with torch.inference_mode():
+                return module(torch.from_numpy(x)).numpy()
+        return predict
+
+    predicts = {"fp32-torch": run_torch(model), "fp32-onnxruntime": fp32_ort.predict,
+                "int8-torch-dynamic": run_torch(torch_int8), "int8-onnxruntime-dynamic": int8_ort.predict}
+    sizes = {"fp32-torch": _state_bytes(model), "fp32-onnxruntime": fp32_ort.size_bytes,
+             "int8-torch-dynamic": _state_bytes(torch_int8), "int8-onnxruntime-dynamic": int8_ort.size_bytes}
+    info = machine()
+    print(f"int8 kernels: {int8_isa(info.get('simd', []))}; {args.threads} thread(s)")
+    results: dict[str, dict[str, float]] = {}
+    for b in (1, 32):
+        lat = interleaved_latency(predicts, batch[:b], rounds=args.rounds, repeats=2)
+        for name, t in lat.items():
+            results.setdefault(name, {})[f"ms_batch{b}_min"] = round(t["min"], 3)
+            results[name][f"ms_batch{b}_p50"] = round(t["p50"], 3)
+    fastest_fp32 = min(("fp32-torch", "fp32-onnxruntime"), key=lambda n: results[n]["ms_batch32_min"])
+    smallest_fp32 = min(sizes["fp32-torch"], sizes["fp32-onnxruntime"])
+    print(f"{'variant':26s} {'bytes':>10s} {'smaller':>8s} {'ms@1 min':>9s} {'ms@32 min':>10s} {'ms@32 p50':>10s} "
+          f"{'speed-up@32':>11s}")
+    for name in predicts:
+        r = results[name]
+        r["size_bytes"] = sizes[name]
+        r["smaller"] = round(smallest_fp32 / sizes[name], 2)
+        r["speedup_batch32"] = round(results[fastest_fp32]["ms_batch32_min"] / r["ms_batch32_min"], 2)
+        print(f"{name:26s} {sizes[name]:>10d} {r['smaller']:>7.2f}x {r['ms_batch1_min']:>9.2f} "
+              f"{r['ms_batch32_min']:>10.2f} {r['ms_batch32_p50']:>10.2f} {r['speedup_batch32']:>10.2f}x")
+    best = max(("int8-torch-dynamic", "int8-onnxruntime-dynamic"), key=lambda n: results[n]["speedup_batch32"])
+    ok = results[best]["smaller"] >= SIZE_TARGET and results[best]["speedup_batch32"] >= SPEED_TARGET
+    print(f"faster int8 route: {best}: {results[best]['smaller']:.2f}x smaller (target >= {SIZE_TARGET}x), "
+          f"{results[best]['speedup_batch32']:.2f}x faster at batch 32 than {fastest_fp32} (target >= "
+          f"{SPEED_TARGET}x): {'met' if ok else 'NOT met'}")
+    print(json.dumps({"results": results, "fastest_fp32": fastest_fp32, "faster_int8": best, "targets_met": ok}))
+
+
+if __name__ == "__main__":
+    main()
