@@ -92,11 +92,11 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=3.0, help="about how long one contender's run takes")
     p.add_argument("--dataloader-only", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.dataloader_only:
+    print(machine_line(), flush=True)
+    if args.dataloader_only:  # (the parent reads the last word)
         shape, work, n = json.loads(args.dataloader_only)
         print(rate_dataloader(Call(shape, work), n))
         return
-    print(machine_line(), flush=True)
     print(f"{'function':<24}{'sequential':>11}{'headrace':>10}{'(auto)':>9}{'Pool(2)':>9}{'DataLoader':>11}"
           f"{'vs Pool':>9}{'vs DL':>7}{'vs seq':>8}  verdict", flush=True)
     failed = 0

@@ -53,6 +53,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    print(machine_line(), flush=True)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = PackedTextClassifier(2000, 8, sequence_length=128, max_segments=24, d_model=128, num_layers=2).eval()
@@ -76,7 +77,7 @@ def main() -> None:
     sizes = {"fp32-torch": _state_bytes(model), "fp32-onnxruntime": fp32_ort.size_bytes,
              "int8-torch-dynamic": _state_bytes(torch_int8), "int8-onnxruntime-dynamic": int8_ort.size_bytes}
     info = machine()
-    print(f"CPU: {machine_line()}; int8 kernels: {int8_isa(info.get('simd', []))}; {args.threads} thread(s)")
+    print(f"int8 kernels: {int8_isa(info.get('simd', []))}; {args.threads} thread(s)")
     results: dict[str, dict[str, float]] = {}
     for b in (1, 32):
         lat = interleaved_latency(predicts, batch[:b], rounds=args.rounds, repeats=2)

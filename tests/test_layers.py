@@ -86,14 +86,14 @@ def test_the_facade_imports_the_ops_at_top_level():
     assert "headrace._ops.map" in top and "headrace._engine.recipe" in top
 
 
-# ---- the whole tree (issue 23): no cycles, nothing below the facade imports a layer above it ---------------
+# ---- the whole tree: no cycles, nothing below the facade imports a layer above it -------------------------
 PACKAGE = SRC / "headrace"
 ABOVE_FACADE = ("headrace.io", "headrace.train", "headrace.convert", "headrace.compress", "headrace.cli",
                 "headrace.torch", "headrace.data", "headrace.distribute", "headrace.demo", "headrace.image")
 FACADE = ("headrace._dataset", "headrace._iterator")
 FACADE_IO = {"headrace.io.files", "headrace.io.saved_dataset"}
 """The io modules the facade still imports (``list_files``' file system, ``save`` / ``load``): they import
-nothing above the facade (checked below); moving them below it is issue 23's open remainder."""
+nothing above the facade (checked below); moving them below it is still to do."""
 
 
 def _without_type_checking(tree: ast.AST) -> ast.AST:

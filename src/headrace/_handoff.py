@@ -7,7 +7,7 @@ parallel ``map``'s worker) used to reserve room for the element before pulling i
 still held it: every hand-off counted the element twice. A batch of half the budget under a ``prefetch``
 then needed one and a half budgets (``batch(32).prefetch(2)`` of 4 MiB elements under 256 MiB: tracked
 380 MiB, 1.8 GB overdrawn), and a parallel ``interleave`` of parallel ``interleave`` s under a budget of one
-element waited on itself until the stall breaker overdrew (issue 22).
+element waited on itself until the stall breaker overdrew (docs/design/budget.md).
 
 Now such a reader checks only its own share for the element (``StageAccount.reserve(charged_in=...)``),
 then pulls inside :func:`taking` with the reservation it got; the stage below delivers with :func:`hand_off`,

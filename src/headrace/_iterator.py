@@ -107,7 +107,8 @@ class Iterator:
         self._budget = budget_for(options.memory_limit())
         path = tuple(int(i) for i in iteration) if isinstance(iteration, tuple) else (int(iteration),)
         self._ctx = IteratorContext(options, self._budget, path)  # (a tuple: a worker of headrace.service)
-        self._ctx.tree.warnings = PipelineWarnings(node, options, self._budget.limit_bytes)
+        self._warnings = PipelineWarnings(node, options, self._budget.limit_bytes)  # the stages warn here
+        self._ctx.tree.warnings = self._warnings
         self._closed_by: str | None = None
         self._threads_alive: list[str] = []
         self._root: Stage | None = None
@@ -157,7 +158,7 @@ class Iterator:
         # the stages' warnings, queued wherever they arose (headrace._warn.PipelineWarnings): issued here,
         # before an element is taken, so one the filters make an error loses nothing and leaves the iterator
         # as it was (the next call goes on)
-        self._ctx.tree.warnings.flush()
+        self._warnings.flush()
         waiting = self._budget.consumers  # (the stall breaker's "the consumer waits"; atomic, no lock)
         waiting.append(1)
         t0 = time.perf_counter()
@@ -174,7 +175,7 @@ class Iterator:
                                           "while next() waited for an element") from None
             raise
         except StopIteration:
-            self._ctx.tree.warnings.flush()  # what the last elements' production said (the end stays the end)
+            self._warnings.flush()  # what the last elements' production said (the end stays the end)
             raise
         except Exception as e:
             interrupt = _interrupt_behind(e)
@@ -267,7 +268,7 @@ class Iterator:
     def _learn_sizes(self, sizes: dict[str, list[int]]) -> None:
         """Teach the stages what the saved run had learned: the budget's shares, and every decision taken from
         them (a shuffle capping its buffer), are then the saved run's, not guesses made while a restored stage
-        has produced nothing yet (a restore is a fixed point whatever the budget, issue #22)."""
+        has produced nothing yet (a restore is a fixed point whatever the budget)."""
         if not isinstance(sizes, dict) or not all(
                 isinstance(v, list) and len(v) == 2 and all(isinstance(n, int) and n >= 0 for n in v)
                 for v in sizes.values()):
@@ -305,7 +306,7 @@ class Iterator:
 
     def close(self) -> None:
         self._close("close()")
-        self._ctx.tree.warnings.flush()  # closed already: a warning made an error here leaves nothing half done
+        self._warnings.flush()  # closed already: a warning made an error here leaves nothing half done
 
     def _close(self, by: str) -> None:
         root, self._root = self._root, None
@@ -348,7 +349,7 @@ class Iterator:
             return
         self._close("close()")
         try:  # the body's exception goes on; the warnings are still said unless the filters make them errors
-            self._ctx.tree.warnings.flush()
+            self._warnings.flush()
         except Exception:
             pass
 
@@ -360,7 +361,7 @@ class Iterator:
                 return
             if _reaper.may_close_here(self._budget.cv.lock):
                 self._close("garbage collection")
-                self._ctx.tree.warnings.flush()  # e.g. ignore_errors' count of a loop left early (errors: below)
+                self._warnings.flush()  # e.g. ignore_errors' count of a loop left early (errors: below)
             else:
                 _reaper.defer(lambda: self._close("garbage collection"))
         except Exception:  # pragma: no cover - interpreter teardown

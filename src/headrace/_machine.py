@@ -18,7 +18,8 @@ measure (libjpeg-turbo / OpenCV SIMD paths, numpy's dispatch, ONNX Runtime's int
 
 
 def _cpuinfo() -> tuple[str | None, set[str]]:
-    model, flags = None, set()
+    model: str | None = None
+    flags: set[str] = set()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

@@ -25,7 +25,7 @@ IDLE_EXIT_S = 0.2
 """How long the reaper waits for more work before it ends."""
 
 _queue: deque[Callable[[], Any]] = deque()
-_state = {"reaper": None, "exiting": True}
+_state: dict[str, Any] = {"reaper": None, "exiting": True}
 
 
 def may_close_here(budget_lock: threading.Lock) -> bool:

@@ -85,7 +85,7 @@ class Condition(threading.Condition):
 
     @property
     def lock(self) -> threading.Lock:
-        return self._lock  # type: ignore[attr-defined, no-any-return]
+        return self._lock  # type: ignore[attr-defined]
 
     def __enter__(self) -> bool:
         acquire(self._lock, self.what)  # type: ignore[attr-defined]

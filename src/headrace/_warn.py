@@ -88,7 +88,7 @@ class PipelineWarnings:
     holding the budget's lock, and a user who made the category an error (``-W error``,
     ``filterwarnings = error``) would have it raised there - leaving a reservation half made, and a
     pipeline thread's crash that a restore's replay skipped as a bad element forever (a 260 s run then
-    killed for memory, issue 22). The consumer's thread issues what is queued with ``flush()`` where
+    killed for memory; docs/design/budget.md). The consumer's thread issues what is queued with ``flush()`` where
     nothing is half done: at the start of ``next()`` (raised there, no element is lost and the iterator goes
     on), before ``StopIteration`` and at ``close()``.
     """

@@ -27,7 +27,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 if TYPE_CHECKING:
     from ._dataset import Dataset
@@ -140,7 +140,7 @@ def shard_files(files: Sequence[T], num_shards: int, index: int) -> list[T]:
     _check_rank(num_shards, index)
     items = list(files)
     if all(isinstance(f, str | bytes | os.PathLike) for f in items):
-        items = sorted(items, key=lambda f: os.fsdecode(f) if not isinstance(f, str) else f)
+        items = sorted(items, key=lambda f: os.fsdecode(cast(Any, f)) if not isinstance(f, str) else f)
     return items[index::num_shards]
 
 

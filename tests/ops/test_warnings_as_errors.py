@@ -124,7 +124,7 @@ def test_a_budget_warning_made_an_error_during_a_restore_neither_hangs_nor_loses
 SCAN_CRASH = """
 import json
 import headrace as hr
-from headrace._engine.pool import parallel
+from headrace._engine.pool import workers
 D = hr.Dataset
 
 def ds():
@@ -137,7 +137,7 @@ with iter(ds()) as it:
 def broken(self, *args):  # a defect in the pool's own machinery, in every worker from now on
     raise RuntimeError("injected pool defect")
 
-parallel.ParallelApplier._work_loop = broken
+workers.WorkerThreads._work_loop = broken
 with iter(ds()) as it:
     try:
         it.set_state(state)  # the shuffle scans a replay of its input, whose map crashes

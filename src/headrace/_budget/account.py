@@ -97,7 +97,7 @@ class StageAccount:
 
     def check_possible(self, nbytes: int) -> None:
         """``MemoryBudgetError`` if ``nbytes`` at once (a call's input and output found larger than any estimate)
-        can never fit this stage, before ``settle`` charges their excess (issue 22: 1 MiB over under 3 MiB)."""
+        can never fit this stage, before ``settle`` charges their excess (docs/design/budget.md)."""
         with self.budget.cv:
             refuse_impossible(self, nbytes)
 
@@ -299,7 +299,7 @@ class Reservation:
         element larger than its estimate just before the stall breaker refused. ``refuse=False``: charge it
         anyway (memory measured after the fact, e.g. a worker process's RSS). ``need``: first refuse what can
         never fit this stage at once (``refusals.refuse_impossible``: a call's input and output found larger
-        than any estimate, before their excess is charged; issue 22: 1 MiB over under 3 MiB). ``inputs``:
+        than any estimate, before their excess is charged). ``inputs``:
         ``(n, largest)``, the ``n`` elements this reservation also held until now, consumed into this one (a
         batch stacked from its items in the items' reservation): each is a unit of this stage's work, so the
         unit size grows to ``largest`` as if they had been settled and released (one lock instead of three).

@@ -53,7 +53,7 @@ def admits(acc: StageAccount, nbytes: int, urgent: bool, policy: Policy, charged
     # A reader reading ahead (``speculative``, not the element the consumer waits for) leaves room for
     # one element of the largest size seen, even holding nothing: two readers that each took the last
     # element's room ahead of the consumer left none for the one it waits for (nested interleaves under
-    # a budget of one element stalled until the stall breaker overdrew, issue 22).
+    # a budget of one element stalled until the stall breaker overdrew; docs/design/budget.md).
     speculative = policy.speculative
     privileged = urgent or acc.mandatory or (acc.held_bytes == 0 and not speculative)
     keep = max(b.reserve_bytes, b.assumed_element_bytes) if speculative else b.reserve_bytes

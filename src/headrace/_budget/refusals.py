@@ -58,8 +58,8 @@ def refuse_infeasible(acc: StageAccount, nbytes: int) -> None:
     other its minimum (those whose elements are sized). The stall breaker overdrew whenever the stage
     itself, alone, fitted: a memory cache holding 15 MiB of 16 left no room for the window's batch below
     it (stall after stall, 12 MiB overdrawn, then the cache's own refusal); a Parquet reader's 40 MiB of
-    buffers, a process map's call and its first worker went 17 MiB over 96 MiB (issue 22 sweep seeds 121
-    and 65)."""
+    buffers, a process map's call and its first worker went 17 MiB over 96 MiB (sweep seeds 121
+    and 65; docs/design/budget.md)."""
     needs = [(acc.stage, nbytes + (acc.held_bytes if acc.mandatory else 0))]
     for a in acc.budget.accounts:
         if a is acc or a.owner is not acc.owner:

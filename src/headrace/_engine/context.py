@@ -15,7 +15,7 @@ import contextlib
 import copy
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._machine import cpu_count
 from .._memory import MemoryBudget, StageAccount
@@ -23,6 +23,10 @@ from .._options import Options
 from .._sync import Flag
 from .._sync import Lock as TimedLock
 from .replay import ReplayMode
+
+if TYPE_CHECKING:
+    from .._warn import PipelineWarnings
+    from .tuning.knobs import StageTuning
 
 
 class TreeServices:
@@ -38,8 +42,8 @@ class TreeServices:
         self.stop = Flag()
         self.lock = TimedLock("stage names")
         self.resources: dict[str, Any] = {}
-        self.tunings: dict[str, Any] = {}
-        self.warnings: Any = None
+        self.tunings: dict[str, StageTuning] = {}
+        self.warnings: PipelineWarnings | None = None
         self._counts: dict[str, int] = {}
         self._names: dict[tuple[int, str], str] = {}
         self._building = threading.local()  # .nested: building a dataset made while the pipeline runs
@@ -140,8 +144,10 @@ class IteratorContext:
         """A budget account named ``stage``, owned by this tree; ``stage_of``: the stage it belongs to when
         that is not its name (a batch's ``assembly``, a reader's ``buffers``)."""
         tree = self.tree
-        extra = {} if hint is None else {"hint": hint}
-        acc = self.budget.account(stage, demand, mandatory=mandatory, min_units=min_units, owner=tree, **extra)
+        if hint is None:
+            acc = self.budget.account(stage, demand, mandatory=mandatory, min_units=min_units, owner=tree)
+        else:
+            acc = self.budget.account(stage, demand, mandatory=mandatory, min_units=min_units, owner=tree, hint=hint)
         acc.warnings = tree.warnings
         acc.nested = tree.building_nested()
         acc.stage_of = stage_of

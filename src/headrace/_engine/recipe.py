@@ -74,7 +74,7 @@ class DatasetNode:
         super().__init_subclass__(**kwargs)
         make = cls.__dict__.get("make_iterator")
         if make is not None and not getattr(make, "_names_stage", False):
-            cls.make_iterator = _naming(make)  # type: ignore[method-assign]
+            cls.make_iterator = _naming(make)  # type: ignore[method-assign,assignment]
 
     def named(self, name: str | None) -> DatasetNode:
         """This node with the user's ``name=`` (``None``: unchanged); see the class docstring."""

@@ -1,39 +1,14 @@
 """Exactly-once replay: the rules, in one place. Stages declare facts; this module decides.
 
-A state names *positions* (never data) wherever it can: a restore re-reads the input from a saved state and
-skips to the saved position. That re-read is exact only where the input yields the same elements in the same
-order again. The rules:
-
-1. **Replays in order** (:meth:`Replayable.replays_deterministically`): a stage replays in order unless it
-   *reorders* (fact ``reorders``: a ``deterministic=False`` parallel stage, a parallel ``interleave``
-   without ``deterministic``) or one of its inputs does not replay in order.
-2. **Replays the same elements** (:meth:`Replayable.replays_same_elements`): true unless a stage whose
-   elements depend on its input's order (fact ``depends_on_input_order``: ``zip``, ``batch``, ``window``,
-   ``scan``, ``take``, ...) reads an input that does not replay in order: each re-read then pairs, groups or
-   cuts other elements.
-3. **Replay events** (:meth:`Replayable.replay_epoch`): a counter of events below a stage that a replay
-   cannot repeat (a shuffle's buffer capped by the budget: it adds its own count by overriding
-   ``replay_epoch``; a parallel stage answers with the events among the elements it delivered,
-   ``headrace._engine.pool.snapshots``). A parallel stage snapshots its input right after one; a stage that
-   holds part of its input compares the epoch at its saved position with the epoch now (:func:`rereads_same`).
-   Asked per element by an inline parallel stage: the common cases are one or two calls.
-4. **Saving what is held**: a stage holding part of its input (``batch``'s partial batch, ``unbatch``'s batch,
-   an ``interleave`` slot's element) saves its input's position while :func:`rereads_same`, else the held
-   elements by value (``headrace._engine.by_value``). A shuffle names its buffered elements by pull number,
-   content hash or value (:func:`buffer_keys`).
-5. **Advancing by positions** (:func:`advance`, :func:`fast_forward`, :meth:`Replayable.skip_ahead`): a
-   position is one ``__next__`` that returned an element or raised (an element that raised was delivered, as
-   its error, in the saved run); the end of the input ends the advance early. Sources override ``skip_ahead``
-   to seek; ``batch`` skips whole batches, giving their bytes back.
-6. **The replay mode** (:class:`ReplayMode`, ``IteratorContext.replay``): while ``Iterator.set_state`` runs
-   the tree is *restoring* (:func:`restoring`): a stage whose output depends on the budget's state (a shuffle
-   capping its buffer) makes no new such event. A restore's scan of a second copy of a subtree (a shuffle's
-   hash keys, ``IteratorContext.replaying``) runs every parallel stage in order with its own restoring flag and
-   writes nothing (no ``cache`` file); below a ``shard`` every parallel stage runs in order too (every rank
-   runs the input and keeps its own positions).
-
-The parallel stage's mechanism (snapshots every ``SNAPSHOT_EVERY`` pulls, offsets delivered out of order, the
-restore's read-ahead) is ``headrace._engine.pool.snapshots``; the encoding of values is ``headrace._engine.by_value``.
+A state names *positions* (never data) wherever it can; a restore re-reads the input and skips to the saved
+position, which is exact only where the input yields the same elements in the same order again. The rules:
+(1) a stage replays in order unless it or an input *reorders*; (2) it replays the same elements unless a
+stage that *depends on its input's order* reads an input that does not replay in order; (3) replay events
+(:meth:`Replayable.replay_epoch`) count what a replay cannot repeat; (4) a stage holding part of its input
+saves positions while :func:`rereads_same`, else values (``headrace._engine.by_value``), and a shuffle's keys
+come from :func:`buffer_keys`; (5) advancing by positions (:func:`advance`); (6) the replay mode while a
+restore runs (:func:`restoring`). Each rule with a picture: docs/design/replay.md; a parallel stage's
+mechanism: ``headrace._engine.pool.snapshots``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The byte capacity of a ``shuffle`` buffer in one iteration (``headrace._ops.shuffle``'s docstring: Memory):
+"""The byte capacity of a ``shuffle`` buffer in one iteration (docs/design/shuffle-capacity.md):
 set from the budget's model whenever the largest element pulled grows, never grown, saved in the state, and
 the event of the first fill it stops (the order starts to depend on it)."""
 

@@ -142,10 +142,12 @@ def _columns(items: Sequence[Any], stage: str) -> list[list[Any]]:
     return [list(col) for col in zip(*flat)]
 
 
-def _stack_none(col: Sequence[Any], stage: str, k: int) -> None:
+def _stack_none(col: Sequence[Any], stage: str, k: int) -> np.ndarray | None:
+    """A component that is None in every element stacks to None; ``TypeError`` where another element has one."""
     bad = next((i for i, v in enumerate(col) if v is not None), None)
     if bad is not None:
         raise TypeError(f"{stage}: component {k} is None in element 0 but {describe(col[bad])} in element {bad}")
+    return None
 
 
 def _stack_leaf(col: Sequence[Any], stage: str, k: int, pool: BufferPool | None = None) -> np.ndarray | None:
@@ -262,7 +264,8 @@ def _pad_leaf(col: Sequence[Any], shape: Any, value: Any, stage: str, k: int) ->
     for i, a in enumerate(arrays):
         if not is_bytes and a.dtype != dtype:
             raise TypeError(f"{stage}: component {k} has dtype {dtype} in element 0 but {a.dtype} in element {i}")
-        out[(i, *tuple(slice(0, s) for s in a.shape))] = a
+        where: tuple[Any, ...] = (i, *[slice(0, s) for s in a.shape])
+        out[where] = a
     return out
 
 

@@ -222,6 +222,8 @@ class UnaryIterator(_StageHooks):
     restored by ``_restore_counters(state)``. The input's state is saved under ``"input"``.
     """
 
+    ctx: IteratorContext  # (a stage with inputs is always built with its context)
+
     def __init__(self, ctx: IteratorContext, source: Stage) -> None:
         super().__init__(ctx)
         self._source = source
@@ -242,6 +244,8 @@ class UnaryIterator(_StageHooks):
 class MultiInputIterator(_StageHooks):
     """A stage with several inputs (``zip``, ``concatenate``, sampling): like :class:`UnaryIterator`,
     with the inputs' states saved as a list under ``"inputs"``."""
+
+    ctx: IteratorContext
 
     def __init__(self, ctx: IteratorContext, sources: list[Stage]) -> None:
         super().__init__(ctx)

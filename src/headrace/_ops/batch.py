@@ -162,7 +162,7 @@ class _BatchIterator(Stage):
 
     def _clear(self) -> None:
         self._items: list[Any] = []
-        self._runs: list[list[Any]] = []  # or the batch's elements as column runs (``_gather_columns``)
+        self._runs: list[Any] = []  # or the batch's elements as column runs (``_gather_columns``)
         self._run_rows = 0
         self._held = 0          # bytes of self._items
         self._largest = 0       # the largest of them

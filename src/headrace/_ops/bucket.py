@@ -21,7 +21,7 @@ import numpy as np
 
 from .._args import as_int
 from .._engine.calls import call_with_element
-from .._engine.recipe import DatasetNode, node_of
+from .._engine.recipe import DatasetNode, as_node
 from .._spec import TensorSpec, batch_spec
 from .._structure import flatten, pack_as
 from .group_by_window import GroupByWindowNode
@@ -57,12 +57,12 @@ def bucket_node(input_node: DatasetNode, element_length_func: Callable[..., Any]
         k = int(key)
         shapes = padded_shapes
         if pad_to_bucket_boundary:
-            shapes = _boundary_shapes(node_of(window).static_spec(), bounds, k, what)
+            shapes = _boundary_shapes(as_node(window, what).static_spec(), bounds, k, what)
         if no_padding:
             from .batch import BatchNode
 
-            return BatchNode(node_of(window), sizes[k], drop_remainder, None, None)
-        return PaddedBatchNode(node_of(window), sizes[k], shapes, padding_values, drop_remainder)
+            return BatchNode(as_node(window, what), sizes[k], drop_remainder, None, None)
+        return PaddedBatchNode(as_node(window, what), sizes[k], shapes, padding_values, drop_remainder)
 
     node = GroupByWindowNode(input_node, key_func, reduce_func, None, window_size_func, what)
     node.output_spec = _bucket_spec
@@ -86,7 +86,7 @@ def _boundary_shapes(spec: Any, bounds: list[int], k: int, what: str) -> Any:
                          f"boundary {bounds[-1]}; every length must be below it")
     leaves = []
     for s in flatten(spec):
-        if not isinstance(s, TensorSpec) or s.shape.rank in (None, 0):
+        if not isinstance(s, TensorSpec) or s.shape.dims is None or s.shape.rank in (None, 0):
             raise ValueError(f"{what}: pad_to_bucket_boundary needs components of known rank >= 1, got {s!r}")
         leaves.append([bounds[k] - 1, *s.shape.dims[1:]])
     return pack_as(spec, leaves) if isinstance(spec, dict | tuple | list) else leaves[0]

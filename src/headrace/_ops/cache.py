@@ -239,6 +239,7 @@ class _FileSink:
 
 class _CacheIterator(Stage):
     kind = "cache"
+    ctx: IteratorContext
 
     def __init__(self, ctx: IteratorContext, node: CacheNode, stage: str) -> None:
         super().__init__(ctx)

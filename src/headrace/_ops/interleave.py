@@ -145,6 +145,8 @@ class _Slot:
 
 
 class _InterleaveIterator(Stage):
+    ctx: IteratorContext
+
     def __init__(self, ctx: IteratorContext, node: InterleaveNode, source: Stage, cycle_length: int,
                  parallel: bool, deterministic: bool, stage: str) -> None:
         super().__init__(ctx)
@@ -206,11 +208,13 @@ class _InterleaveIterator(Stage):
         fair part of the stage's share: the share split over the cycle's ``cycle_length`` slots while the
         input may open more, over the open ones once it ended. (Split over the slots open so far, the first
         slots read far ahead while the others were still opening and held most of the share when they were
-        open: the consumer, taking the slots in turn, then waited on each of the others' reads in series;
-        issue 24, 16 slots under a budget of 2 elements each: 52-60% of the unlimited rate.)"""
+        open: the consumer, taking the slots in turn, then waited on each of the others' reads in series:
+        docs/design/pool.md.)"""
         most = self._read_ahead
         acc = self._account
-        unit = acc.unit_bytes() if acc is not None else 0
+        if acc is None:
+            return most
+        unit = acc.unit_bytes()
         if unit <= 0:
             return most
         active = max(1, sum(s is not None for s in self._slots)) if self._end_of_input else self._cycle_length

@@ -22,6 +22,7 @@ which is how a restore rebuilds them (by re-reading the input or from values sav
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -63,15 +64,15 @@ class SequenceCheck:
         self.separator: list[np.ndarray] | None = None  # leaves appended to every sequence (concat_then_split)
         self.structure: Any = None      # the first element (its containers), set by ``expect``
         self.signature: Any = None
-        self.dtypes: list[np.dtype] | None = None
+        self.dtypes: list[np.dtype | None] | None = None
         self.names: list[str] = []      # the components, for messages
         self.truncated_tokens = 0
 
-    def expect(self, example: Any, dtypes: list[np.dtype]) -> None:
+    def expect(self, example: Any, dtypes: Iterable[np.dtype | None]) -> None:
         """Elements must have ``example``'s containers and these leaf dtypes (from the spec or the first one)."""
         self.structure = example
         self.signature = structure_signature(example)
-        self.dtypes = dtypes
+        self.dtypes = list(dtypes)
         self.names = component_names(example)
 
     def __call__(self, x: Any, pull: int) -> Sequence:

@@ -82,6 +82,8 @@ class PaddedBatchNode(DatasetNode):
         if spec is None:
             return None
         shapes = self._shapes if self._shapes is not None else self._check(spec)
+        if shapes is None:
+            return None
         leaves = [TensorSpec(shape, s.dtype) for shape, s in zip(shapes, flatten(spec))]
         padded = pack_as(spec, leaves) if isinstance(spec, dict | tuple | list) else leaves[0]
         return batch_spec(padded, self.batch_size if self.drop_remainder else None, self.label)

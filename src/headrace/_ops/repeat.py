@@ -41,6 +41,7 @@ class RepeatNode(DatasetNode):
 
 class _RepeatIterator(Stage):
     kind = "repeat"
+    ctx: IteratorContext
 
     def __init__(self, ctx: IteratorContext, input_node: DatasetNode, count: int) -> None:
         super().__init__(ctx)

@@ -170,8 +170,11 @@ class _SampleIterator(_MultiSourceIterator):
 
     def _next_weights(self) -> bool:
         """The weights of the next draw from the weights dataset; ``False`` when it has ended."""
+        weights = self._weights_source
+        if weights is None:
+            return False
         try:
-            w = self._weights_source.__next__()
+            w = weights.__next__()
         except StopIteration:
             return False
         i = self._draw_index

@@ -1,61 +1,13 @@
 """``Dataset.shuffle``: uniform sampling from a buffer, as tf.data does it.
 
-Order: the buffer is filled with the first ``buffer_size`` elements; each output is a uniformly chosen
-buffered element (one 64-bit draw of a PCG64 generator, modulo the buffer length), whose place is taken by
-the next input element. With a ``seed`` the order is reproducible; with ``reshuffle_each_iteration``
-(default) every iterator (each ``iter(ds)``, each ``repeat`` epoch) draws its order from ``(seed, iteration
-path)`` (``headrace._engine.seeds``); the distribution is tf.data's, the random stream is not TensorFlow's.
-
-Memory: buffered elements are charged to an elastic account, each reserved before it is pulled. The order
-is a function of the seed, the input (its elements and their sizes, in order) and the byte capacity, and the
-capacity a function of the budget's size, the pipeline's stages and the sizes of the elements pulled: never
-what the other stages hold at a moment, so two runs, and a run restored from a state (however many restores
-in a row), give the same order also under a budget that cannot hold ``buffer_size`` elements.
-Whenever the largest element pulled grows (the first one included), the capacity becomes the buffer's share
-of the budget as the budget's fair shares would give it if this stage's elements were that large, each stage
-below it (its input's) holding other things than its elements (mandatory: a reader's buffers, a batch) the
-larger of that and its largest element, and every other stage (those after it,
-other pipelines of a shared budget) that large: half of that share where there are such other stages (they
-may turn out larger: a ``map`` after it tripling each element, then ``batch``; found by
-``bench/promises.py``), unless it holds ``buffer_size`` elements (the budget's rule:
-``MemoryBudget.fixed_capacity``; the state it fixes: :mod:`shuffle_capacity`); the capacity never grows in an iteration
-(one ``MemoryBudgetWarning`` when it first limits the buffer). The buffer holds elements while what it holds
-plus the largest element fits the capacity, and waits for room in the budget as a whole to pull the next one
-(as urgent as the pull it serves; the stall breaker applies) instead of shrinking: shrinking then would make
-the order depend on what the other stages held. The capacity is recorded in the state; the first fill a
-capacity stops (it limits the buffer: the order starts to depend on it) is an event that makes a downstream
-parallel stage take a snapshot right after it (``replay_epoch``; a capacity that never limits the buffer
-makes none: a batch after the shuffle would save its partial batch by value). What can still differ between
-runs: the largest element a mandatory stage below (a reader's buffers, a batch) has seen when the capacity
-is decided, where it runs ahead of the shuffle (behind a ``prefetch`` or parallel ``map``), and the shares of a
-budget shared with other iterators (the process budget, without ``Options(memory_budget=...)``).
-
-State (bounded restore, exactly-once also below ``deterministic=False`` stages; a copy of the data only in
-the one case below):
-
-- the input's state at a *checkpoint*: the input is checkpointed every ``max(64, buffer_size // 2)`` pulls,
-  and the state names the latest checkpoint at or before the oldest element still buffered;
-- one key per buffered element, in buffer order: its pull number after the checkpoint when the input
-  replays deterministically, else (below a ``deterministic=False`` stage, or when an event below that a
-  replay may not repeat happened since the checkpoint: ``replay_epoch``) a 64-bit content hash (xxHash's
-  XXH3 over every leaf's dtype, shape and bytes; ``HASH``);
-- the number of random draws, the byte capacity, and (hash keys) the input's state now.
-
-Restoring re-reads the input from the checkpoint. With pull numbers the input skips (``skip_ahead``:
-without materializing elements where it can) to each buffered element and then to the saved position; with
-hashes a second copy of the input, run with every parallel stage in order, is scanned until every buffered
-hash has been seen, and the input itself is restored to "now". Cost: the elements read since that
-checkpoint (the oldest of ``B`` buffered elements is typically about ``B ln B`` pulls old), independent of
-the position in the epoch or of an upstream ``repeat``. State size: one int or one 16-hex-digit string per
-buffered element. Hash keys need a set-deterministic input (the same elements on every pass, in any order):
-a map drawing unseeded random numbers is not, and restoring it raises ``StateError``.
-
-Behind a stage whose elements depend on the order of a ``deterministic=False`` input (a ``zip`` of it with
-another input, a ``batch``, ``window``, ``group_by_window``, ``scan``, ``take`` of it: each re-read pairs,
-groups, counts or cuts other elements; ``Stage.depends_on_input_order``, so ``replays_same_elements()`` is
-False), no key can find a buffered element again, so the state holds the buffered elements by value
-(``keys_by: "value"``, :mod:`by_value`) and the input's state now; the restore is exact, the state as large as
-the buffer. The decision among pull numbers, hashes and values: ``headrace._engine.replay.buffer_keys``.
+Each output is a uniformly chosen buffered element (one 64-bit PCG64 draw), whose place the next input
+element takes; every iterator draws its order from ``(seed, iteration path)`` (``headrace._engine.seeds``).
+Buffered elements are charged to an elastic account within a byte capacity that depends on the budget's
+model, never on what other stages hold at a moment (``headrace._engine.shuffle_capacity``), so a restored
+run draws the same order. The state names the input's latest checkpoint at or before the oldest buffered
+element and one key per buffered element: a pull number, a content hash or the element itself, as
+``headrace._engine.replay.buffer_keys`` decides. The capacity, the keys and the restore's cost, with a
+picture: docs/design/shuffle-capacity.md.
 """
 
 from __future__ import annotations
@@ -150,6 +102,7 @@ class _Entry:
 
 class _ShuffleIterator(Stage):
     kind = "shuffle"
+    ctx: IteratorContext
 
     def __init__(self, ctx: IteratorContext, node: ShuffleNode, source: Stage, stage: str) -> None:
         super().__init__(ctx)
@@ -295,6 +248,7 @@ class _ShuffleIterator(Stage):
         base_pull, base, epoch = next(c for c in reversed(self._checkpoints) if c[0] <= oldest)
         # pull numbers, content hashes or the values themselves: headrace._engine.replay (rule 4)
         keys_by = buffer_keys(self._source, epoch, self._input_in_order, self._input_same)
+        keys: list[Any]
         if keys_by == "value":
             keys = [by_value.Deferred(e.value) for e in self._buf]
         elif keys_by == "hash":

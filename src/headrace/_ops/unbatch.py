@@ -45,7 +45,7 @@ class UnbatchNode(DatasetNode):
         dims = {s.shape.dims[0] for s in flatten(spec) if isinstance(s, TensorSpec) and s.shape.dims}
         if len(dims) != 1 or None in dims or 0 in dims:
             return UNKNOWN_CARDINALITY
-        return n * dims.pop()
+        return n * next(d for d in dims if d is not None)
 
     def make_iterator(self, ctx: IteratorContext) -> Stage:
         source = self.inputs[0].make_iterator(ctx)

@@ -53,8 +53,8 @@ class _Group(TyperGroup):
     """typer's group, with click's usage errors (bad flag values, unknown flags, missing arguments) printed
     as one line, ``headrace: error: ...``, instead of a usage block."""
 
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(self, args: Any = None, prog_name: str | None = None,  # type: ignore[override]
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
         try:
             rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
                               **extra)

@@ -144,5 +144,5 @@ def command(ctx: typer.Context,
             ) -> None:
     """Measure input pipeline throughput and peak memory on a dataset."""
     run(ctx, lambda: run_bench(path, image_size=image_size, batch_size=batch_size,  # type: ignore[arg-type]
-                               memory_budget=memory_budget, seconds=seconds,  # type: ignore[arg-type]
+                               memory_budget=memory_budget, seconds=seconds,
                                max_batches=max_batches or None, explain=explain, on_corrupt=on_corrupt), _show)

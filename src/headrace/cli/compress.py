@@ -81,7 +81,7 @@ def command(
 
     def work() -> dict[str, Any]:
         return run_compress(
-            checkpoint, eval_data, model=model, num_classes=num_classes, image_size=image_size,
+            checkpoint, eval_data, model=model, num_classes=num_classes, image_size=image_size,  # type: ignore[arg-type]
             train_data=train_data, calibration_data=calibration_data, output=output,
             quantize=None if quantize == "none" else quantize, backend=backend, prune=prune or None,
             prune_macs=(0.5 if prune is None else None) if prune_macs is None else (prune_macs or None),
@@ -89,7 +89,8 @@ def command(
             prune_method=prune_method, finetune_epochs=finetune_epochs, hold_out=hold_out,
             distill_student=None if distill_student == "none" else distill_student, distill_epochs=distill_epochs,
             student_params=student_params, patience=patience,
-            **{k: v for k, v in (("distill_lr", distill_lr), ("finetune_lr", finetune_lr)) if v is not None},
+            **{k: v for k, v in (("distill_lr", distill_lr), ("finetune_lr", finetune_lr))  # type: ignore[arg-type]
+               if v is not None},
             temperature=temperature, alpha=alpha, num_calibration_batches=num_calibration_batches,
             batch_size=batch_size, global_batch_size=global_batch_size, memory_budget=memory_budget,
             threads=threads, repeats=repeats, seed=seed)

@@ -66,7 +66,7 @@ def command(ctx: typer.Context,
                               global_batch_size=global_batch_size, regions=regions)
 
     def work() -> dict[str, Any]:
-        check_batch_budget(parse_bytes(memory_budget), 0.25, cfg.global_batch_size, image_size,  # type: ignore[arg-type]
+        check_batch_budget(parse_bytes(memory_budget), 0.25, cfg.global_batch_size, image_size,
                            "the data pipeline's quarter of it")
         if chosen:
             print(chosen, flush=True)

@@ -58,7 +58,8 @@ def _example_features(records: list[bytes]) -> dict[str, dict[str, Any]] | None:
 def _inspect_tfrecord(found: list[str], sample: int) -> dict[str, Any]:
     from ..io.tfrecord import TFRecordDataset
 
-    shards, first = [], []
+    shards: list[dict[str, Any]] = []
+    first: list[Any] = []
     for f in found:
         low = f.lower()
         compression = next((c for s, c in COMPRESSED.items() if low.endswith(s)), None)
@@ -78,7 +79,8 @@ def _inspect_tfrecord(found: list[str], sample: int) -> dict[str, Any]:
 def _inspect_parquet(found: list[str]) -> dict[str, Any]:
     pq = require("pyarrow.parquet", "headrace inspect (Parquet)")
 
-    shards, schema = [], None
+    shards: list[dict[str, Any]] = []
+    schema: dict[str, str] = {}
     for f in found:
         meta = pq.ParquetFile(f)
         schema = schema or {field.name: str(field.type) for field in meta.schema_arrow}
@@ -92,7 +94,8 @@ def _inspect_hdf5(found: list[str]) -> dict[str, Any]:
     h5py = require("h5py", "headrace inspect (HDF5)")
     from ..io.hdf5 import damaged_metadata, dataset_names
 
-    shards, features = [], {}
+    shards: list[dict[str, Any]] = []
+    features: dict[str, Any] = {}
     for f in found:
         with h5py.File(f, "r") as h:
             names = dataset_names(h, f)

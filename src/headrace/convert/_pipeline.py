@@ -83,7 +83,7 @@ class ReadAndSpill(beam.DoFn):
 
     def finish_bundle(self) -> Iterator[Any]:
         for ref in self._spill():
-            yield beam.pvalue.TaggedOutput(RUNS_TAG, WindowedValue(ref, MIN_TIMESTAMP, [GlobalWindow()]))
+            yield beam.pvalue.TaggedOutput(RUNS_TAG, WindowedValue(ref, MIN_TIMESTAMP, [GlobalWindow()]))  # type: ignore[arg-type]
 
 
 class SchemaCombine(beam.CombineFn):

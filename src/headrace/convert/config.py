@@ -86,7 +86,7 @@ class ConvertConfig:
         if self.num_shards is not None:
             return self.num_shards
         size = self.shard_size if self.shard_size is not None else DEFAULT_SHARD_BYTES
-        return min(99_999, max(1, math.ceil(est_bytes / int(size))))  # type: ignore[arg-type]
+        return min(99_999, max(1, math.ceil(est_bytes / int(size))))
 
     def with_shards(self, est_bytes: int) -> ConvertConfig:
         """This config with ``num_shards`` fixed (from ``shard_size`` and ``est_bytes`` when not given):

@@ -64,7 +64,8 @@ def staging_dir(cfg: ConvertConfig) -> str:
     return files.join(cfg.dst, STAGING + cfg.run_id)
 
 
-def write_shard(cfg: ConvertConfig, schema: Schema, shard: int, payloads: list[Any], attempt: str) -> dict[str, Any]:
+def write_shard(cfg: ConvertConfig, schema: Schema, shard: int, payloads: Iterable[Any],
+                attempt: str) -> dict[str, Any]:
     """Write shard number ``shard`` (the payloads of :func:`headrace.convert.sinks.row_encoder`: records,
     Parquet rows or text lines, in order) into the staging folder.
 

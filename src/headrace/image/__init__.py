@@ -93,14 +93,14 @@ Seed = int | Sequence[int] | np.random.Generator | None
 
 
 # ---- decoding -------------------------------------------------------------------------------------------
-def _as_buffer(data: Any, name: str | None) -> bytes | memoryview:
+def _as_buffer(data: Any, name: str | None) -> bytes | bytearray | memoryview:
     if isinstance(data, bytes | bytearray | memoryview):
         return data
     if isinstance(data, np.bytes_):
         return bytes(data)
     if isinstance(data, np.ndarray):
         if data.dtype == np.uint8 and data.ndim == 1:
-            return memoryview(np.ascontiguousarray(data))
+            return memoryview(np.ascontiguousarray(data))  # type: ignore[arg-type]  # (an ndarray is a buffer)
         if data.ndim == 0 and data.dtype == object and isinstance(data.item(), bytes):
             return data.item()
     raise TypeError(f"decode{_where(name)}: expected the encoded image as bytes (or a 1-D uint8 array), "
@@ -111,7 +111,7 @@ def _where(name: str | None) -> str:
     return f" of {name}" if name else ""
 
 
-def _decode_error(data: bytes | memoryview, name: str | None, reason: str) -> ImageDecodeError:
+def _decode_error(data: bytes | bytearray | memoryview, name: str | None, reason: str) -> ImageDecodeError:
     head = bytes(data[:8]).hex(" ")
     return ImageDecodeError(
         f"cannot decode the image{_where(name) or ' record'} ({len(data)} bytes, starting "
@@ -129,7 +129,7 @@ _SOF_MARKERS = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 
 _COMPONENTS = {1: "Gray", 3: "YCbCr", 4: "CMYK"}
 
 
-def _sof(buf: bytes | memoryview) -> tuple[int, int, str] | None:
+def _sof(buf: bytes | bytearray | memoryview) -> tuple[int, int, str] | None:
     """(height, width, colorspace) from the JPEG's start-of-frame segment, walking the marker segments in
     Python: a few microseconds holding the GIL, cheaper in a busy thread pool than a C call that releases
     and re-acquires it. ``None`` if the walk fails (then libjpeg-turbo reads the header and reports)."""
@@ -149,7 +149,7 @@ def _sof(buf: bytes | memoryview) -> tuple[int, int, str] | None:
     return None
 
 
-def _jpeg_header(buf: bytes | memoryview, name: str | None) -> tuple[int, int, str]:
+def _jpeg_header(buf: bytes | bytearray | memoryview, name: str | None) -> tuple[int, int, str]:
     simplejpeg = require("simplejpeg", "headrace.image")
 
     found = _sof(buf)
@@ -162,7 +162,7 @@ def _jpeg_header(buf: bytes | memoryview, name: str | None) -> tuple[int, int, s
     return h, w, colorspace
 
 
-def _decode_jpeg(buf: bytes | memoryview, channels: int, name: str | None, colorspace: str,
+def _decode_jpeg(buf: bytes | bytearray | memoryview, channels: int, name: str | None, colorspace: str,
                  min_size: tuple[int, int] = (0, 0), factor: int = 1) -> np.ndarray:
     simplejpeg = require("simplejpeg", "headrace.image")
 
@@ -202,7 +202,7 @@ def _cv2_to_rgb(img: np.ndarray, channels: int) -> np.ndarray:
     return out.reshape(out.shape[0], out.shape[1], channels)
 
 
-def _decode_pillow(buf: bytes | memoryview, channels: int) -> np.ndarray:
+def _decode_pillow(buf: bytes | bytearray | memoryview, channels: int) -> np.ndarray:
     import io
 
     Image = require("PIL.Image", "headrace.image")
@@ -217,7 +217,7 @@ def _decode_pillow(buf: bytes | memoryview, channels: int) -> np.ndarray:
     return arr.reshape(arr.shape[0], arr.shape[1], channels)
 
 
-def _decode_other(buf: bytes | memoryview, channels: int, name: str | None, *,
+def _decode_other(buf: bytes | bytearray | memoryview, channels: int, name: str | None, *,
                   jpeg: bool = False) -> np.ndarray:
     cv2 = require("cv2", "headrace.image")
 

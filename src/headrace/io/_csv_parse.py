@@ -323,17 +323,18 @@ class FastParser:
                 strings_can_be_null=True, quoted_strings_can_be_null=True))
         return got
 
-    def parse(self, buf: bytes, cut: int, at_eof: bool) -> tuple[list[np.ndarray], np.ndarray | None, int | None
-                                                                  ] | None:
+    def parse(self, buf: bytes, cut: int, at_eof: bool, quotes: bool = True) -> tuple[
+            list[np.ndarray], np.ndarray | None, int | None] | None:
         """The records of ``buf[:cut]`` (whole records) as ``(the output columns, each row's bytes (its numbers'
         itemsizes plus its strings' lengths; None without string columns), the record terminators in the chunk
         where known without counting them (no quote, no ``\\r``: one line a record), else None)``, or None where
-        the chunk needs the exact parser. ``at_eof``: the chunk ends the file."""
+        the chunk needs the exact parser. ``at_eof``: the chunk ends the file; ``quotes``: False where ``buf`` is known
+        to hold no ``"``."""
         fmt = self.fmt
         if buf.startswith(BOM) or buf[:1] in (b"\n", b"\r"):
             return None
         chunk = memoryview(buf)[:cut] if cut < len(buf) else buf  # (no copy of the chunk)
-        quoted = fmt.quote and buf.find(b'"', 0, cut) >= 0
+        quoted = quotes and fmt.quote and buf.find(b'"', 0, cut) >= 0
         if quoted and not quotes_valid(chunk, fmt.delim, at_eof):
             return None
         cr = buf.find(b"\r", 0, cut) >= 0

@@ -248,11 +248,13 @@ class CsvIterator(BlockRowIterator):
             if self._damage is not None:
                 self._raise_damage()
             return None
-        cut = cut_point(self._buf, 0, len(self._buf), self._fmt.quote, self._eof)
+        quotes = self._fmt.quote and b'"' in self._buf  # (looked for once: the cut and the parser both ask)
+        cut = cut_point(self._buf, 0, len(self._buf), quotes, self._eof)
         while cut == 0:
             self._fill(2 * len(self._buf), 0)
-            cut = cut_point(self._buf, 0, len(self._buf), self._fmt.quote, self._eof)
-        fast = self._fast.parse(self._buf, cut, self._eof and cut == len(self._buf))
+            quotes = self._fmt.quote and b'"' in self._buf
+            cut = cut_point(self._buf, 0, len(self._buf), quotes, self._eof)
+        fast = self._fast.parse(self._buf, cut, self._eof and cut == len(self._buf), quotes)
         if fast is not None:
             cols, sizes, lines = fast
             self._consume(cut, lines)

@@ -144,7 +144,7 @@ class ServiceIterator(Stage):
             _cluster.join_job(ray, cfg.job_name, info.rank, info.world_size,
                               f"{cfg.processing_mode} of {up.label} ({up.cardinality()} elements)", cfg.timeout_s)
         if cfg.job_name is not None and cfg.processing_mode == "distributed_epoch":
-            self._plan = plan_rank_splits(node.inputs[0], self._world, self._rank, n)
+            self._plan = plan_rank_splits(node.inputs[0], info.world_size, info.rank, n)
         else:
             self._plan = plan_splits(node.inputs[0], cfg.processing_mode, n)
         k = len(self._plan.splits)

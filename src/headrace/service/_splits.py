@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .._engine.context import IteratorContext
 from .._engine.recipe import DatasetNode
@@ -148,9 +148,9 @@ def _cut(source: DatasetNode, split: Split) -> DatasetNode:
                          dtype=source.dtype)
     if not isinstance(source, TensorSlicesNode):  # from_tensors: one element, one split
         return source
-    clone = source.with_inputs(())
+    clone = cast(TensorSlicesNode, source.with_inputs(()))
     clone.slice = functools.partial(_offset_slice, source.slice, int(a))
-    clone.length = int(b) - int(a)  # type: ignore[attr-defined]
+    clone.length = int(b) - int(a)
     return clone
 
 

@@ -1,5 +1,5 @@
 """The inline path of a parallel stage (``workers == 0``: the consumer's thread pulls and applies), which
-AUTOTUNE picks for cheap functions, and its steady state (``ParallelApplier._next_lean``): across generated
+AUTOTUNE picks for cheap functions, and its steady state (``ResultsWindow.next_lean``): across generated
 schedules of worker counts, input errors, function errors and replay events below, it delivers what a
 sequential ``map`` does, counts the replay events at the element they happened, and a state taken at any
 point restores to exactly the rest."""
@@ -75,7 +75,7 @@ def _take(p: ParallelApplier, schedule: dict[int, int], k: int | None = None, se
     while k is None or len(out) < k:
         if len(out) in schedule:
             p.set_workers(schedule[len(out)])
-        if seen_lean is not None and getattr(p, "_lean", False):
+        if seen_lean is not None and p.window.lean:
             seen_lean.append(len(out))
         try:
             v = p.next()
@@ -164,7 +164,7 @@ def test_inline_calls_report_their_cpu_time(lean):
     for _ in range(24):
         p.next()
         if not lean:
-            p._lean = False  # the general inline path, every time
+            p.window.leave_lean()  # the general inline path, every time
     st = p.stats()
     p.stop()
     assert st["calls"] == 24 and st["busy_s"] > 0 and len(own) == 24

@@ -1,5 +1,5 @@
-"""The parallel stage (``headrace._engine.pool.parallel`` and its ``pool_*`` parts): a restore while a worker is stuck
-in the input, the input's state read per snapshot, not per element (issue 15, engine review)."""
+"""The parallel stage (``headrace._engine.pool``: the pool and its parts): a restore while a worker is stuck
+in the input, the input's state read per snapshot, not per element."""
 
 from __future__ import annotations
 

@@ -267,7 +267,8 @@ class ProcessExecutor:
                 if proc is not None:
                     self.workers.checkin(proc)
                 raise
-            self.workers.checkin(proc)
+            if proc is not None:
+                self.workers.checkin(proc)
             ready(True)
             ready = None
 
@@ -478,7 +479,7 @@ class AutoExecutor:
             return
         how = (f"two calls never ran at once, back to back ({busy:.0%} of the time)" if serialized
                else f"a call slows {slowdown:.2f}x when two run")
-        waited = f"; a thread waited {gil_wait * 1e3:.1f} ms for it" if held else ""
+        waited = f"; a thread waited {gil_wait * 1e3:.1f} ms for it" if held and gil_wait is not None else ""
         why = (f"2 threads run it only {overlap / slowdown:.2f}x as fast as 1 ({how}: it holds the GIL{waited}) "
                f"and a call is {share:.0%} CPU")
         try:

@@ -1,79 +1,103 @@
-"""The results window of a parallel stage (``headrace._engine.pool.parallel``): sequence numbers, the results waiting
-for the consumer, and the order the consumer takes them in (``next()``, the consumer's side of the pool).
-
-Every element pulled from the input gets the next sequence number (``_next_seq``, claimed under the input
-lock), whoever computes it: a worker, or the consumer itself on the inline path (``headrace._engine.pool.inline``).
-Elements pulled from the input but not yet handed to the consumer: at most ``window`` (``_in_flight``). Every
-``seq < _prefix`` was delivered (or skipped); ``_beyond`` holds those delivered beyond the prefix, ``_skip``
-those a restore drops (delivered before the state it restored), ``_end_seq`` the end of the input once seen.
-A result waiting here holds its bytes in the stage's account until the consumer takes it (``hand_off``).
-
-Ordering: ``deterministic=True`` delivers in input order (sequence numbers); otherwise in completion order,
-except below another ``deterministic=False`` stage, where it delivers in order (see
-``ParallelApplier.__init__``: the out-of-order part of a checkpoint names positions, which only a replaying
-input can honour), and up to a replay event's barrier (``headrace._engine.pool.snapshots``).
-Ordered pools with several workers keep one element of headroom in their share of the budget for the
-element the consumer waits for (``urgent``), so results that finished early cannot starve it.
-
-Errors: an exception from the input or from ``fn`` is stored as that sequence number's result and
-re-raised by the consumer at its position, with a note naming the stage and element; the stage stays
-usable afterwards. An exception in the pool's own machinery (a worker's crash) is re-raised to the consumer too.
+"""The results window of a parallel stage (``headrace._engine.pool.parallel``): the sequence numbers, the results
+waiting for the consumer, the order the consumer takes them in (``next()``), and its fast path with no worker
+(the lean path). Every field of the window is written here only; the workers, the inline path and the
+snapshots change it through the methods below. Why it is built so, with a picture: docs/design/pool.md.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._handoff import hand_off, waiter_urgency
 from ..._memory import WAIT_SLICE_S, Cancelled
-from ..._sync import Condition
-from ..stage_support import detached
-from .fields import PoolFields, Result
+from ..._sync import Condition, Flag
+from ..stage_support import detached, note_error
+
+if TYPE_CHECKING:
+    from .inline import InlinePath
+    from .parallel import ParallelApplier
+    from .snapshots import InputSnapshots
+    from .workers import WorkerThreads
+
+LEAN_TIMING_EVERY = 8
+"""The lean path times one call in this many; that one stands for them all."""
+LEAN_TIMING_MASK = LEAN_TIMING_EVERY - 1
+PARK, DONE = -1, -2
+"""What :meth:`ResultsWindow.claim_with_room` returns instead of a sequence number."""
 
 
-class ResultsWindow(PoolFields):
-    """The window and ordering part of :class:`~headrace._engine.pool.parallel.ParallelApplier`
-    (a part: its fields are listed in ``fields``)."""
+class Result:
+    """One sequence number's outcome: its value and bytes, or its error."""
 
-    def _init_window(self, stage: str, window: int | Callable[[], int], refill_at: int | Callable[[], int] | None,
-                     deterministic: bool, headroom: bool, urgent_when_waited: bool) -> None:
+    __slots__ = ("error", "nbytes", "value")
+
+    def __init__(self, value: Any, n: int, error: BaseException | None) -> None:
+        self.value = value
+        self.nbytes = n
+        self.error = error
+
+
+class ResultsWindow:
+    """Sequence numbers, results and ordering of one :class:`~headrace._engine.pool.parallel.ParallelApplier`.
+
+    Every element pulled gets the next sequence number (under the input lock), whoever computes it; at most
+    :attr:`size` are in flight. Every ``seq < prefix`` was delivered (or skipped), ``beyond`` those delivered
+    past it, ``skip`` those a restore drops. An error from the input or ``fn`` is that number's result,
+    re-raised at its position. ``cv`` (with ``room`` on its lock) guards these fields between threads.
+    """
+
+    def __init__(self, pool: ParallelApplier, window: int | Callable[[], int],
+                 refill_at: int | Callable[[], int] | None, deterministic: bool, headroom: bool,
+                 urgent_when_waited: bool) -> None:
+        self.pool = pool
         self._window = window
-        self._window_set = None
+        self._window_set: int | None = None
         self._refill_at = refill_at
         self.deterministic = deterministic
         self.headroom = headroom
         self.urgent_when_waited = urgent_when_waited
-        self.delivers_as = self  # the iterator a reader above pulls from (PoolIterator sets itself)
-        self._cv = Condition(f"{stage} results")            # the consumer waits here for a result
-        self._room = Condition(f"{stage} room", self._cv.lock)  # a worker (holding the input lock) waits for room
-        self._consumer_waiting = False
-        self._waiter_urgent = None  # the waiting consumer's own urgency (_handoff)
-        self._room_waiting = False
+        self.cv = Condition(f"{pool.stage} results")  # the consumer waits here for a result
+        self.room = Condition(f"{pool.stage} room", self.cv.lock)  # a worker (holding the input lock) waits for room
+        self.consumer_waiting = False
+        self.room_waiting = False  # a worker (holding the input lock) waits for room
+        self.waiter_urgent: Callable[[], bool] | None = None  # the waiting consumer's own urgency (_handoff)
         self.consumer_wait_s = 0.0
         self.delivered = 0
         self.delivered_bytes = 0
+        self.lean = False  # the inline path's steady state (see next_lean)
+        self.reset(0, [])
 
-    def _reset_window(self, index_base: int, skip: list[int]) -> None:
-        self._index_base = index_base
-        self._next_seq = 0            # next sequence number a worker will claim
-        self._end_seq = None          # set when the input is exhausted
-        self._results = {}
-        self._prefix = 0              # every seq < prefix was delivered (or skipped)
-        self._beyond = set()          # delivered or skipped seq beyond the prefix
-        self._skip = set(skip)        # seq to drop (restored out-of-order deliveries)
-        self._barrier = None          # out-of-order delivery stops at this seq until the prefix passes it
+    def wire(self) -> None:
+        """Bind the pool's other parts (built after this one)."""
+        self.workers: WorkerThreads = self.pool.workers
+        self.inline: InlinePath = self.pool.inline
+        self.snapshots: InputSnapshots = self.pool.snapshots
+
+    def reset(self, index_base: int, skip: list[int]) -> None:
+        """A new run: sequence number 0 is element ``index_base``; ``skip``: offsets a restore drops."""
+        self.index_base = index_base
+        self.next_seq = 0            # next sequence number to claim
+        self.end_seq: int | None = None  # set when the input is exhausted
+        self.results: dict[int, Result] = {}  # computed, waiting for the consumer
+        self.prefix = 0              # every seq < prefix was delivered (or skipped)
+        self.beyond: set[int] = set()  # delivered or skipped seq beyond the prefix
+        self.skip = set(skip)        # seq to drop (restored out-of-order deliveries)
+        self.barrier: int | None = None  # out-of-order delivery stops at this seq until the prefix passes it
+        self.lean = False
 
     # ---- settings ----------------------------------------------------------------------------------
     def set_window(self, n: int) -> None:
         """At most ``n`` elements in flight from now on."""
-        with self._cv:
+        with self.cv:
             self._window_set = max(1, int(n))
-            self._notify_all()
+            self.notify_all()
 
     @property
-    def window(self) -> int:
+    def size(self) -> int:
+        """The elements in flight allowed now."""
         if self._window_set is not None:
             return self._window_set
         w = self._window
@@ -81,81 +105,153 @@ class ResultsWindow(PoolFields):
 
     @property
     def refill_at(self) -> int:
-        window = self.window
+        window = self.size
         r = self._refill_at
         r = r() if callable(r) else r
         return window - 1 if r is None else min(max(r, 0), window - 1)
 
-    def _in_flight(self) -> int:
-        return self._next_seq - self._prefix - len(self._beyond)
+    def leave_lean(self) -> None:  # the next next() takes the general path (workers woken, a stop)
+        self.lean = False
 
-    def _urgent(self, seq: int) -> Callable[[], bool]:
-        if self.urgent_when_waited:
-            return lambda: self._consumer_waiting and self._prefix == seq and self._waited_urgently()
-        if self.deterministic:
-            return lambda: self._prefix == seq
-        return lambda: self._consumer_waiting and not self._results and self._waited_urgently()
+    # ---- the sequence numbers (the workers' and the inline path's side) ----------------------------
+    def in_flight(self) -> int:
+        return self.next_seq - self.prefix - len(self.beyond)
 
-    def _waited_urgently(self) -> bool:
-        """Whether the consumer waiting on this pool pulls for an element its own consumer waits for."""
-        w = self._waiter_urgent
-        return w is None or w()
+    def claim_with_room(self, stop: Flag, index: int) -> int:
+        """Input lock held (worker ``index``): wait (timed) for room in the window, then claim the next sequence
+        number; ``PARK`` if the worker is above the active count now, ``DONE`` at a stop or the end."""
+        pool = self.pool
+        with self.cv:
+            while (not stop.is_set() and self.end_seq is None and index < pool.active
+                   and self.next_seq - self.prefix - len(self.beyond) >= self.size):
+                self.room_waiting = True
+                self.room.wait(WAIT_SLICE_S)
+                self.room_waiting = False
+            if stop.is_set() or self.end_seq is not None:
+                return DONE
+            if index >= pool.active:
+                return PARK
+            self.next_seq += 1
+            return self.next_seq - 1
 
-    def _notify_all(self) -> None:
+    def claim_inline(self) -> int:
+        """Input lock held, the consumer's thread, nothing in flight: the next number, or ``StopIteration``."""
+        if self.end_seq is not None:
+            raise StopIteration
+        self.next_seq += 1
+        return self.next_seq - 1
+
+    def end_at(self, seq: int, gen: int | None = None) -> None:
+        """The input ended at ``seq``; ``gen``: a worker's generation, ignored once it is stale or stopping
+        (``None``: the consumer's thread, always the current one)."""
+        workers = self.workers
+        with self.cv:
+            if gen is None or (gen == workers.gen and not workers.stop_flag.is_set()):
+                self.end_seq = seq
+                self.next_seq = seq
+            self.notify_all()
+
+    def advance(self, seq: int) -> None:
+        """``seq`` was delivered or skipped: move the prefix past every such number (lock held)."""
+        beyond = self.beyond
+        beyond.add(seq)
+        while self.prefix in beyond:
+            beyond.discard(self.prefix)
+            self.prefix += 1
+
+    def done_inline(self, seq: int, skipped: bool) -> None:
+        """The consumer's thread computed (or ``skipped``) ``seq`` inline: advance past it and count it."""
+        if skipped:
+            self.skip.discard(seq)
+        if not self.beyond and seq == self.prefix:
+            self.prefix = seq + 1  # nothing in flight: no worker moves the prefix meanwhile
+        else:
+            with self.cv:
+                self.advance(seq)
+        if not skipped:
+            self.delivered += 1
+
+    def drop_skipped(self, seq: int) -> None:
+        """A worker pulled ``seq``, delivered before the state this run was restored from: drop it."""
+        with self.cv:
+            self.skip.discard(seq)
+            self.advance(seq)
+            self.notify_all()
+
+    def store(self, seq: int, result: Result) -> None:
+        """Lock held: ``seq``'s result waits for the consumer (woken if it waits for this one)."""
+        self.results[seq] = result
+        # ordered delivery: only the result the consumer waits for is worth waking it
+        if self.consumer_waiting and (seq == self.prefix or not self.deterministic):
+            self.cv.notify()
+
+    def drop_results(self) -> None:
+        """Lock held: drop the results waiting (a stop), giving their bytes back."""
+        held = [r.nbytes for r in self.results.values() if r.error is None]
+        if held:
+            self.pool.account.release(sum(held), len(held))
+        self.results.clear()
+
+    def set_barrier(self, seq: int) -> None:
+        """Lock held: deliver from ``seq`` on in order until the prefix passes it (a replay may differ there)."""
+        self.barrier = seq if self.barrier is None else min(self.barrier, seq)
+
+    def notify_all(self) -> None:
         """Wake the consumer and any worker (end of input, skipped elements, stop); lock held."""
-        self._cv.notify_all()
-        self._room.notify_all()
+        self.cv.notify_all()
+        self.room.notify_all()
 
     # ---- the consumer ------------------------------------------------------------------------------
     def next(self) -> Any:
-        if self._lean:
-            raw = self._raw_input_lock
+        if self.lean:
+            raw = self.pool.raw_input_lock
             if raw.acquire(False):
-                if self.active == 0 and self._lean:
-                    return self._next_lean(raw)
+                if self.pool.active == 0 and self.lean:
+                    return self.next_lean(raw)
                 raw.release()
-            self._lean = False
-        if not self._started:
-            self._start()
-        if self.active == 0 and self._next_seq == self._prefix and not self._results and self._crash is None:
-            return self._next_inline()  # inline, nothing in flight (see _next_inline)
-        cv = self._cv
+            self.lean = False
+        workers = self.workers
+        if not workers.started:
+            workers.start()
+        if self.pool.active == 0 and self.next_seq == self.prefix and not self.results and workers.crash is None:
+            return self._inline()  # inline, nothing in flight (see InlinePath.next_inline)
+        cv = self.cv
         waited = 0.0
         with cv:
-            gen = self._gen
+            gen = workers.gen
             while True:
-                if self._crash is not None:
-                    raise detached(self._crash)  # kept to raise again: the consumer's frames stay off it
+                if workers.crash is not None:
+                    raise detached(workers.crash)  # kept to raise again: the consumer's frames stay off it
                 result = self._take_ready()
                 if result is not None:
                     break
-                if self._end_seq is not None and self._prefix >= self._end_seq:
+                if self.end_seq is not None and self.prefix >= self.end_seq:
                     raise StopIteration
-                if self._stop.is_set() or self._gen != gen:  # (stop() from close() starts a new generation)
+                if workers.stop_flag.is_set() or workers.gen != gen:  # (stop() from close(): a new generation)
                     raise Cancelled()
-                if self.active == 0 and self._in_flight() == 0:
+                if self.pool.active == 0 and self.in_flight() == 0:
                     break  # inline: this thread computes the next element (outside the lock)
-                if not any(t.is_alive() for t in self._threads):
-                    raise RuntimeError(f"{self.stage}: worker threads stopped unexpectedly (a headrace defect; "
-                                       "please report it with the pipeline)")
-                self._consumer_waiting = True
-                self._waiter_urgent = waiter_urgency()
+                if not workers.any_alive():
+                    raise RuntimeError(f"{self.pool.stage}: worker threads stopped unexpectedly (a headrace "
+                                       "defect; please report it with the pipeline)")
+                self.consumer_waiting = True
+                self.waiter_urgent = waiter_urgency()
                 w0 = time.perf_counter()
                 try:
                     cv.wait(WAIT_SLICE_S)
                 finally:
-                    self._consumer_waiting = False
+                    self.consumer_waiting = False
                     waited += time.perf_counter() - w0
-            if result is not None and self._room_waiting and (
-                    not self._results or self._in_flight() <= self.refill_at):
-                self._room.notify()  # the one worker waiting for room (it holds the input lock)
+            if result is not None and self.room_waiting and (
+                    not self.results or self.in_flight() <= self.refill_at):
+                self.room.notify()  # the one worker waiting for room (it holds the input lock)
         self.consumer_wait_s += waited
         if result is None:
-            return self._next_inline()
+            return self._inline()
         self.delivered += 1
         if result.error is None:
             self.delivered_bytes += result.nbytes
-            hand_off(self.account, result.nbytes, self.delivers_as)
+            hand_off(self.pool.account, result.nbytes, self.pool.delivers_as)
             return result.value
         error, result = result.error, None
         try:
@@ -163,23 +259,28 @@ class ResultsWindow(PoolFields):
         finally:
             del error  # no frame -> exception -> traceback -> frame cycle keeping the pipeline alive
 
+    def _inline(self) -> Any:
+        value = self.inline.next_inline()
+        self.lean = self.inline.may_go_lean()
+        return value
+
     def has_ready(self) -> bool:
         """Whether ``next()`` would return without waiting (a result is ready, or the stream ended)."""
-        with self._cv:
-            if self.active == 0 and self._in_flight() == 0:
+        with self.cv:
+            if self.pool.active == 0 and self.in_flight() == 0:
                 return True
-            if self._end_seq is not None and self._prefix >= self._end_seq:
+            if self.end_seq is not None and self.prefix >= self.end_seq:
                 return True
             return self._next_ready() is not None
 
     def _next_ready(self) -> int | None:
         """The sequence number to deliver next, if one is ready (lock held)."""
-        if self._barrier is not None and self._prefix > self._barrier:
-            self._barrier = None
+        if self.barrier is not None and self.prefix > self.barrier:
+            self.barrier = None
         if self.deterministic:
-            return self._prefix if self._prefix in self._results else None
-        for seq in self._results:
-            if self._barrier is None or seq < self._barrier or seq == self._prefix:
+            return self.prefix if self.prefix in self.results else None
+        for seq in self.results:
+            if self.barrier is None or seq < self.barrier or seq == self.prefix:
                 return seq
         return None
 
@@ -187,6 +288,71 @@ class ResultsWindow(PoolFields):
         seq = self._next_ready()
         if seq is None:
             return None
-        result = self._results.pop(seq)
-        self._advance(seq)
+        result = self.results.pop(seq)
+        self.advance(seq)
         return result
+
+    # ---- the lean path: no worker, nothing in flight -------------------------------------------------
+    def next_lean(self, raw: threading.Lock) -> Any:
+        """The inline path's steady state (``lean``; the input lock ``raw`` held on entry): nothing in flight,
+        held, skipped or read ahead, ``fn`` called directly; anything else (workers, a restore, a stop, the end,
+        an error) leaves it. Replay events below are counted when next asked (``mark_lean``)."""
+        pool = self.pool
+        snapshots = self.snapshots
+        seq = self.next_seq
+        try:
+            x = pool.source.__next__()
+        except StopIteration:
+            self.lean = False
+            raw.release()
+            self.end_at(seq)
+            raise
+        except Exception:  # the input's element raised: delivered (as the error) in its place
+            self.lean = False
+            self.next_seq = self.prefix = seq + 1
+            if not snapshots.epoch_stale:
+                snapshots.mark_lean()
+            raw.release()
+            self.delivered += 1
+            raise
+        except BaseException:  # KeyboardInterrupt, Cancelled: nothing was claimed
+            self.lean = False
+            raw.release()
+            raise
+        self.next_seq = self.prefix = seq + 1
+        if not snapshots.epoch_stale:
+            snapshots.mark_lean()
+        raw.release()
+        self.delivered += 1
+        stats = self.inline.stats
+        calls = stats.calls = stats.calls + 1
+        try:
+            if calls & LEAN_TIMING_MASK:
+                return pool.fn(x)
+            # one call in LEAN_TIMING_EVERY is timed and stands for them all (the tuner needs the time per
+            # call and its CPU share; clock reads per call would cost a tenth of a cheap map's time)
+            t1, c1 = time.perf_counter(), time.thread_time()
+            try:
+                return pool.fn(x)
+            finally:
+                stats.busy_s += (time.perf_counter() - t1) * LEAN_TIMING_EVERY
+                stats.cpu_s += (time.thread_time() - c1) * LEAN_TIMING_EVERY
+        except Exception as e:
+            note_error(e, pool.stage, self.index_base + seq)
+            raise
+
+
+
+def urgency(window: ResultsWindow, seq: int) -> Callable[[], bool]:
+    """Whether a worker's reservation for ``seq`` is urgent (may use the headroom), asked while it waits."""
+    if window.urgent_when_waited:
+        return lambda: window.consumer_waiting and window.prefix == seq and _waited_urgently(window)
+    if window.deterministic:
+        return lambda: window.prefix == seq
+    return lambda: window.consumer_waiting and not window.results and _waited_urgently(window)
+
+
+def _waited_urgently(window: ResultsWindow) -> bool:
+    """Whether the consumer waiting on this pool pulls for an element its own consumer waits for."""
+    w = window.waiter_urgent
+    return w is None or w()

@@ -2,26 +2,14 @@
 around it (:class:`PoolIterator`).
 
 Used by parallel ``map``, ``prefetch`` (one worker, identity), parallel ``batch`` and ``interleave``'s slots.
-:class:`ParallelApplier` is one object assembled from one part per concern, each in its module; the parts
-share the pool's fields, listed with their owners in ``fields``, so that the per-element paths read them
-without a call:
-
-- ``order``: the results window: sequence numbers, at most ``window`` elements in flight, the order the
-  consumer takes results in (``deterministic``), errors re-raised at their position; the consumer's ``next()``;
-- ``steps``: one element's steps, one home each: pull, apply ``fn`` (note the error), advance the prefix;
-- ``workers``: the worker threads, their loop and reservations (every element in flight is covered by the
-  stage's memory account before it exists), the executor's calls, shutdown;
-- ``inline``: the inline and lean paths (``set_workers(0)``: the consumer's thread computes);
-- ``snapshots``: the input snapshots every ``SNAPSHOT_EVERY`` pulls, replay events, ``state()``, ``restore()``;
-- ``stats``: the counters ``explain()`` and the autotuner read;
-- ``replay``: the rules of exactly-once replay it follows (advancing an input by positions for a restore's
-  ``forward``, replay events, when an input replays in order).
-
-Run-time settings (the autotuner, ``headrace._engine.tuning.tuner``): ``set_workers(n)`` changes how many workers take
-elements (threads are started when needed; those above ``n`` park, holding nothing); ``n = 0`` runs the stage
-inline. ``set_window(n)`` changes the elements in flight. Both keep the state exact: sequence numbers,
-snapshots and ordering are the same whoever computes an element. :class:`PoolIterator` wires the AUTOTUNE
-knobs (``workers``, ``window``, ``buffer``) to them.
+:class:`ParallelApplier` is one object assembled from one part per concern, each in its module of this
+package, sharing the fields listed in ``fields`` so that the per-element paths read them without a call:
+``order`` (the results window and the consumer's ``next()``), ``steps`` (pull, apply, advance: one home
+each), ``workers`` (threads, reservations, executor calls, shutdown), ``inline`` (``set_workers(0)``: the
+consumer's thread computes), ``snapshots`` (input snapshots, ``state()``, ``restore()``), ``stats``.
+``set_workers(n)`` and ``set_window(n)`` (the tuner) keep the state exact: sequence numbers, snapshots and
+ordering are the same whoever computes an element. Ordering, snapshots and the inline path, with a picture:
+docs/design/pool.md.
 """
 
 from __future__ import annotations
@@ -30,21 +18,33 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._memory import StageAccount
 from ..._sync import Lock as TimedLock
 from ..replay import replays_in_order
 from ..stage import Stage
 from ..stage_support import check_state
-from ..tuning.knobs import MAX_BUFFER, MAX_WINDOW, MAX_WORKERS, KnobKind, StageStats, stage_tuning, workers_start_reason
+from ..tuning.knobs import (
+    MAX_BUFFER,
+    MAX_WINDOW,
+    MAX_WORKERS,
+    KnobKind,
+    StageStats,
+    StageTuning,
+    stage_tuning,
+    workers_start_reason,
+)
 from .executor import Executor, ExecutorKind, ThreadExecutor
-from .inline import LEAN_TIMING_EVERY, InlinePath
-from .order import ResultsWindow
+from .inline import InlinePath
+from .order import LEAN_TIMING_EVERY, ResultsWindow
 from .snapshots import RESTORE_WAIT_S, InputSnapshots
 from .stats import PoolStats, summarize
 from .steps import ElementSteps
 from .workers import WorkerThreads
+
+if TYPE_CHECKING:
+    from ..context import IteratorContext
 
 __all__ = ["LEAN_TIMING_EVERY", "RESTORE_WAIT_S", "SNAPSHOT_EVERY", "ParallelApplier", "PoolIterator", "PoolStats"]
 
@@ -52,7 +52,7 @@ SNAPSHOT_EVERY = 16
 """Pulls between two snapshots of the input's state (restore re-reads at most this many elements)."""
 
 
-class ParallelApplier(ResultsWindow, ElementSteps, WorkerThreads, InlinePath, InputSnapshots):
+class ParallelApplier:
     """Apply ``fn`` to elements of ``source`` in ``num_workers`` threads (see the module docstring).
 
     ``identity``: ``fn`` returns its input (prefetch): a worker reserves one element, not two.
@@ -65,6 +65,11 @@ class ParallelApplier(ResultsWindow, ElementSteps, WorkerThreads, InlinePath, In
     on how many slots share the budget. ``urgent_when_waited``: a reservation is urgent only while the
     consumer waits on this pool (interleave slots share one account; only the slot the consumer waits on
     may use its headroom).
+
+    Its parts, each writing only its own fields: :attr:`window` (:class:`ResultsWindow`: sequence numbers,
+    results, ordering, the consumer's ``next()`` and its lean path), :attr:`workers`
+    (:class:`WorkerThreads`), :attr:`inline` (:class:`InlinePath`), :attr:`snapshots`
+    (:class:`InputSnapshots`: state and restore) and :attr:`steps` (:class:`ElementSteps`: pull and apply).
     """
 
     def __init__(self, source: Stage, fn: Callable[[Any], Any], *, num_workers: int,
@@ -85,40 +90,84 @@ class ParallelApplier(ResultsWindow, ElementSteps, WorkerThreads, InlinePath, In
         self.identity = identity
         self.input_charged = input_charged
         self.release_input = release_input
+        self.delivers_as: Any = self  # the iterator a reader above pulls from (PoolIterator sets itself)
         input_replays = replays_in_order(source)
+        self.input_lock = TimedLock(f"{stage} input")  # held around source.__next__ (timed acquisitions)
+        self.raw_input_lock = self.input_lock.raw  # the inline path's untimed try (see ResultsWindow.next_lean)
         # Out-of-order delivery is checkpointed as "these positions after the prefix were delivered", which
         # only names the right elements if the input replays them in the same order. Below another
         # deterministic=False stage it does not, so this stage delivers in order (its output order is
         # unpredictable anyway; tf.data's deterministic=False allows it).
-        self._init_window(stage, window, refill_at, deterministic or not input_replays,
-                          (deterministic and num_workers > 1) if headroom is None else headroom, urgent_when_waited)
-        self._input_lock = TimedLock(f"{stage} input")  # held around source.__next__ (timed acquisitions)
-        self._raw_input_lock = self._input_lock.raw  # the inline path's untimed try (see _next_lean)
-        self._init_workers()
-        self._init_inline()
-        base_state = self._init_snapshots(record_state, snapshot_every or (SNAPSHOT_EVERY if input_replays else 1))
+        self.window = ResultsWindow(self, window, refill_at, deterministic or not input_replays,
+                                    (deterministic and num_workers > 1) if headroom is None else headroom,
+                                    urgent_when_waited)
+        self.snapshots = InputSnapshots(self, record_state,
+                                        snapshot_every or (SNAPSHOT_EVERY if input_replays else 1))
+        self.workers = WorkerThreads(self)
+        self.inline = InlinePath(self)
+        self.steps = ElementSteps(self)
+        for part in (self.window, self.snapshots, self.workers, self.steps):
+            part.wire()
+        # the consumer's calls go to the window directly (PoolIterator binds ``next`` once)
+        self.next: Callable[[], Any] = self.window.next
+        self.has_ready: Callable[[], bool] = self.window.has_ready
         self.started_s = time.monotonic()
-        self._reset_counters(index_base, base_state, 0, [])
+        self.reset(index_base, self.snapshots.base_state, 0, [])
 
-    def _reset_counters(self, index_base: int, base_state: Any, forward: int, skip: list[int]) -> None:
+    def reset(self, index_base: int, base_state: Any, forward: int, skip: list[int]) -> None:
         """A new run from ``base_state`` (then ``forward`` more input elements), ``skip`` offsets to drop."""
-        self._reset_window(index_base, skip)
-        self._reset_snapshots(base_state, forward)
-        self._started = False
-        self._lean = False  # the inline path's steady state (see _next_lean)
+        self.window.reset(index_base, skip)
+        self.snapshots.reset(base_state, forward)
+        self.workers.reset()
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether results come in input order (also below another ``deterministic=False`` stage)."""
+        return self.window.deterministic
+
+    @property
+    def record_state(self) -> bool:
+        return self.snapshots.record_state
 
     def set_workers(self, n: int) -> None:
         """Run with ``n`` workers from now on (0: inline, in the consumer's thread)."""
         n = max(0, int(n))
-        with self._cv:
+        window = self.window
+        with window.cv:
             self.active = n
             if n:
-                self._lean = False
-            if self._started:
-                self._ensure_threads(n)
-            self._notify_all()
+                window.leave_lean()
+            if self.workers.started:
+                self.workers.ensure_threads(n)
+            window.notify_all()
         if n > 0:
             self.executor.set_workers(n)
+
+    def set_window(self, n: int) -> None:
+        """At most ``n`` elements in flight from now on."""
+        self.window.set_window(n)
+
+    def state(self) -> dict[str, Any]:
+        return self.snapshots.state()
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.snapshots.restore(state)
+
+    def delivered_epoch(self) -> int:
+        return self.snapshots.delivered_epoch()
+
+    def signal_stop(self) -> None:
+        self.workers.signal_stop()
+
+    def join(self, deadline: float) -> None:
+        self.workers.join(deadline)
+
+    def alive_threads(self) -> list[threading.Thread]:
+        return self.workers.alive_threads()
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        """Stop, join (``timeout_s``), drop held results and start a new generation."""
+        self.workers.stop(timeout_s)
 
     def stats(self) -> dict[str, Any]:
         """:meth:`stage_stats` by name."""
@@ -127,9 +176,10 @@ class ParallelApplier(ResultsWindow, ElementSteps, WorkerThreads, InlinePath, In
     def stage_stats(self) -> StageStats:
         """The counters (:class:`PoolStats` summed over the workers and the inline calls) and settings
         (``headrace._engine.pool.stats``)."""
-        return summarize(self._worker_stats, len(self._threads), self._inline_stats, active=self.active,
-                         window=self.window, consumer_wait_s=self.consumer_wait_s, delivered=self.delivered,
-                         delivered_bytes=self.delivered_bytes, started_s=self.started_s)
+        window, workers = self.window, self.workers
+        return summarize(workers.stats, len(workers.threads), self.inline.stats, active=self.active,
+                         window=window.size, consumer_wait_s=window.consumer_wait_s, delivered=window.delivered,
+                         delivered_bytes=window.delivered_bytes, started_s=self.started_s)
 
 
 class PoolIterator(Stage):
@@ -139,7 +189,7 @@ class PoolIterator(Stage):
     own with a demand of ``window`` elements. Other keywords go to :class:`ParallelApplier`.
     """
 
-    def __init__(self, ctx: Any, source: Stage, fn: Callable[[Any], Any], stage: str, workers: int,
+    def __init__(self, ctx: IteratorContext, source: Stage, fn: Callable[[Any], Any], stage: str, workers: int,
                  deterministic: bool, *, kind: str, window: int | Callable[[], int],
                  account: StageAccount | None = None, warn_shrink: bool = True, autotune: bool = False,
                  **pool_options: Any) -> None:
@@ -161,12 +211,12 @@ class PoolIterator(Stage):
         self.__next__ = self._pool.next  # type: ignore[method-assign]
         self._pool.delivers_as = self
         self.reorders = not self._pool.deterministic  # (replay's rule 1)
-        self._tuning: Any = None
+        self._tuning: StageTuning | None = None
         if autotune and ctx.options.autotune_enabled is not False:
             self._tune(ctx, workers, window)
 
     # ---- AUTOTUNE (headrace._engine.tuning.tuner) ------------------------------------------------------------
-    def _tune(self, ctx: Any, workers: int, window: int | Callable[[], int]) -> None:
+    def _tune(self, ctx: IteratorContext, workers: int, window: int | Callable[[], int]) -> None:
         t = stage_tuning(ctx, self.stage, self.kind)
         if self.kind == "prefetch":
             t.knob(KnobKind.BUFFER, int(window) if isinstance(window, int) else 1, 0, MAX_BUFFER,
@@ -234,8 +284,8 @@ class PoolIterator(Stage):
         self._pool.restore(state)
 
     def replay_epoch(self) -> int:
-        pool = self._pool
-        return pool.delivered_epoch() if pool.record_state else super().replay_epoch()
+        snapshots = self._pool.snapshots  # (asked per element by the stage above: no delegation here)
+        return snapshots.delivered_epoch() if snapshots.record_state else super().replay_epoch()
 
     def _signal_self(self) -> None:
         self._pool.signal_stop()

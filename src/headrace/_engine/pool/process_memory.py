@@ -16,7 +16,7 @@ Every stage's workers have one *workers* account (mandatory, one unit per worker
 - a new worker reserves ``estimate()`` first: the largest footprint a worker of the stage reached once it
   had computed (segments and what the function imports included); before any did, that or
   ``WORKER_ESTIMATE_BYTES``, whichever is larger, since a fresh interpreter's RSS leaves both out (the
-  bare RSS let a second worker start that then took its segments over the budget: issue 22);
+  bare RSS let a second worker start that then took its segments over the budget);
 - the first worker of a stage waits for its reservation (the stage cannot run without one); any other
   starts only if its reservation fits **now** and the workers of every stage together stay within
   ``MAX_BUDGET_SHARE`` of the budget, a stage that has no worker yet counting the estimate of its first
@@ -125,7 +125,7 @@ def read_into(fd: int, n: int, offset: int) -> np.ndarray:
     dest = np.empty(n, np.uint8)
     done = 0
     while done < n:
-        got = os.preadv(fd, [dest[done:]], offset + done)
+        got = os.preadv(fd, [dest[done:]], offset + done)  # type: ignore[list-item]  # (an ndarray is a buffer)
         if got <= 0:
             raise OSError(f"short read from a shared-memory segment at offset {offset + done}")
         done += got

@@ -1,70 +1,63 @@
 """One element's steps in a parallel stage (``headrace._engine.pool.parallel``), one home for each, whoever takes
-them: pull element ``seq`` (:meth:`ElementSteps._next_input`: read ahead by a restore, or pulled now; the end
-of the input recorded by :meth:`ElementSteps._end_at`), apply ``fn`` (:meth:`ElementSteps._apply`: the
-function or the executor's call, timed, the input released, an error noted with the stage and element) and
-advance the delivered prefix (:meth:`ElementSteps._advance`).
-
-Three paths take these steps: a worker thread (``headrace._engine.pool.workers``: pull, reserve, apply, store the
-result), the consumer taking a stored result (``headrace._engine.pool.order``: advance, re-raise an error at its
-position) and the inline path (``headrace._engine.pool.inline``: all of them in the consumer's thread). The lean
-inline path unrolls them for its steady state (no read-ahead, no executor, nothing to release), where a call
-per step would cost a cheap ``map`` a tenth of its time; its end and its errors still go through
-:meth:`ElementSteps._end_at` and ``note_error``.
+them: pull element ``seq`` (:meth:`ElementSteps.next_input`: read ahead by a restore, or pulled now) and apply
+``fn`` (:meth:`ElementSteps.apply`: the function or the executor's call, timed, the input released, an error
+noted with the stage and element). The prefix advances in the results window
+(``ResultsWindow.advance``). Two paths take these steps: a worker thread (``headrace._engine.pool.workers``)
+and the inline path (``headrace._engine.pool.inline``); the lean path (``ResultsWindow.next_lean``) unrolls
+them for its steady state, where a call per step would cost a cheap ``map`` a tenth of its time.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._memory import Cancelled
 from ..._structure import nbytes
 from ..._sync import Flag
 from ..stage_support import note_error
-from .fields import PoolFields
 from .stats import PoolStats
 
+if TYPE_CHECKING:
+    from .inline import InlinePath
+    from .order import ResultsWindow
+    from .parallel import ParallelApplier
+    from .snapshots import InputSnapshots
 
-class ElementSteps(PoolFields):
-    """The per-element steps of :class:`~headrace._engine.pool.parallel.ParallelApplier`
-    (a part: its fields are listed in ``fields``)."""
 
-    def _next_input(self, seq: int, gen: int | None = None) -> Any:
+class ElementSteps:
+    """The per-element steps of one :class:`~headrace._engine.pool.parallel.ParallelApplier` (no fields of its
+    own: it reads the pool's settings and its parts')."""
+
+    def __init__(self, pool: ParallelApplier) -> None:
+        self.pool = pool
+
+    def wire(self) -> None:
+        """Bind the pool's other parts (built after this one)."""
+        pool = self.pool
+        self.window: ResultsWindow = pool.window
+        self.inline: InlinePath = pool.inline
+        self.snapshots: InputSnapshots = pool.snapshots
+
+    def next_input(self, seq: int, gen: int | None = None) -> Any:
         """Input lock held: element ``seq`` of the input (read ahead by a restore, or pulled now). The end of
-        the input is recorded (``_end_at(seq, gen)``) before ``StopIteration`` goes on to the caller."""
+        the input is recorded (``ResultsWindow.end_at(seq, gen)``) before ``StopIteration`` goes on."""
         try:
-            if seq >= self._prepull_end:
-                return self.source.__next__()
-            item = self._prepulled.pop(seq)
-            if item.nbytes:
-                self.account.adjust(-item.nbytes)
-            if item.error is not None:
-                error, item = item.error, None
-                try:
-                    raise error
-                finally:
-                    del error
-            return item.value
+            if seq >= self.snapshots.prepull_end:
+                return self.pool.source.__next__()
+            return self.snapshots.take_prepulled(seq)
         except StopIteration:
-            self._end_at(seq, gen)
+            self.window.end_at(seq, gen)
             raise
 
-    def _end_at(self, seq: int, gen: int | None = None) -> None:
-        """The input ended at ``seq``; ``gen``: a worker's generation, ignored once it is stale or stopping
-        (``None``: the consumer's thread, always the current one)."""
-        with self._cv:
-            if gen is None or (gen == self._gen and not self._stop.is_set()):
-                self._end_seq = seq
-                self._next_seq = seq
-            self._notify_all()
-
-    def _apply(self, x: Any, seq: int, stop: Flag, stats: PoolStats, inline: bool = False,
-               ready: Callable[[bool], bool] | None = None) -> tuple[Any, int, BaseException | None]:
-        """``fn(x)`` (or the executor's call; ``inline``: the inline path's, ``_inline_call``), timed into
+    def apply(self, x: Any, seq: int, stop: Flag, stats: PoolStats, inline: bool = False,
+              ready: Callable[[bool], bool] | None = None) -> tuple[Any, int, BaseException | None]:
+        """``fn(x)`` (or the executor's call; ``inline``: the inline path's, ``InlinePath.call``), timed into
         ``stats``, the input released (``release_input``) whether it succeeded or not: ``(value, nbytes,
         error)`` (``nbytes`` 0 inline: nothing is reserved there), the error noted with the stage and element.
         ``ready()`` runs right before ``fn`` (``Executor.call``); what it raises is raised, never the element's."""
+        pool = self.pool
         w0, c0 = time.perf_counter(), time.thread_time()
         refused: list[BaseException] = []
 
@@ -77,15 +70,17 @@ class ElementSteps(PoolFields):
 
         try:
             try:
+                direct = self.inline.direct
                 if inline:
-                    value = self.fn(x) if self._inline_direct else self._inline_call(x, seq, stop)
-                elif self._inline_direct:
-                    value = self.fn(x)
+                    value = pool.fn(x) if direct else self.inline.call(x, seq, stop)
+                elif direct:
+                    value = pool.fn(x)
                 else:
-                    value = self.executor.call(x, self._index_base + seq, stop, None if ready is None else before)
+                    value = pool.executor.call(x, self.window.index_base + seq, stop,
+                                               None if ready is None else before)
             finally:  # the input's bytes go whether fn succeeded or not
-                if self.release_input is not None:
-                    self.release_input(x)
+                if pool.release_input is not None:
+                    pool.release_input(x)
                 stats.calls += 1
                 stats.busy_s += time.perf_counter() - w0
                 stats.cpu_s += time.thread_time() - c0  # the tuner's CPU weight of the stage (cpu_budget)
@@ -96,18 +91,4 @@ class ElementSteps(PoolFields):
         except Exception as e:
             if refused and e is refused[0]:
                 raise
-            return None, 0, note_error(e, self.stage, self._index_base + seq)
-
-    def _advance(self, seq: int) -> None:
-        """``seq`` was delivered or skipped: move the prefix past every such number, and drop the snapshots
-        no state can name any more (lock held)."""
-        beyond = self._beyond
-        beyond.add(seq)
-        while self._prefix in beyond:
-            beyond.discard(self._prefix)
-            self._prefix += 1
-        snaps = self._snaps
-        if len(snaps) > 1:
-            base = max(p for p in snaps if p <= self._prefix)
-            for p in [p for p in snaps if p < base]:
-                del snaps[p]
+            return None, 0, note_error(e, pool.stage, self.window.index_base + seq)

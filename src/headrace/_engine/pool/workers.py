@@ -2,37 +2,24 @@
 their shutdown.
 
 A worker claims the next sequence number under the input lock once the window has room, reserves, pulls,
-applies ``fn`` outside the lock and stores the result for the consumer (``headrace._engine.pool.order``); the
-steps themselves live in ``headrace._engine.pool.steps``.
-
-Memory ("bounded work in flight", as torchdata's ``_SingleThreadedMapper``, in bytes as well as count): every
-element in flight is covered by the stage's memory account *before it exists*: a worker reserves the stage's
-estimate (its input's largest size plus its output's largest size; one element for ``identity``, the output
-only for ``input_charged``) before it pulls, settles the reservation to the real output size when ``fn``
-returns, and the result holds its bytes until the consumer takes it (see ``headrace._memory``). Results waiting
-for the consumer are therefore counted, and so is the input a worker holds while ``fn`` runs. An input that
-delivers its element charged hands it into the reservation (``headrace._handoff``).
-
-Executor (``headrace._engine.pool.executor.Executor``; default: ``ThreadExecutor(fn)``): while it runs the calls on
-threads for good, a worker calls ``fn(x)`` itself; otherwise (worker processes, ``"auto"`` measuring) it calls
-``executor.call(x, index, stop)``, and the reservation adds ``executor.extra_bytes(out)`` (a process call
-holds one more copy of the output).
-
-Workers above ``active`` (``set_workers``) park, holding nothing; threads are started when needed.
-
-Shutdown: ``signal_stop()`` sets the generation's stop event and wakes every waiter (never blocks);
-``join(deadline)`` joins the threads; ``alive_threads()`` lists those still inside user code after it;
-``stop()`` also drops the held results and starts a new generation. Every wait is a timed wait that re-checks
-the stop event. A defect in the pool's own machinery is stored (``_crash``) and re-raised to the consumer.
+applies ``fn`` outside the lock and stores the result in the results window (``headrace._engine.pool.order``);
+the steps themselves live in ``headrace._engine.pool.steps``. Every element in flight is covered by the stage's
+memory account *before it exists* (as torchdata's ``_SingleThreadedMapper`` bounds work in flight, in bytes as
+well as count): a worker reserves its input's and output's largest sizes before it pulls, settles to the real
+output size when ``fn`` returns, and the result holds its bytes until the consumer takes it; an input that
+delivers charged hands its element into the reservation (``headrace._handoff``). Workers above ``active``
+park, holding nothing. ``signal_stop()`` never blocks; every wait is timed and re-checks the stop event; a
+defect in the pool's own machinery is stored (``crash``) and re-raised to the consumer.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._errors import MemoryBudgetError
 from ..._handoff import delivers_charged, pulling_for, taking
@@ -40,52 +27,77 @@ from ..._memory import READ_AHEAD, TOP_UP, WAIT_SLICE_S, Cancelled, Reservation
 from ..._structure import nbytes
 from ..._sync import Flag
 from ..stage_support import join_threads, mark_crash, start_thread
-from .fields import PoolFields, Result
+from .order import DONE, Result, urgency
 from .stats import PoolStats
 
+if TYPE_CHECKING:
+    from .inline import InlinePath
+    from .order import ResultsWindow
+    from .parallel import ParallelApplier
+    from .snapshots import InputSnapshots
+    from .steps import ElementSteps
 
-class WorkerThreads(PoolFields):
-    """The worker side of :class:`~headrace._engine.pool.parallel.ParallelApplier`
-    (a part: its fields are listed in ``fields``)."""
 
-    def _init_workers(self) -> None:
-        self._threads = []
-        self._stale = []  # threads of stopped generations still inside user code
-        self._stop = Flag()
-        self._gen = 0
-        self._crash = None
+class WorkerThreads:
+    """The worker threads of one :class:`~headrace._engine.pool.parallel.ParallelApplier`: this generation's
+    threads and stop flag, the largest input seen, the workers' kinds of reservation and their counters."""
+
+    def __init__(self, pool: ParallelApplier) -> None:
+        self.pool = pool
+        self.threads: list[threading.Thread] = []
+        self._stale: list[threading.Thread] = []  # threads of stopped generations still inside user code
+        self.stop_flag = Flag()  # this generation's stop event
+        self.gen = 0
+        self.crash: BaseException | None = None  # a defect in the pool's machinery, re-raised to the consumer
+        self.started = False  # the threads were started (first next())
         self._in_max = 0  # the largest input seen (the reservation's input part)
         # at a stall, a process map whose worker, call and one result cannot fit is refused, not overdrawn
-        self._policy = replace(READ_AHEAD.with_headroom(self.headroom), refuse=self._stall_refusal)
+        self._policy = replace(READ_AHEAD.with_headroom(pool.window.headroom), refuse=self._stall_refusal)
         self._top_up_policy = replace(TOP_UP, refuse=self._stall_refusal)
-        self._worker_stats = []
+        self.stats: list[PoolStats] = []
 
-    def _start(self) -> None:
-        self._started = True
-        self._ensure_threads(self.active)
+    def wire(self) -> None:
+        """Bind the pool's other parts (built after this one)."""
+        pool = self.pool
+        self.window: ResultsWindow = pool.window
+        self.inline: InlinePath = pool.inline
+        self.snapshots: InputSnapshots = pool.snapshots
+        self.steps: ElementSteps = pool.steps
 
-    def _ensure_threads(self, n: int) -> None:
+    def reset(self) -> None:
+        """A new run: the threads start at the first ``next()``."""
+        self.started = False
+
+    def start(self) -> None:
+        self.started = True
+        self.ensure_threads(self.pool.active)
+
+    def ensure_threads(self, n: int) -> None:
         """Threads 0..n-1 of this generation exist (a thread parks while its index >= ``active``)."""
-        gen, stop = self._gen, self._stop
-        while len(self._threads) < n:
-            i = len(self._threads)
-            while len(self._worker_stats) <= i:
-                self._worker_stats.append(PoolStats())
-            stats = self._worker_stats[i]
+        gen, stop = self.gen, self.stop_flag
+        while len(self.threads) < n:
+            i = len(self.threads)
+            while len(self.stats) <= i:
+                self.stats.append(PoolStats())
+            stats = self.stats[i]
             stats.t0, stats.parked_s = time.monotonic(), 0.0
-            self._threads.append(start_thread(f"{self.thread_name}-{i}",
-                                              lambda i=i, st=stats: self._work(gen, stop, i, st), stop))
+            self.threads.append(start_thread(f"{self.pool.thread_name}-{i}",
+                                             functools.partial(self._work, gen, stop, i, stats), stop))
+
+    def any_alive(self) -> bool:
+        return any(t.is_alive() for t in self.threads)
 
     def _need(self, out: int) -> int:
         """The bytes one call holds at once for an output of ``out`` bytes (its input too, unless charged
         elsewhere, and the executor's extra)."""
-        extra = 0 if self._inline_direct else self.executor.extra_bytes(out)
-        return out + extra if (self.identity or self.input_charged) else out + extra + self._in_max
+        pool = self.pool
+        extra = 0 if self.inline.direct else pool.executor.extra_bytes(out)
+        return out + extra if (pool.identity or pool.input_charged) else out + extra + self._in_max
 
     def _estimate(self) -> int:
-        need = self._need(self.account.estimate())
-        if not self._inline_direct:
-            self.executor.check_fits(need)  # worker processes: one worker and one call must fit the budget
+        need = self._need(self.pool.account.estimate())
+        if not self.inline.direct:
+            self.pool.executor.check_fits(need)  # worker processes: one worker and one call must fit the budget
         return need
 
     def _stall_refusal(self, holders: str, total: int) -> str | None:
@@ -93,10 +105,10 @@ class WorkerThreads(PoolFields):
         memory that a finished result holds: where one worker, one call and that result cannot fit, the
         stall breaker's overdraft would come back at every such wait, so the stage is refused; else None
         (it overdraws)."""
-        if self._inline_direct:
+        if self.inline.direct:
             return None
-        out = self.account.max_element_bytes
-        return self.executor.refusal(self._need(out), out) if out else None
+        out = self.pool.account.max_element_bytes
+        return self.pool.executor.refusal(self._need(out), out) if out else None
 
     # ---- the loop ----------------------------------------------------------------------------------
     def _work(self, gen: int, stop: Flag, index: int, stats: PoolStats) -> None:
@@ -105,75 +117,72 @@ class WorkerThreads(PoolFields):
         except Cancelled:
             return
         except BaseException as e:  # a defect in the pool itself: the consumer must see it, not hang
-            with self._cv:
-                if gen == self._gen and self._crash is None:
-                    self._crash = mark_crash(e)
-                self._notify_all()
+            with self.window.cv:
+                if gen == self.gen and self.crash is None:
+                    self.crash = mark_crash(e)
+                self.window.notify_all()
 
-    def _acquire_input(self, stop: Flag) -> bool:
-        while not self._input_lock.acquire(timeout=WAIT_SLICE_S):
+    def acquire_input(self, stop: Flag) -> bool:
+        """The input lock, taken in timed slices; False once ``stop`` is set."""
+        while not self.pool.input_lock.acquire(timeout=WAIT_SLICE_S):
             if stop.is_set():
                 return False
         return True
 
     def _park(self, stop: Flag, index: int) -> None:
         """Wait (timed) while this worker is above the active count (``set_workers``)."""
-        if index < self.active:
+        pool = self.pool
+        if index < pool.active:
             return
         t0 = time.monotonic()
-        with self._cv:
-            while index >= self.active and not stop.is_set():
-                self._room.wait(WAIT_SLICE_S)
-        self._worker_stats[index].parked_s += time.monotonic() - t0
+        window = self.window
+        with window.cv:
+            while index >= pool.active and not stop.is_set():
+                window.room.wait(WAIT_SLICE_S)
+        self.stats[index].parked_s += time.monotonic() - t0
 
     def _work_loop(self, gen: int, stop: Flag, index: int, stats: PoolStats) -> None:
-        cv = self._cv
+        pool, window, snapshots = self.pool, self.window, self.snapshots
+        account, source, input_lock = pool.account, pool.source, pool.input_lock
         clock = time.perf_counter
         while not stop.is_set():
             self._park(stop, index)
             t0 = clock()
-            if not self._acquire_input(stop):
+            if not self.acquire_input(stop):
                 return
             reservation = None
             try:
                 t1 = clock()
-                with cv:
-                    while (not stop.is_set() and self._end_seq is None and index < self.active
-                           and self._in_flight() >= self.window):
-                        self._room_waiting = True
-                        self._room.wait(WAIT_SLICE_S)
-                        self._room_waiting = False
-                    if stop.is_set() or self._end_seq is not None:
+                seq = window.claim_with_room(stop, index)
+                if seq < 0:
+                    if seq == DONE:
                         return
-                    if index >= self.active:
-                        continue  # parked meanwhile: give the input lock back (below) and park
-                    seq = self._next_seq
-                    self._next_seq += 1
-                if self._inline_dirty:
-                    self._resnapshot_after_inline(seq)
+                    continue  # parked meanwhile: give the input lock back (below) and park
+                if snapshots.inline_dirty:
+                    snapshots.resnapshot_after_inline(seq)
                 t2 = clock()
-                seen = self.account.seen
+                seen = account.seen
                 estimate = self._estimate()
                 # an input that delivers its element charged hands it into this reservation (_handoff):
                 # room for it is checked against this stage's share only, not taken from the budget again
-                charged = (estimate if self.identity else self._in_max) if (
-                    not self.input_charged and delivers_charged(self.source)) else None
-                urgent = self._urgent(seq)
-                reservation = self.account.reserve(estimate - (charged or 0), stop, self._policy, urgent=urgent,
-                                                   charged_in=charged or 0)
+                charged = (estimate if pool.identity else self._in_max) if (
+                    not pool.input_charged and delivers_charged(source)) else None
+                urgent = urgency(window, seq)
+                reservation = account.reserve(estimate - (charged or 0), stop, self._policy, urgent=urgent,
+                                              charged_in=charged or 0)
                 ready = None
                 if not seen:  # taken on a guess: topped up to the probe's size once known, before the call
                     ready = self._topping_up(reservation, charged or 0, stop, urgent)
-                    if self.account.seen:
+                    if account.seen:
                         ready(True)
                         ready = None
                 t3 = clock()
                 with pulling_for(urgent):
                     if charged is None:
-                        x, error, ended = self._pull(gen, stop, seq)
+                        x, error, ended = self._pull(gen, seq)
                     else:
-                        with taking(reservation, self.source):  # (it grows by the element handed in)
-                            x, error, ended = self._pull(gen, stop, seq)
+                        with taking(reservation, source):  # (it grows by the element handed in)
+                            x, error, ended = self._pull(gen, seq)
                 if ended:
                     reservation.cancel()
                     return
@@ -182,7 +191,7 @@ class WorkerThreads(PoolFields):
                     reservation.cancel()
                 raise
             finally:
-                self._input_lock.release()
+                input_lock.release()
             t4 = clock()
             stats.room_s += t2 - t1
             stats.budget_s += t3 - t2
@@ -197,8 +206,10 @@ class WorkerThreads(PoolFields):
         ``ready``: calls admitted while the first one still started its worker process wait for a worker
         inside the executor). The output would otherwise be charged only once it exists (4 calls of 12 MiB
         outputs under a 16 MiB budget held 24 MiB; 24 MiB outputs on 4 processes under 128 MiB, 131 MiB)."""
+        account = self.pool.account
+
         def top_up(wait: bool) -> bool:
-            more = self._estimate() - charged - reservation.nbytes if self.account.seen else 0
+            more = self._estimate() - charged - reservation.nbytes if account.seen else 0
             if more <= 0:
                 return True
             if not wait:
@@ -207,44 +218,44 @@ class WorkerThreads(PoolFields):
             return True
         return top_up
 
-    def _pull(self, gen: int, stop: Flag, seq: int) -> tuple[Any, BaseException | None, bool]:
+    def _pull(self, gen: int, seq: int) -> tuple[Any, BaseException | None, bool]:
         """Input lock held: snapshot if due, pull element ``seq``; ``(x, error, ended)``."""
-        prepulled = seq < self._prepull_end
-        if self.record_state and self._every > 1 and seq % self._every == 0 and seq and not prepulled:
-            self._snapshot_at(gen, seq)
+        snapshots = self.snapshots
+        prepulled = seq < snapshots.prepull_end
+        record = snapshots.record_state and not prepulled
+        every = snapshots.every
+        if record and every > 1 and seq % every == 0 and seq:
+            snapshots.snapshot_at(gen, seq)
         try:
-            x = self._next_input(seq, gen)
+            x = self.steps.next_input(seq, gen)
         except StopIteration:
             return None, None, True
         except Exception as e:
             # an element that raised is a position too: a replay event while pulling it counts from it
-            if self.record_state and not prepulled:
-                self._snapshot_after_replay_event(gen, seq)
+            if record:
+                snapshots.snapshot_after_replay_event(gen, seq)
             return None, e, False
-        if self.record_state and not prepulled:
-            self._snapshot_after_replay_event(gen, seq)
+        if record:
+            snapshots.snapshot_after_replay_event(gen, seq)
         return x, None, False
 
     def _finish(self, gen: int, stop: Flag, seq: int, x: Any, error: BaseException | None,
                 reservation: Reservation, stats: PoolStats, ready: Callable[[bool], bool] | None = None) -> None:
-        cv = self._cv
-        if seq in self._skip:  # delivered before the state this run was restored from
+        pool, window = self.pool, self.window
+        if seq in window.skip:  # delivered before the state this run was restored from
             reservation.cancel()
-            if error is None and self.release_input is not None:
-                self.release_input(x)
-            with cv:
-                self._skip.discard(seq)
-                self._advance(seq)
-                self._notify_all()
+            if error is None and pool.release_input is not None:
+                pool.release_input(x)
+            window.drop_skipped(seq)
             return
         value, n = None, 0
         if error is None:
-            if not (self.identity or self.input_charged):
+            if not (pool.identity or pool.input_charged):
                 n_in = nbytes(x)
                 if n_in > self._in_max:
                     self._in_max = n_in
             try:
-                value, n, error = self._apply(x, seq, stop, stats, ready=ready)
+                value, n, error = self.steps.apply(x, seq, stop, stats, ready=ready)
             except (Cancelled, MemoryBudgetError):
                 reservation.cancel()
                 raise
@@ -257,45 +268,40 @@ class WorkerThreads(PoolFields):
                 raise
         else:
             reservation.cancel()
-        with cv:
-            if gen != self._gen or stop.is_set():
+        with window.cv:
+            if gen != self.gen or stop.is_set():
                 if error is None:
-                    self.account.release(n)
+                    pool.account.release(n)
                 return
-            self._results[seq] = Result(value, n, error)
-            # ordered delivery: only the result the consumer waits for is worth waking it
-            if self._consumer_waiting and (seq == self._prefix or not self.deterministic):
-                cv.notify()
+            window.store(seq, Result(value, n, error))
 
     # ---- shutdown ----------------------------------------------------------------------------------
     def signal_stop(self) -> None:
         """Stop this generation's workers (never blocks; they exit at their next check)."""
-        self._lean = False
-        self._stop.set()
-        if self._cv.lock.acquire(timeout=0.2):
+        window = self.window
+        window.leave_lean()
+        self.stop_flag.set()
+        if window.cv.lock.acquire(timeout=0.2):
             try:
-                self._notify_all()
+                window.notify_all()
             finally:
-                self._cv.lock.release()
+                window.cv.lock.release()
 
     def join(self, deadline: float) -> None:
-        join_threads(self._threads, max(0.0, deadline - time.monotonic()))
+        join_threads(self.threads, max(0.0, deadline - time.monotonic()))
 
     def alive_threads(self) -> list[threading.Thread]:
         self._stale = [t for t in self._stale if t.is_alive()]
-        return [t for t in self._threads if t.is_alive()] + self._stale
+        return [t for t in self.threads if t.is_alive()] + self._stale
 
     def stop(self, timeout_s: float = 1.0) -> None:
         """Stop, join (``timeout_s``), drop held results and start a new generation."""
         self.signal_stop()
         self.join(time.monotonic() + timeout_s)
-        with self._cv:
-            self._gen += 1
-            for r in self._results.values():
-                if r.error is None:
-                    self.account.release(r.nbytes)
-            self._results.clear()
-            self._crash = None
-        self._stale += [t for t in self._threads if t.is_alive()]
-        self._threads = []
-        self._stop = Flag()
+        with self.window.cv:
+            self.gen += 1
+            self.window.drop_results()
+            self.crash = None
+        self._stale += [t for t in self.threads if t.is_alive()]
+        self.threads = []
+        self.stop_flag = Flag()

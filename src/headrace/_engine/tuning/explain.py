@@ -35,7 +35,7 @@ EXPLAIN_TRIALS = 6
 
 
 def _name(it: Any) -> str:
-    return getattr(it, "stage", None) or getattr(it, "_stage", None) or getattr(it, "kind", type(it).__name__)
+    return str(getattr(it, "stage", None) or getattr(it, "_stage", None) or getattr(it, "kind", type(it).__name__))
 
 
 def account_stage(account: str, figures: dict[str, Any], stage: str) -> bool:
@@ -229,7 +229,7 @@ def _figure(key: str, value: Any) -> str:
     return f"{key.replace('_', ' ')} {value}"
 
 
-class Plan(dict):  # type: ignore[type-arg]
+class Plan(dict):
     """``Iterator.explain()``'s result: a dict (``tree``, ``bottleneck``, ``memory``, ``cpu``, ``tuner``,
     ``throughput_per_s``, ``consumer_wait_share``) whose ``str()`` is the indented text; a caller may set
     ``output_unit`` (default ``"elements"``, e.g. ``"batches"``) to name what ``throughput_per_s`` counts."""

@@ -15,9 +15,13 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..._sync import Lock as TimedLock
+
+if TYPE_CHECKING:
+    from ..context import IteratorContext
+    from ..pool.executor import Executor
 
 MAX_WORKERS = 64
 MAX_WINDOW = 512
@@ -129,7 +133,7 @@ class StageTuning:
         self._members: weakref.WeakSet[Any] = weakref.WeakSet()
         self._retired = StageStats()  # counters of the members closed so far (earlier epochs)
         self._lock = TimedLock(f"{stage} tuning")
-        self.executor: Any = None  # a map's executor (headrace._engine.pool.executor.Executor), read by the tuner
+        self.executor: Executor | None = None  # a map's executor, read by the tuner
 
     def knob(self, kind: KnobKind | str, value: int, lo: int, hi: int, why: str, compute: bool = False) -> Knob:
         """The knob ``kind`` (made with these settings the first time)."""
@@ -212,7 +216,7 @@ def workers_start_reason(workers: int, cpu_budget: int, budget_set: bool, *, tak
     return text + "; the tuner then moves workers to whichever stage is slowest"
 
 
-def stage_tuning(ctx: Any, stage: str, kind: str) -> StageTuning:
+def stage_tuning(ctx: IteratorContext, stage: str, kind: str) -> StageTuning:
     """The :class:`StageTuning` of ``stage`` in this iteration (``ctx.tree.tunings``; made the first time)."""
     with ctx.tree.lock:
         t = ctx.tree.tunings.get(stage)

@@ -1,54 +1,12 @@
 """AUTOTUNE that measures: one tuner thread per iterator adjusts the stages' settings inside the budgets.
 
-What is tuned (only arguments given as ``AUTOTUNE``; explicit numbers are the user's):
-
-=================================================  ==============================================================
-stage                                              knobs (range)
-=================================================  ==============================================================
-``map(num_parallel_calls=AUTOTUNE)``               ``workers`` (0 = inline in the consumer's thread .. 64;
-                                                   worker processes: .. ``cpu_budget``), ``window`` (1 .. 512)
-``batch(num_parallel_calls=AUTOTUNE)``             ``workers`` (0 .. 64), ``window``
-``prefetch(AUTOTUNE)``                             ``buffer`` (0 = no thread .. 64)
-``interleave(num_parallel_calls=AUTOTUNE)``        ``parallel_slots`` (slots read by their own thread, 0 ..
-                                                   ``cycle_length``), ``read_ahead`` (elements per slot, 1 .. 64)
-=================================================  ==============================================================
-
-``cycle_length`` itself is not tuned: it decides the output order (tf.data fixes it at the CPU count too).
-The knobs (``KnobKind``), the stages' typed counters (``StageStats``) and the per-stage record the tuner
-moves (``StageTuning``) live in ``headrace._engine.tuning.knobs``; this module is the tuner thread and its rules.
-
-Measurement: the iterator counts the elements it hands out; every stage counts time inside its function
-(wall and CPU), waiting for input, for room and for the budget (``StageStats``). The tuner works on the
-output rate: hill climbing, one knob at a time. A *trial* measures the rate for ``window_s`` (at least
-``MIN_WINDOW_S`` and ``MIN_ELEMENTS`` elements), changes one knob, lets it settle, measures again, and
-keeps the change only if the rate rose by ``ACCEPT`` (a gain below ``CONFIRM`` is measured twice), else
-puts it back. A kept change makes the other stages' rejected changes candidates again (at most
-``MAX_REOPEN`` times per search): they were measured against the old bottleneck. Candidates, in order:
-more workers for the stage whose workers are busiest (the bottleneck; doubling for stages that mostly
-wait on I/O; where ``cpu_budget`` has no core left, a worker moved from a less busy tuned compute stage),
-fewer workers (not for the only compute stage while its workers are busy) or inline for
-stages whose calls are cheap (an interleave: every slot read in the consumer's thread when reading an element
-is cheap), larger then smaller buffers, no prefetch thread where the consumer waits on
-an empty buffer anyway (its hand-off costs more than it overlaps). Each setting is tried once per search;
-when every candidate was tried the tuner has *converged* and only watches: a rate that moves by more
-than ``DRIFT`` starts a new search. A map whose executor still measures the function or starts worker
-processes is not tuned meanwhile, and the rate of the window that spans it is no base for a trial.
-The last ``HISTORY`` trials (stage, change, kept or undone, gain) are in ``report()`` and ``explain()``.
-
-Budgets, never exceeded, not even while trying:
-
-- memory: knobs only change how much a stage *may* hold; every byte is still reserved before it exists
-  (``headrace._memory``), so a larger window or buffer waits for room instead of exceeding the budget;
-  a window or buffer whose extra elements cannot fit the stage's share is not tried, and a stage whose
-  workers wait for the budget (``MEMORY_BOUND_SHARE`` of their time, or a worker process refused a start
-  for lack of it) gets no more workers.
-- CPU (``Options(cpu_budget)``, default the CPU count): the workers of tuned ``map`` / ``batch`` stages
-  are charged by what they compute: a worker process 1 core, a thread whose calls are CPU work (at least
-  ``CPU_BOUND_SHARE`` of their time on the CPU; the largest recent share counts, decaying by
-  ``SHARE_DECAY`` per window, inline calls included) 1 core, a thread whose calls mostly wait that share
-  (measured; 1 before the first calls). A candidate that would take the sum past the
-  budget is not tried; if measurements push it past (a stage turned CPU-bound), workers are taken away
-  from the stage that gains least. ``Iterator.explain()`` reports the sum.
+Only arguments given as ``AUTOTUNE`` are tuned: a ``map`` / ``batch``'s ``workers`` (0 = inline) and
+``window``, a ``prefetch``'s ``buffer``, an ``interleave``'s ``parallel_slots`` and ``read_ahead``, on the
+knobs of ``headrace._engine.tuning.knobs``. The tuner hill-climbs the output rate one knob at a time (a
+trial measures, changes one knob, lets it settle, measures again, and keeps the change only if the rate rose
+by ``ACCEPT``), converges once every candidate was tried and searches again when the rate drifts by
+``DRIFT``; no trial takes the pipeline past the memory budget or ``Options(cpu_budget)``. The candidates,
+their order and the budgets' rules, with a picture: docs/design/tuner.md.
 """
 
 from __future__ import annotations
@@ -152,8 +110,8 @@ def _slots_moves(k: Knob, t: StageTuning, load: _Load) -> list[Move]:
     moves = [(1.2, v + 1)] + ([(0.8, v - 1)] if v > 0 else [])
     if v > 0 and load.per_pull < CHEAP_CALL_S:
         # reading an element (a small record from a local file) costs less than handing it over from a
-        # thread: every slot read in the consumer's thread (issue 24: TFRecord shards of 44 KB JPEGs under
-        # a parallel map, 1 slot, 15-20% more images/s inline)
+        # thread: every slot read in the consumer's thread (TFRecord shards of 44 KB JPEGs under a parallel
+        # map, 1 slot: 15-20% more images/s inline; docs/design/tuner.md)
         moves.append((2.0, 0))
     return moves
 

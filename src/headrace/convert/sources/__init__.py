@@ -74,7 +74,7 @@ def open_source(path: str, source_format: str | None = None, **options: Any) -> 
     if extra:
         raise ValueError(f"convert: {', '.join(extra)} cannot be used with a {fmt} source (only "
                          f"{', '.join(sorted(allowed)) or 'no options'})")
-    return cls(path, **given)  # type: ignore[call-arg]
+    return cls(path, **given)
 
 
 __all__ = ["FORMATS", "CSVSource", "ImageFolderSource", "JSONLinesSource", "ParquetSource", "Rejected", "Source",

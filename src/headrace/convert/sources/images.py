@@ -147,4 +147,4 @@ def _checked_shape(data: bytes, fmt: str, path: str) -> tuple[int, int, int]:
             raise
         image.decode_and_resize(data, (max(1, -(-h // 8)), max(1, -(-w // 8))), channels=0, name=path)
         return h, w, _JPEG_CHANNELS.get(colorspace, 3)
-    return image.decode(data, channels=0, name=path).shape  # type: ignore[return-value]
+    return image.decode(data, channels=0, name=path).shape

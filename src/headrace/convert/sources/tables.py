@@ -28,7 +28,7 @@ from ..._deps import require
 from ...io import files
 from ...io._streams import open_input
 from ...io.files import join
-from ..schema import TEXT, typed
+from ..schema import TEXT, Values, typed
 from .base import Item, Rejected, Source, list_files, total_size
 
 
@@ -85,7 +85,7 @@ class CSVSource(_FileSource):
                 line = reader.line_num + 1
                 if header is None:
                     header = fields
-                    bad = [h for h in header if not h] or sorted({h for h in header if header.count(h) > 1})
+                    bad: list[str] = [h for h in header if not h] or sorted({h for h in header if header.count(h) > 1})
                     if bad:
                         yield Rejected(f"{unit}:1", f"{path}:1", f"the header line has empty or repeated column "
                                        f"names {bad}; give every column a unique name")
@@ -95,7 +95,8 @@ class CSVSource(_FileSource):
                     yield Rejected(f"{unit}:{start}", f"{path}:{start}", f"malformed CSV line: {len(fields)} "
                                    f"fields but the header has {len(header)} columns")
                     continue
-                yield f"{unit}:{start}", {k: (TEXT, [v]) for k, v in zip(header, fields) if v != ""}
+                row: dict[str, Values] = {k: (TEXT, [v]) for k, v in zip(header, fields) if v != ""}
+                yield f"{unit}:{start}", row
 
 
 class JSONLinesSource(_FileSource):

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...io.files import join
-from ..schema import STRING
+from ..schema import STRING, Values
 from .base import Item, Rejected, Source, list_files, total_size
 
 FEATURE = "text"
@@ -51,7 +51,8 @@ class TextSource(Source):
         try:
             for line in TextLineDataset(path, compression_type=self.compression_type):
                 n += 1
-                yield f"{unit}:{n}", {FEATURE: (STRING, [line])}
+                values: Values = (STRING, [line])
+                yield f"{unit}:{n}", {FEATURE: values}
         except DataLossError as e:
             where = f"{path} byte {e.offset}" if e.offset is not None else path
             yield Rejected(f"{unit}:{n + 1}", where, f"{e}; the lines after it in this file are not read")
