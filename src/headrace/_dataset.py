@@ -96,7 +96,7 @@ class Dataset:
     def element_spec(self) -> Any:
         """The structure of :class:`headrace.TensorSpec` that describes every element.
 
-        >>> hr.Dataset.range(3).batch(2).element_spec  # TensorSpec(shape=(None,), dtype=int64)
+        >>> hr.Dataset.range(3).batch(2).element_spec  # TensorSpec(shape=(None,), dtype=int64, name=None)
 
         Inferred as tf.data infers it (``headrace._spec``): from the sources and ``output_signature``, through every
         transformation. Where nothing static says it (a generator without ``output_signature``, a function that cannot
@@ -285,7 +285,7 @@ class Dataset:
 
         Args:
             file_pattern: a glob, or a list of globs.
-            shuffle: shuffle the sorted names (default ``True`` unless ``False``, tf.data's default).
+            shuffle: ``None`` or ``True`` (tf.data's default) shuffles the sorted names; ``False`` keeps them sorted.
             seed: the shuffle's seed (reproducible order).
             name: the stage's name in error notes, states and ``memory_stats()`` (tf.data's ``name``).
 

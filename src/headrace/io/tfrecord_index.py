@@ -39,11 +39,22 @@ def format_index(offsets: np.ndarray) -> bytes:
 
 
 def build_index(path: str | bytes | os.PathLike[str], index_file: str | None = None) -> str:
-    """Read every record of the uncompressed TFRecord file ``path`` (checking both CRCs) and write its
-    index to ``index_file`` (default :func:`index_path`); returns the index path.
+    """Write the index of the uncompressed TFRecord file ``path``: one ``<offset> <framed length>`` line per record.
 
-    Raises :class:`~headrace.DataLossError` (naming the offset) if the file is corrupt or truncated: an
-    index never covers a bad record. The index is written to a temporary name and renamed.
+    >>> hr.io.build_index("train-00000.tfrecord")  # 'train-00000.tfrecord.idx'
+
+    Every record is read (checking both CRCs), so an index never covers a bad record. The index is written to a
+    temporary name and renamed.
+
+    Args:
+        path: the TFRecord file (uncompressed; local path or fsspec URL).
+        index_file: where to write the index (default :func:`index_path`: ``path + ".idx"``).
+
+    Returns:
+        str: the index path.
+
+    Raises:
+        DataLossError: the file is corrupt or truncated (naming the offset).
     """
     p = files.to_str_path(path)
     out = index_file or index_path(p)
@@ -66,10 +77,19 @@ def build_index(path: str | bytes | os.PathLike[str], index_file: str | None = N
 
 
 def read_index(path: str | bytes | os.PathLike[str]) -> np.ndarray:
-    """The ``(n, 2)`` int64 array (offset, framed length) of an index file (``path`` is the index itself).
+    """Read an index file written by :func:`build_index` (``path`` is the index itself).
 
-    Raises :class:`~headrace.StaleIndexError` (a ``ValueError``) naming the file and line for text that is not
-    an index.
+    >>> hr.io.read_index("train-00000.tfrecord.idx")[:2]  # array([[0, 120], [120, 118]])
+
+    Args:
+        path: the index file (local path or fsspec URL).
+
+    Returns:
+        numpy.ndarray: int64 of shape ``(n, 2)``: the byte offset and framed length of each record.
+
+    Raises:
+        StaleIndexError: (a ``ValueError``) text that is not an index, naming the file and line, or rows that are
+            not contiguous from byte 0.
     """
     p = files.to_str_path(path)
     with files.open_file(p, "rb") as f:

@@ -51,12 +51,24 @@ class TFRecordOptions:
 
 
 class TFRecordWriter:
-    """Write records to a TFRecord file (local path or fsspec URL).
+    """Write records to a TFRecord file (local path or fsspec URL), as ``tf.io.TFRecordWriter``.
+
+    >>> with hr.io.TFRecordWriter("/tmp/a.tfrecord", "GZIP") as w:
+    ...     w.write(example_bytes)  # 0: the record's offset in the uncompressed stream
 
     ``write(record)`` appends one record (``bytes``-like) and returns its byte offset in the
     uncompressed stream; ``flush()`` pushes buffered bytes (and a zlib sync point) to the file;
     ``close()`` finishes the compressed stream and closes the file (idempotent). Usable as a context
-    manager. Writing after ``close()`` raises ``ValueError``.
+    manager. The format is TensorFlow's TFRecord framing (length, masked CRC32C of the length, data, masked CRC32C
+    of the data).
+
+    Args:
+        path: the file to create (replaced if it exists); a local path or fsspec URL.
+        options: ``None`` (uncompressed), a compression name (``"GZIP"`` / ``"ZLIB"``) or a :class:`TFRecordOptions`.
+
+    Raises:
+        TypeError: ``options`` of another type; ``write`` of something that is not bytes-like.
+        ValueError: an unknown compression or level; ``write`` after ``close()``.
     """
 
     def __init__(self, path: str | bytes | os.PathLike[str], options: TFRecordOptions | str | None = None) -> None:
