@@ -11,10 +11,6 @@ from pathlib import Path
 from tests.conftest import REPO
 
 SRC = REPO / "src" / "headrace"
-# Public names not yet in the form; each entry is checked to still lack it, so the list only shrinks.
-PENDING: set[str] = {
-    "torch.TorchIterableDataset", "torch.device_prefetch", "torch.element_to_torch",
-}
 # Public classes that users get from a function and never construct: their docstring names that function instead
 # of documenting the constructor's internal arguments.
 MADE_BY = {"torch.TorchEpochIterator": "TorchIterableDataset", "keras.KerasDataset": "adapt",
@@ -98,14 +94,8 @@ def test_the_scan_finds_the_public_api():
 
 def test_every_public_callable_has_args_and_returns_sections():
     gaps = {name: m for name, node in _public_callables().items()
-            if name not in PENDING and (m := _missing(node, MADE_BY.get(name)))}
+            if (m := _missing(node, MADE_BY.get(name)))}
     assert not gaps, f"public docstrings lacking sections (summary, example, Args, Returns, Raises): {gaps}"
-
-
-def test_the_pending_list_only_names_what_still_lacks_the_form():
-    names = _public_callables()
-    done = sorted(n for n in PENDING if n not in names or not _missing(names[n], MADE_BY.get(n)))
-    assert not done, f"these are done or gone: remove them from PENDING: {done}"
 
 
 def test_the_check_sees_a_missing_section():

@@ -72,8 +72,14 @@ def _leaf_to_tensor(x: Any) -> Any:
 def element_to_torch(element: Any) -> Any:
     """The element with every numeric numpy leaf as a ``torch.Tensor`` (same shape and dtype).
 
-    Writable arrays share memory with the tensor (``torch.from_numpy``); read-only ones are copied.
-    ``bytes``, strings and object arrays are returned unchanged.
+    >>> hr.torch.element_to_torch((np.zeros((2, 3), np.float32), b"id"))  # (tensor of shape (2, 3), b'id')
+
+    Args:
+        element: a structure (tuple / dict / leaf) of numpy arrays and scalars, ``bytes``, strings.
+
+    Returns:
+        The same structure; writable arrays share memory with the tensor (``torch.from_numpy``); read-only or
+        non-contiguous ones are copied. ``bytes``, strings and object arrays are returned unchanged.
     """
     return map_structure(_leaf_to_tensor, element)
 
@@ -274,6 +280,13 @@ class TorchIterableDataset(IterableDataset):
     Checkpoints: ``iter()`` returns a :class:`TorchEpochIterator` (``state_dict()`` / ``load_state_dict()``,
     what ``StatefulDataLoader`` saves and restores); :meth:`state_dict` / :meth:`load_state_dict` here are the
     same position seen from the dataset (this process's latest ``iter()``; the next one).
+
+    >>> loader = DataLoader(hr.torch.TorchIterableDataset(ds.batch(32)), batch_size=None, num_workers=2)
+
+    Args:
+        dataset: as :func:`to_torch`'s (which checks the arguments and is the usual way to make one).
+        shard_by_worker: as :func:`to_torch`'s.
+        num_workers: as :func:`to_torch`'s.
     """
 
     def __init__(self, dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int | None = None) -> None:
@@ -447,6 +460,8 @@ def to_torch(dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int
              ) -> TorchIterableDataset:
     """``dataset`` as a ``torch.utils.data.IterableDataset`` yielding tensors.
 
+    >>> loader = DataLoader(hr.torch.to_torch(ds.batch(32), num_workers=2), batch_size=None, num_workers=2)
+
     Args:
         dataset: any headrace ``Dataset``; batch it in headrace (``.batch(n)``) and pass
             ``batch_size=None`` to the ``DataLoader`` to keep headrace's batching and memory budget.
@@ -463,6 +478,10 @@ def to_torch(dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int
         recipe with cloudpickle, lambdas included), so ``DataLoader(multiprocessing_context="spawn")`` and
         ``"forkserver"`` work; ``set_epoch(e)`` picks the epoch the next ``iter()`` runs; ``state_dict()`` /
         ``load_state_dict()`` (on it and on its iterators) make ``StatefulDataLoader`` restores exact.
+
+    Raises:
+        TypeError: ``dataset`` is not a headrace ``Dataset``.
+        ValueError: ``num_workers`` is not ``None`` or an int in ``[0, MAX_WORKERS]``.
     """
     from ._dataset import Dataset
 
@@ -501,10 +520,20 @@ def device_prefetch(iterable: Iterable[Any], device: str | torch.device, buffer_
                     ) -> Iterator[Any]:
     """Yield the elements of ``iterable`` with their tensors (and numpy arrays) on ``device``.
 
+    >>> for x, y in hr.torch.device_prefetch(DataLoader(hr.torch.to_torch(ds), batch_size=None), "cuda"): ...
+
     On CUDA the host tensors are pinned and copied with ``non_blocking=True`` on a side stream, keeping
     up to ``buffer_size`` elements in flight so the copy of the next batch overlaps compute on this one.
     On any other device the elements pass through (numpy leaves become tensors, then ``.to(device)``,
     a no-op on CPU).
+
+    Args:
+        iterable: elements (structures of tensors / numpy arrays), e.g. a ``DataLoader``.
+        device: a ``torch.device`` or its name (``"cuda:0"``, ``"cpu"``).
+        buffer_size: elements in flight on CUDA (an int >= 1).
+
+    Returns:
+        An iterator of the elements, their tensors on ``device`` (other leaves unchanged).
 
     Raises:
         ValueError: ``buffer_size < 1``.
