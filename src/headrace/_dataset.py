@@ -989,6 +989,8 @@ class Dataset:
         when a sequence fits no open row and all are open, they are handed out in the order they opened.
         Same input, same rows. See docs/how-to/packing.md.
 
+        >>> ds = tokens.pack(4, num_packing_bins=2)  # (packed, segment_ids, positions) rows of 4 tokens
+
         Example: ``[1, 2, 3], [4, 5], [6]`` with ``pack(4, num_packing_bins=2)`` gives ``([1, 2, 3, 6], [1, 1,
         1, 2], [0, 1, 2, 0])`` and ``([4, 5, 0, 0], [1, 1, 0, 0], [0, 1, 0, 0])``.
 

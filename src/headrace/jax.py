@@ -193,6 +193,8 @@ class _Producer:
 class JaxIterator:
     """Yields a headrace ``Dataset``'s elements as ``jax.Array`` s, copying ahead (see :func:`to_jax`).
 
+    >>> it = hr.jax.to_jax(ds.batch(64)); batch = next(it); state = it.get_state()
+
     ``get_state()`` / ``set_state(state)``: exact checkpoint of the position after the last batch handed out;
     ``close()`` (and ``with``) stops the copying thread; ``memory_stats()``: the pipeline's, with the
     ``to_jax`` account of the batches copied ahead.
@@ -295,6 +297,8 @@ class JaxIterator:
 
 def to_jax(dataset: Dataset, sharding: Any = None, buffer_size: int = 2) -> JaxIterator:
     """One iteration of ``dataset`` as ``jax.Array`` s, copied ahead on a background thread.
+
+    >>> for batch in hr.jax.to_jax(ds.batch(64), sharding=NamedSharding(mesh, P("data"))): ...
 
     Args:
         dataset: a headrace ``Dataset`` (batch it: ``ds.batch(n)``); its numeric numpy leaves become

@@ -98,6 +98,8 @@ class _Position:
 class KerasDataset(_data_adapter.DataAdapter):
     """A headrace ``Dataset`` as a Keras ``DataAdapter`` (see :func:`adapt` and the module docstring).
 
+    >>> model.fit(hr.keras.adapt(ds.batch(32)), epochs=3)
+
     ``num_batches``: steps per Keras epoch (the cardinality, or ``steps_per_epoch``). ``get_state()`` /
     ``set_state(state)``: the data position (a JSON-serializable dict; see :class:`BackupAndRestore`).
     ``close()`` stops the pipeline's threads (also at interpreter exit, as every headrace iterator).
@@ -323,6 +325,8 @@ def _from_state(state: Any) -> _Position:
 def adapt(dataset: Dataset, *, steps_per_epoch: int | None = None) -> KerasDataset:
     """``dataset`` as what ``keras.Model.fit`` / ``evaluate`` / ``predict`` take as ``x`` (every backend).
 
+    >>> model.fit(hr.keras.adapt(ds.batch(32).repeat(), steps_per_epoch=100), epochs=3)
+
     Args:
         dataset: a headrace ``Dataset`` of batches (``ds.batch(n)``), each ``(x, y)``, ``(x, y,
             sample_weight)``, ``(x,)`` or ``x`` (numpy arrays or dicts of them: Keras's ``x`` / ``y``
@@ -377,6 +381,9 @@ _PENDING: list[weakref.ref[BackupAndRestore]] = []
 class BackupAndRestore(keras.callbacks.BackupAndRestore):
     """``keras.callbacks.BackupAndRestore`` that also backs up and restores the data position of a
     :class:`KerasDataset`, so a resumed ``fit`` trains on every batch of the interrupted epoch once.
+
+    >>> data = hr.keras.adapt(ds.batch(32))
+    >>> model.fit(data, epochs=3, callbacks=[hr.keras.BackupAndRestore("/tmp/backup", data)])
 
     At each backup (the end of every epoch with ``save_freq="epoch"``, every ``save_freq`` batches with an
     int) the position after the last batch the model trained on (:meth:`KerasDataset.get_state`) goes into

@@ -131,6 +131,8 @@ _CLOSED_MID_NEXT = "closed by close() while next() was producing an element (its
 class TorchEpochIterator:
     """One epoch of a :class:`TorchIterableDataset` in one process: what its ``iter()`` returns.
 
+    >>> it = iter(hr.torch.to_torch(ds)); x = next(it); state = it.state_dict()
+
     Yields the elements as :func:`element_to_torch` makes them. Implements the ``Stateful`` protocol that
     ``torchdata.stateful_dataloader.StatefulDataLoader`` calls on the iterator of an ``IterableDataset`` (in
     its worker processes, right after each batch it fetches): :meth:`state_dict` is exact after every element

@@ -235,6 +235,8 @@ def decode(data: bytes | bytearray | memoryview | np.ndarray, channels: int = 3,
            name: str | None = None) -> np.ndarray:
     """Decode an encoded image (``tf.io.decode_image`` with ``expand_animations=False``).
 
+    >>> img = hr.image.decode(jpeg_bytes, name="cat.jpg")  # (H, W, 3) uint8, RGB
+
     Args:
         data: the file contents (``bytes``, as TFRecord features and ``image_folder`` yield them).
         channels: 3 (RGB, default), 1 (grey), 4 (RGBA; alpha 255 where the file has none) or 0 (as stored:
@@ -270,6 +272,8 @@ def decode_and_resize(data: bytes | bytearray | memoryview | np.ndarray, size: S
                       channels: int = 3, method: str = "bilinear", *, dct_scaling: bool = True,
                       name: str | None = None) -> np.ndarray:
     """``resize(decode(data, channels), size, method)``, fast: the hot path of image pipelines.
+
+    >>> hr.image.decode_and_resize(jpeg_bytes, (224, 224)).shape  # (224, 224, 3)
 
     Args:
         data: encoded image bytes (see :func:`decode`).
@@ -334,6 +338,8 @@ def _nearest_index(out_size: int, in_size: int) -> np.ndarray:
 def resize(image: np.ndarray, size: Sequence[int], method: str = "bilinear",
            antialias: bool = False) -> np.ndarray:
     """``tf.image.resize(image, size, method, antialias=False)`` (half-pixel centers).
+
+    >>> small = hr.image.resize(img, (128, 128), method="area")  # (128, 128, C)
 
     Args:
         image: ``(H, W)``, ``(H, W, C)`` or a batch ``(N, H, W, C)``; C <= 512.

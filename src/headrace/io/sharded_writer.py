@@ -94,6 +94,9 @@ def _replay(journal: str) -> list[str]:
 class ShardedWriter:
     """Write records to TFRecord shards ``<directory>/<prefix>-<i:05d>-of-<n:05d>.tfrecord``.
 
+    >>> with hr.io.ShardedWriter("out/", "train", num_shards=16) as w:
+    ...     for record in records: w.write(record)
+
     Args:
         directory: where the shards go (local, created if missing, or an fsspec URL).
         prefix: the shard name prefix (no ``/``).

@@ -44,11 +44,19 @@ ON_CORRUPT = ("raise", "skip")
 
 
 class CorruptRecordWarning(UserWarning):
-    """A corrupt or truncated record was skipped (``on_corrupt="skip"``)."""
+    """A corrupt or truncated record was skipped (``on_corrupt="skip"``).
+
+    >>> ds = hr.io.TFRecordDataset(files, on_corrupt="skip")  # a warning per skipped region, on iteration
+    """
 
 
 class SkippedRecord(NamedTuple):
-    """One skipped corrupt region: the file, the byte offset of the bad record, the reason, the message."""
+    """One skipped corrupt region: the file, the byte offset of the bad record, the reason, the message.
+
+    >>> [r.offset for r in ds.skipped_records]  # ds = hr.io.TFRecordDataset(files, on_corrupt="skip"), iterated
+
+    ``reason``: ``data_crc``, ``length_crc``, ``truncated`` or ``compressed_stream``; ``offset`` in bytes.
+    """
 
     path: str
     offset: int
@@ -58,6 +66,8 @@ class SkippedRecord(NamedTuple):
 
 class TFRecordDataset(Dataset):
     """A dataset of the records (``bytes``) of one or more TFRecord files, in file order.
+
+    >>> ds = hr.io.TFRecordDataset(["train-0.tfrecord", "train-1.tfrecord"], num_parallel_reads=hr.AUTOTUNE)
 
     Args:
         filenames: a path (``str``, ``bytes``, ``os.PathLike``; local or an fsspec URL), a list of them,

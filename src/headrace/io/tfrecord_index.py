@@ -116,6 +116,8 @@ def read_index(path: str | bytes | os.PathLike[str]) -> np.ndarray:
 class TFRecordRandomAccess:
     """Random access to the records of indexed, uncompressed TFRecord files.
 
+    >>> ds = hr.Dataset.from_random_access(hr.io.TFRecordRandomAccess(files), shuffle=True, seed=0)
+
     Args:
         paths: one path or a list (local or fsspec URLs); record ``i`` counts across files in order.
         index_files: their index files (default ``path + ".idx"``).

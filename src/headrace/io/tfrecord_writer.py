@@ -24,6 +24,8 @@ _MEM_LEVEL = 9  # TensorFlow's ZlibCompressionOptions default
 class TFRecordOptions:
     """Options of a TFRecord file, as ``tf.io.TFRecordOptions``.
 
+    >>> w = hr.io.TFRecordWriter("a.tfrecord.gz", hr.io.TFRecordOptions("GZIP", compression_level=9))
+
     Args:
         compression_type: ``None`` / ``""`` (uncompressed), ``"GZIP"`` or ``"ZLIB"``.
         compression_level: zlib level 0 (store) .. 9 (smallest); ``None`` = zlib's default (6), as
