@@ -1,7 +1,8 @@
 """Public docstrings in one form (summary, example, Args, Returns, Raises): every public method of ``Dataset``
-and every public callable of ``headrace.io``, ``headrace.image``, ``headrace.torch``, ``headrace.keras`` and
-``headrace.jax`` has a docstring with an ``Args:`` section where it takes arguments (besides ``self``) and a
-``Returns:`` section where it returns something. Read from the source (AST): fast, and nothing is imported."""
+and every public callable of ``headrace.io``, ``headrace.image``, ``headrace.torch``, ``headrace.keras``,
+``headrace.jax`` and ``headrace.lightning`` has a docstring with an example, an ``Args:`` section where it takes
+arguments (besides ``self``) and a ``Returns:`` section where it returns something. Read from the source (AST):
+fast, and nothing is imported."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tests.conftest import REPO
 SRC = REPO / "src" / "headrace"
 # Public classes that users get from a function and never construct: their docstring names that function instead
 # of documenting the constructor's internal arguments.
+EXAMPLE_MARKS = (">>> ", "Example::", "```")  # doctest lines, a reST literal block, a fenced snippet
 MADE_BY = {"torch.TorchEpochIterator": "TorchIterableDataset", "keras.KerasDataset": "adapt",
            "jax.JaxIterator": "to_jax"}
 
@@ -45,7 +47,7 @@ def _public_callables() -> dict[str, ast.FunctionDef | ast.ClassDef]:
             found[f"Dataset.{node.name}"] = node
     sources = {f"io.{name}": (path, name) for name, path in _io_names().items()}
     for module, path in (("image", SRC / "image" / "__init__.py"), ("torch", SRC / "torch.py"),
-                         ("keras", SRC / "keras.py"), ("jax", SRC / "jax.py")):
+                         ("keras", SRC / "keras.py"), ("jax", SRC / "jax.py"), ("lightning", SRC / "lightning.py")):
         sources.update({f"{module}.{name}": (path, name) for name in _dunder_all(_tree(path))})
     for qualified, (path, name) in sources.items():
         defs = [n for n in ast.walk(_tree(path)) if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == name]
@@ -69,14 +71,15 @@ def _missing(node: ast.FunctionDef | ast.ClassDef, made_by: str | None = None) -
     doc = ast.get_docstring(node) or ""
     if not doc:
         return ["docstring"]
+    example = [] if any(mark in doc for mark in EXAMPLE_MARKS) else ["an example"]
     if made_by is not None:
-        return [] if made_by in doc else [f"the name of {made_by}, which makes it"]
+        return example + ([] if made_by in doc else [f"the name of {made_by}, which makes it"])
     if isinstance(node, ast.ClassDef):  # the constructor's arguments, in the class or __init__ docstring
         init = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
         doc += "\n" + (ast.get_docstring(init[0]) or "" if init else "")
         needs_args = bool(init) and _takes_arguments(init[0])
-        return ["Args:"] if needs_args and "Args:" not in doc else []
-    gaps = []
+        return example + (["Args:"] if needs_args and "Args:" not in doc else [])
+    gaps = example
     if _takes_arguments(node) and "\nArgs:" not in "\n" + doc:
         gaps.append("Args:")
     if _returns_something(node) and "\nReturns:" not in "\n" + doc:
@@ -88,7 +91,7 @@ def test_the_scan_finds_the_public_api():
     names = _public_callables()
     assert len([n for n in names if n.startswith("Dataset.")]) >= 45, sorted(names)
     for name in ("io.TFRecordDataset", "io.make_csv_dataset", "image.decode",
-                 "torch.to_torch", "keras.adapt", "jax.to_jax"):
+                 "torch.to_torch", "keras.adapt", "jax.to_jax", "lightning.ExactlyOnce"):
         assert name in names, name
 
 
@@ -99,10 +102,11 @@ def test_every_public_callable_has_args_and_returns_sections():
 
 
 def test_the_check_sees_a_missing_section():
-    (fn,) = ast.parse('def f(x: int) -> int:\n    """Summary.\n\n    Returns:\n        x.\n    """\n').body
+    (fn,) = ast.parse('def f(x: int) -> int:\n    """Summary.\n\n    >>> f(1)\n\n    Returns:\n        x.\n    """\n'
+                      ).body
     assert _missing(fn) == ["Args:"]
     (fn,) = ast.parse('def f(self) -> None:\n    """Summary."""\n').body
-    assert _missing(fn) == []
-    (cls,) = ast.parse('class C:\n    """Made by g()."""\n    def __init__(self, x): ...\n').body
+    assert _missing(fn) == ["an example"]
+    (cls,) = ast.parse('class C:\n    """Made by g().\n\n    >>> g()\n    """\n    def __init__(self, x): ...\n').body
     assert _missing(cls) == ["Args:"]
     assert _missing(cls, "g") == [] and _missing(cls, "h") == ["the name of h, which makes it"]
