@@ -112,6 +112,11 @@ class ShardedWriter:
     ``write(record)``; ``close()`` publishes the whole set (see the module docstring) and returns the shard
     paths; ``abort()`` deletes the temporary files. As a context manager it closes on success and aborts on
     an exception. ``ShardedWriter.recover(directory)`` finishes a publication a killed process left behind.
+
+    Raises:
+        ValueError: an empty ``prefix`` or one with ``/``; ``num_shards`` / ``max_shard_bytes`` not None or an
+            int >= 1, or both given; ``index=True`` with compression; ``write()`` after ``close()``.
+        TypeError: ``options`` of another type (as :class:`TFRecordWriter`'s).
     """
 
     def __init__(self, directory: str | os.PathLike[str], prefix: str, num_shards: int | None = None,

@@ -127,8 +127,15 @@ class TFRecordRandomAccess:
     ``len(source)`` is the total record count; ``source[i]`` (``-len <= i < len``) reads and returns the
     record's ``bytes``, checking both CRCs (:class:`~headrace.DataLossError` with file and offset if they
     fail). Thread-safe (local files use ``os.pread``); picklable (file handles reopen lazily), so it can
-    go to worker processes. Raises :class:`~headrace.StaleIndexError` (a ``ValueError``) on open if an
-    index does not match its file's size.
+    go to worker processes.
+
+    Raises:
+        ValueError: ``index_files`` of another length than ``paths``.
+        FileNotFoundError: a missing index without ``build_missing``.
+        StaleIndexError: (a ``ValueError``) on open, an index that does not match its file's size, or is not an
+            index (:func:`read_index`).
+        DataLossError: ``source[i]``, a record whose CRCs fail or that is truncated (file and offset).
+        IndexError: ``source[i]`` with ``i`` out of range (``TypeError`` for a non-int ``i``).
     """
 
     def __init__(self, paths: Any, index_files: list[str] | None = None, build_missing: bool = False) -> None:

@@ -30,6 +30,9 @@ class TFRecordOptions:
         compression_type: ``None`` / ``""`` (uncompressed), ``"GZIP"`` or ``"ZLIB"``.
         compression_level: zlib level 0 (store) .. 9 (smallest); ``None`` = zlib's default (6), as
             TensorFlow. Ignored without compression.
+
+    Raises:
+        ValueError: an unknown ``compression_type``, or a level other than ``None`` or an int in -1..9.
     """
 
     compression_type: str | None = None
