@@ -198,6 +198,10 @@ class JaxIterator:
     ``get_state()`` / ``set_state(state)``: exact checkpoint of the position after the last batch handed out;
     ``close()`` (and ``with``) stops the copying thread; ``memory_stats()``: the pipeline's, with the
     ``to_jax`` account of the batches copied ahead.
+
+    Raises:
+        IteratorClosedError: ``next()``, ``get_state()`` or ``set_state()`` after ``close()``.
+        StateError: ``set_state()`` of a dict that is not a ``to_jax`` state.
     """
 
     def __init__(self, dataset: Dataset, sharding: Any, buffer_size: int) -> None:

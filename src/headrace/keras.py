@@ -105,6 +105,13 @@ class KerasDataset(_data_adapter.DataAdapter):
     ``close()`` stops the pipeline's threads (also at interpreter exit, as every headrace iterator).
     Feed one ``KerasDataset`` to one ``fit`` / ``evaluate`` / ``predict`` at a time (``validation_data``:
     adapt it separately).
+
+    Raises:
+        IteratorClosedError: a read after ``close()`` stopped a read under it (the position is unknown).
+        RuntimeError: two Keras loops read it at once (adapt the dataset once per use); with
+            :class:`BackupAndRestore`, Keras read more than ``READ_AHEAD_LIMIT`` batches past the one it trained on.
+        ValueError: an iteration yields no batch, or a batch that is not one of Keras's structures.
+        StateError: ``set_state()`` of a dict that is not a ``get_state()`` dict.
     """
 
     def __init__(self, dataset: Dataset, steps: int, length: int | None) -> None:

@@ -140,6 +140,10 @@ class TorchEpochIterator:
     and :meth:`load_state_dict` makes this iterator yield exactly the rest. The headrace iterator is built at
     the first ``next()`` (a restore never reads what it will skip) under the worker's share of the memory
     budget, and closed when the epoch ends, by :meth:`close` and on garbage collection.
+
+    Raises:
+        IteratorClosedError: ``next()`` / ``state_dict()`` after :meth:`close` or an interrupted ``next()``.
+        StateError: :meth:`load_state_dict` of a state that is not one, or of another worker share.
     """
 
     def __init__(self, dataset: Dataset, epoch: int, share: int, worker: list[int], epochs: torch.Tensor,
@@ -289,6 +293,11 @@ class TorchIterableDataset(IterableDataset):
         dataset: as :func:`to_torch`'s (which checks the arguments and is the usual way to make one).
         shard_by_worker: as :func:`to_torch`'s.
         num_workers: as :func:`to_torch`'s.
+
+    Raises:
+        ValueError: ``iter()`` in a ``DataLoader`` whose ``num_workers`` differs from ``num_workers``;
+            :meth:`set_epoch` of an epoch that is not an int >= 0.
+        StateError: ``iter()`` in a worker after :meth:`load_state_dict` of another worker's state.
     """
 
     def __init__(self, dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int | None = None) -> None:
