@@ -224,7 +224,10 @@ class Dataset:
             name: the stage's name in error notes, states and ``memory_stats()`` (tf.data's ``name``).
 
         Returns:
-            Dataset: one element, the structure given; cardinality 1."""
+            Dataset: one element, the structure given; cardinality 1.
+
+        Raises:
+            ValueError: a ragged list (rows of different lengths) among ``tensors``."""
         return _wrap(TensorsNode(tensors), name)
 
     @staticmethod
@@ -442,7 +445,10 @@ class Dataset:
             name: the stage's name in error notes, states and ``memory_stats()`` (tf.data's ``name``).
 
         Returns:
-            Dataset: int64 scalars; cardinality infinite."""
+            Dataset: int64 scalars; cardinality infinite.
+
+        Raises:
+            TypeError: a ``seed`` that is not None or an integer."""
         return _wrap(RandomNode(seed, rerandomize_each_iteration), name)
 
     @staticmethod
@@ -976,7 +982,7 @@ class Dataset:
 
         Raises:
             TypeError: a list of sizes (tf.data's distribution form): use one size.
-            ValueError: ``batch_size < 1``."""
+            ValueError: ``batch_size < 1``, or scalar components (nothing to unbatch)."""
         if isinstance(batch_size, list | tuple):
             raise TypeError(f"rebatch(batch_size={batch_size!r}): headrace takes one batch size; a list of "
                             "sizes (tf.data's form for distribution strategies) is not supported")
