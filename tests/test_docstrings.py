@@ -15,6 +15,9 @@ SRC = REPO / "src" / "headrace"
 # Public classes that users get from a function and never construct: their docstring names that function instead
 # of documenting the constructor's internal arguments.
 EXAMPLE_MARKS = (">>> ", "Example::", "```")  # doctest lines, a reST literal block, a fenced snippet
+FRAMEWORK_METHODS = {"keras.KerasDataset": {"num_batches", "batch_size", "has_partial_batch", "partial_batch_size",
+                                            "get_numpy_iterator", "get_jax_iterator", "get_torch_dataloader",
+                                            "get_tf_dataset"}}
 MADE_BY = {"torch.TorchEpochIterator": "TorchIterableDataset", "keras.KerasDataset": "adapt",
            "jax.JaxIterator": "to_jax"}
 
@@ -54,6 +57,20 @@ def _public_callables() -> dict[str, ast.FunctionDef | ast.ClassDef]:
         if defs:  # constants (IMAGE_EXTENSIONS, READ_AHEAD_LIMIT) are not callables
             found[qualified] = defs[0]
     return found
+
+
+def _public_methods() -> dict[str, ast.FunctionDef]:
+    """``qualified name -> definition`` of the public methods of the covered classes (``Dataset``'s are covered
+    callables themselves), less the hooks a framework defines and documents (Keras's ``DataAdapter`` methods and
+    callback ``on_*`` hooks, Lightning's)."""
+    return {f"{name}.{m.name}": m for name, node in _public_callables().items()
+            if isinstance(node, ast.ClassDef) and not name.startswith("Dataset.")
+            for m in node.body if isinstance(m, ast.FunctionDef) and not m.name.startswith("_")
+            and not m.name.startswith("on_") and m.name not in FRAMEWORK_METHODS.get(name, ())}
+
+
+def _is_property(fn: ast.FunctionDef) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == "property" for d in fn.decorator_list)
 
 
 def _takes_arguments(fn: ast.FunctionDef) -> bool:
@@ -99,6 +116,16 @@ def test_every_public_callable_has_args_and_returns_sections():
     gaps = {name: m for name, node in _public_callables().items()
             if (m := _missing(node, MADE_BY.get(name)))}
     assert not gaps, f"public docstrings lacking sections (summary, example, Args, Returns, Raises): {gaps}"
+
+
+def test_the_public_methods_of_those_classes_have_args_and_returns_sections():
+    methods = _public_methods()
+    assert {"torch.TorchIterableDataset.load_state_dict", "jax.JaxIterator.get_state",
+            "io.TFRecordWriter.write"} <= set(methods), sorted(methods)
+    gaps = {name: m for name, fn in methods.items()
+            if (m := (["docstring"] if not ast.get_docstring(fn) else [] if _is_property(fn)
+                      else [g for g in _missing(fn) if g != "an example"]))}
+    assert not gaps, f"public methods' docstrings lacking sections (Args, Returns, Raises): {gaps}"
 
 
 def test_the_check_sees_a_missing_section():

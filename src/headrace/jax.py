@@ -230,9 +230,12 @@ class JaxIterator:
         return placed
 
     def get_state(self) -> dict[str, Any]:
-        """``{"format": "headrace.jax", "version": 1, "iteration": int, "iterator": dict | None}``: the
-        dataset's iteration and its headrace ``Iterator.get_state()`` after the last batch handed out (None
-        before the first). JSON-serializable.
+        """The position after the last batch handed out.
+
+        Returns:
+            dict: ``{"format": "headrace.jax", "version": 1, "iteration": int, "iterator": dict | None}``: the
+            dataset's iteration and its headrace ``Iterator.get_state()`` after the last batch handed out (None
+            before the first). JSON-serializable.
 
         Raises:
             IteratorClosedError: after ``close()``.
@@ -243,8 +246,12 @@ class JaxIterator:
                 "iterator": self._state}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Continue right after the batch ``state`` was taken at: the batches copied ahead are dropped (their
-        bytes released) and the copying restarts from there.
+        """Continue right after the batch ``state`` was taken at.
+
+        The batches copied ahead are dropped (their bytes released) and the copying restarts from there.
+
+        Args:
+            state: a dict :meth:`get_state` returned.
 
         Raises:
             StateError: ``state`` is not from :meth:`get_state`, or (from the pipeline) it does not fit it.
@@ -274,12 +281,20 @@ class JaxIterator:
         self._producer = _Producer(it, self._place, self._buffer_size)
 
     def memory_stats(self) -> dict[str, Any]:
-        """The pipeline's ``Iterator.memory_stats()``; the stage ``to_jax`` holds the batches copied ahead."""
+        """The pipeline's ``Iterator.memory_stats()``; the stage ``to_jax`` holds the batches copied ahead.
+
+        Returns:
+            dict: what :meth:`headrace.Iterator.memory_stats` returns for the pipeline, with the ``to_jax`` stage.
+        """
         return self._producer.it.memory_stats()
 
     @property
     def threads_alive(self) -> list[str]:
-        """The copying thread's name while it runs (after ``close()``: empty within about a second)."""
+        """The copying thread's name while it runs (after ``close()``: empty within about a second).
+
+        Returns:
+            list[str]: thread names.
+        """
         return [self._producer.thread.name] if self._producer.thread.is_alive() else []
 
     def close(self) -> None:

@@ -166,16 +166,21 @@ class KerasDataset(_data_adapter.DataAdapter):
 
     # ---- the data position -------------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        """The position after the last batch handed to Keras: ``{"format", "version", "iteration",
-        "batches", "iterator", "epoch_steps"}`` (``iterator``: the headrace ``Iterator.get_state()``, None at
-        an iteration's start). JSON-serializable.
+        """The position after the last batch handed to Keras.
 
+        Returns:
+            dict: ``{"format", "version", "iteration", "batches", "iterator", "epoch_steps"}`` (``iterator``: the
+            headrace ``Iterator.get_state()``, None at an iteration's start). JSON-serializable.
         """
         return _as_state(self._snapshot())
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Continue right after the batch ``state`` (from :meth:`get_state`) was taken at; the next Keras
-        epoch runs the rest of the epoch it was taken in (``num_batches - state["epoch_steps"]`` steps).
+        """Continue right after the batch ``state`` (from :meth:`get_state`) was taken at.
+
+        The next Keras epoch runs the rest of the epoch it was taken in (``num_batches - state["epoch_steps"]`` steps).
+
+        Args:
+            state: a dict :meth:`get_state` returned.
 
         Raises:
             StateError: ``state`` is not a dict :meth:`get_state` returned.

@@ -203,9 +203,15 @@ class TorchEpochIterator:
         return self._epoch
 
     def state_dict(self) -> dict[str, Any]:
-        """The position after the last element yielded: ``{"format", "version", "epoch", "worker": [id,
-        num_workers], "done", "position"}``, ``position`` being headrace's ``Iterator.get_state()`` (``None``
-        before the first element), a small JSON-serializable dict.
+        """The position after the last element yielded.
+
+        Returns:
+            dict: ``{"format", "version", "epoch", "worker": [id, num_workers], "done", "position"}``,
+            ``position`` being headrace's ``Iterator.get_state()`` (``None`` before the first element); a small
+            JSON-serializable dict.
+
+        Raises:
+            IteratorClosedError: after :meth:`close` or an interrupted ``next()`` (the position is unknown).
         """
         if self._closed in (_POSITION_LOST, _CLOSED_MID_NEXT):
             raise IteratorClosedError(f"state_dict() on a to_torch iterator {self._closed}; use a state saved "
@@ -214,8 +220,12 @@ class TorchEpochIterator:
         return _position_state(self._epoch, list(self._worker), None if self._done else position, done=self._done)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue exactly after the element ``state`` (from :meth:`state_dict`) was taken at: its epoch (the
-        next ``iter()`` in this process runs the one after it), then its position in that epoch.
+        """Continue exactly after the element ``state`` was taken at.
+
+        Its epoch first (the next ``iter()`` in this process runs the one after it), then its position in it.
+
+        Args:
+            state: a dict :meth:`state_dict` returned.
 
         Raises:
             StateError: not such a state, or taken in another worker share (``worker`` differs: a different
@@ -290,9 +300,7 @@ class TorchIterableDataset(IterableDataset):
     >>> loader = DataLoader(hr.torch.TorchIterableDataset(ds.batch(32)), batch_size=None, num_workers=2)
 
     Args:
-        dataset: as :func:`to_torch`'s (which checks the arguments and is the usual way to make one).
-        shard_by_worker: as :func:`to_torch`'s.
-        num_workers: as :func:`to_torch`'s.
+        dataset, shard_by_worker, num_workers: as :func:`to_torch`'s (which checks them; the usual way to make one).
 
     Raises:
         ValueError: ``iter()`` in a ``DataLoader`` whose ``num_workers`` differs from ``num_workers``;
@@ -311,10 +319,14 @@ class TorchIterableDataset(IterableDataset):
         self._current: weakref.ref[TorchEpochIterator] | None = None  # this process's latest iter()
 
     def set_epoch(self, epoch: int) -> None:
-        """The next ``iter()`` (in the main process and in every worker, persistent or not) runs epoch
-        ``epoch``; the ones after it ``epoch + 1``, ... Calling it before every epoch with the epoch number
-        (the HF datasets / Accelerate convention) gives the same orders as not calling it at all; call it
-        to resume at an epoch or to keep workers of DataLoaders with different ``num_workers`` in step.
+        """Make the next ``iter()`` (in the main process and every worker, persistent or not) run epoch ``epoch``.
+
+        The ones after it run ``epoch + 1``, ... Calling it before every epoch with the epoch number (the HF
+        datasets / Accelerate convention) gives the same orders as not calling it at all; call it to resume at an
+        epoch or to keep workers of DataLoaders with different ``num_workers`` in step.
+
+        Args:
+            epoch: an int >= 0 (0 is the first epoch).
 
         Raises:
             ValueError: ``epoch`` is not an int >= 0.
@@ -365,12 +377,14 @@ class TorchIterableDataset(IterableDataset):
         return it
 
     def state_dict(self) -> dict[str, Any]:
-        """The position of this process's latest ``iter()`` (see :meth:`TorchEpochIterator.state_dict`), or,
-        before the first, the start of the epoch the next ``iter()`` runs. A small JSON-serializable dict.
+        """The position of this process's latest ``iter()`` (before the first: the start of the next one's epoch).
 
         ``DataLoader(num_workers=0)`` iterates in this process, so this is the loader's position, read one
         batch ahead when something (Lightning) prefetches; with workers each worker process has its own: use
         ``torchdata.stateful_dataloader.StatefulDataLoader``, which gathers them.
+
+        Returns:
+            dict: as :meth:`TorchEpochIterator.state_dict`: a small JSON-serializable dict.
         """
         current = self._current() if self._current is not None else None
         if current is not None:
@@ -379,9 +393,10 @@ class TorchIterableDataset(IterableDataset):
         return _position_state(int(self._epochs[_slot(info)]), _worker(info), None, done=False)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """The next ``iter()`` in this process continues exactly after the element ``state`` was taken at (the
-        rest of its epoch, then the epochs after it); a state from :meth:`state_dict` or
-        :meth:`TorchEpochIterator.state_dict`.
+        """The next ``iter()`` here continues exactly after ``state``'s element (its epoch's rest, then the next ones).
+
+        Args:
+            state: a dict from :meth:`state_dict` or :meth:`TorchEpochIterator.state_dict`.
 
         Raises:
             StateError: ``state`` is not such a state, or comes from another pipeline (raised by the first

@@ -159,7 +159,14 @@ class ShardedWriter:
         return _Shard(self._write_to, self.prefix, number, self.options, self.index)
 
     def write(self, record: bytes) -> None:
-        """Append one record (``bytes``) to the current shard."""
+        """Append one record (``bytes``) to the current shard.
+
+        Args:
+            record: the record's bytes.
+
+        Raises:
+            ValueError: after ``close()``.
+        """
         if self.paths is not None:
             raise ValueError(f"write() on a closed ShardedWriter ({self.directory}/{self.prefix}-*); open a new one")
         if self.num_shards is not None:
@@ -173,7 +180,11 @@ class ShardedWriter:
         self.records += 1
 
     def close(self) -> list[str]:
-        """Finish every shard and publish the set; returns the shard paths (idempotent)."""
+        """Finish every shard and publish the set (idempotent).
+
+        Returns:
+            list[str]: the shard paths, ``<directory>/<prefix>-NNNNN-of-NNNNN.tfrecord``.
+        """
         if self.paths is not None:
             return self.paths
         if not self._shards:
@@ -232,8 +243,14 @@ class ShardedWriter:
 
     @staticmethod
     def recover(directory: str | os.PathLike[str]) -> list[str]:
-        """Finish every publication interrupted in ``directory`` (journals ``.<prefix>.publishing``);
-        returns the shard paths it completed (``[]`` when there was nothing to do)."""
+        """Finish every publication interrupted in ``directory`` (journals ``.<prefix>.publishing``).
+
+        Args:
+            directory: a local directory (remote URLs have no journal: nothing to do).
+
+        Returns:
+            list[str]: the shard paths it completed (``[]`` when there was nothing to do).
+        """
         d = files.to_str_path(directory)
         done: list[str] = []
         if files.is_remote(d) or not os.path.isdir(d):

@@ -166,7 +166,18 @@ class TFRecordRandomAccess:
         return self._starts[-1]
 
     def locate(self, i: int) -> tuple[int, int, int]:
-        """``(file number, byte offset, framed length)`` of record ``i``."""
+        """Where record ``i`` is.
+
+        Args:
+            i: the record's index, ``-len <= i < len`` (negative counts from the end).
+
+        Returns:
+            tuple[int, int, int]: ``(file number, byte offset, framed length)`` of record ``i``.
+
+        Raises:
+            TypeError: ``i`` is not an int.
+            IndexError: ``i`` is out of range.
+        """
         n = len(self)
         if isinstance(i, bool) or not isinstance(i, int | np.integer):
             raise TypeError(f"record index must be an int, got {type(i).__name__} {i!r}")

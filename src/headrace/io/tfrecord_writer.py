@@ -47,7 +47,18 @@ class TFRecordOptions:
 
     @staticmethod
     def coerce(options: TFRecordOptions | str | None) -> TFRecordOptions:
-        """Accept ``None``, a compression name (``"GZIP"``) or a ``TFRecordOptions``."""
+        """Accept ``None``, a compression name (``"GZIP"``) or a ``TFRecordOptions``.
+
+        Args:
+            options: ``None``, ``""``, ``"GZIP"``, ``"ZLIB"`` or a ``TFRecordOptions``.
+
+        Returns:
+            TFRecordOptions: ``options`` itself, or one with that compression.
+
+        Raises:
+            TypeError: ``options`` of another type.
+            ValueError: an unknown compression name.
+        """
         if isinstance(options, TFRecordOptions):
             return options
         if options is None or isinstance(options, str):
@@ -96,7 +107,18 @@ class TFRecordWriter:
         self._f.write(data)  # type: ignore[union-attr]
 
     def write(self, record: bytes | bytearray | memoryview) -> int:
-        """Append ``record``; returns its byte offset in the uncompressed stream."""
+        """Append one record.
+
+        Args:
+            record: the record's bytes (``bytes``, ``bytearray`` or ``memoryview``; serialize messages first).
+
+        Returns:
+            int: the record's byte offset in the uncompressed stream.
+
+        Raises:
+            ValueError: after ``close()``.
+            TypeError: ``record`` is not bytes-like.
+        """
         if self._f is None:
             raise ValueError(f"write() on a closed TFRecordWriter for {self.path}; open a new writer")
         if not isinstance(record, bytes):
@@ -114,6 +136,7 @@ class TFRecordWriter:
         return at
 
     def flush(self) -> None:
+        """Push buffered bytes (and, compressed, a zlib sync point) to the file; nothing after ``close()``."""
         if self._f is None:
             return
         if self._z is not None:
@@ -121,6 +144,7 @@ class TFRecordWriter:
         self._f.flush()
 
     def close(self) -> None:
+        """Finish the compressed stream and close the file (idempotent)."""
         f, self._f = self._f, None
         if f is None:
             return
