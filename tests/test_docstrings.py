@@ -52,11 +52,26 @@ def _public_callables() -> dict[str, ast.FunctionDef | ast.ClassDef]:
     for module, path in (("image", SRC / "image" / "__init__.py"), ("torch", SRC / "torch.py"),
                          ("keras", SRC / "keras.py"), ("jax", SRC / "jax.py"), ("lightning", SRC / "lightning.py")):
         sources.update({f"{module}.{name}": (path, name) for name in _dunder_all(_tree(path))})
+    example = SRC / "io" / "example.py"
+    sources.update({f"io.example.{name}": (example, name) for name in _dunder_all(_tree(example))})
     for qualified, (path, name) in sources.items():
-        defs = [n for n in ast.walk(_tree(path)) if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == name]
-        if defs:  # constants (IMAGE_EXTENSIONS, READ_AHEAD_LIMIT) are not callables
-            found[qualified] = defs[0]
+        node = _definition(path, name)
+        if node is not None:  # constants (IMAGE_EXTENSIONS, READ_AHEAD_LIMIT) are not callables
+            found[qualified] = node
     return found
+
+
+def _definition(path: Path, name: str) -> ast.FunctionDef | ast.ClassDef | None:
+    """The top-level ``def`` / ``class`` of ``name`` in ``path``, following relative ``from .x import name``."""
+    tree = _tree(path)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name:
+            return node
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module and any(
+                a.name == name and a.asname is None for a in node.names):
+            return _definition(path.parent / f"{node.module.replace('.', '/')}.py", name)
+    return None
 
 
 def _public_methods() -> dict[str, ast.FunctionDef]:
@@ -108,7 +123,8 @@ def test_the_scan_finds_the_public_api():
     names = _public_callables()
     assert len([n for n in names if n.startswith("Dataset.")]) >= 45, sorted(names)
     for name in ("io.TFRecordDataset", "io.make_csv_dataset", "image.decode",
-                 "torch.to_torch", "keras.adapt", "jax.to_jax", "lightning.ExactlyOnce"):
+                 "torch.to_torch", "keras.adapt", "jax.to_jax", "lightning.ExactlyOnce",
+                 "io.FixedLenFeature", "io.example.encode", "image.image_format"):
         assert name in names, name
 
 

@@ -389,10 +389,20 @@ def parse_single_sequence_example(serialized: bytes, context_features: dict[str,
 
 
 def decode(serialized: bytes) -> dict[str, np.ndarray]:
-    """Every feature of a serialized Example as a 1-D array of its own kind (no spec needed):
-    ``bytes_list`` -> object array of ``bytes``, ``int64_list`` -> int64, ``float_list`` -> float32; a
-    feature with no kind set -> an empty float32 array. Raises ``ValueError`` for bytes that are not an
-    Example."""
+    """Every feature of a serialized Example as a 1-D array of its own kind (no spec needed).
+
+    >>> hr.io.example.decode(hr.io.example.encode({"a": [1, 2]}))  # {'a': array([1, 2])}
+
+    Args:
+        serialized: one serialized Example (``bytes``).
+
+    Returns:
+        dict: ``{name: array}`` sorted by name: ``bytes_list`` -> object array of ``bytes``, ``int64_list`` ->
+        int64, ``float_list`` -> float32; a feature with no kind set -> an empty float32 array.
+
+    Raises:
+        ValueError: bytes that are not an Example.
+    """
     fmap = _message(pb.Example, serialized, 0, None).features.feature
     out: dict[str, np.ndarray] = {}
     for key in sorted(fmap):
