@@ -1,8 +1,9 @@
 """Public docstrings in one form (summary, example, Args, Returns, Raises): every public method of ``Dataset``
-and every public callable of ``headrace.io``, ``headrace.image``, ``headrace.torch``, ``headrace.keras``,
-``headrace.jax`` and ``headrace.lightning`` has a docstring with an example, an ``Args:`` section where it takes
-arguments (besides ``self``) and a ``Returns:`` section where it returns something. Read from the source (AST):
-fast, and nothing is imported."""
+and every public callable of ``headrace.io`` (with ``io.example`` and ``io.files``), ``headrace.image``,
+``headrace.torch``, ``headrace.keras``, ``headrace.jax`` and ``headrace.lightning`` has a docstring with an
+example, an ``Args:`` section where it takes arguments (besides ``self``) and a ``Returns:`` section where it
+returns something; their classes' public methods have the sections. Read from the source (AST): fast, and
+nothing is imported."""
 
 from __future__ import annotations
 
@@ -52,8 +53,10 @@ def _public_callables() -> dict[str, ast.FunctionDef | ast.ClassDef]:
     for module, path in (("image", SRC / "image" / "__init__.py"), ("torch", SRC / "torch.py"),
                          ("keras", SRC / "keras.py"), ("jax", SRC / "jax.py"), ("lightning", SRC / "lightning.py")):
         sources.update({f"{module}.{name}": (path, name) for name in _dunder_all(_tree(path))})
-    example = SRC / "io" / "example.py"
+    example, files = SRC / "io" / "example.py", SRC / "io" / "files.py"
     sources.update({f"io.example.{name}": (example, name) for name in _dunder_all(_tree(example))})
+    sources.update({f"io.files.{n.name}": (files, n.name) for n in _tree(files).body
+                    if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")})
     for qualified, (path, name) in sources.items():
         node = _definition(path, name)
         if node is not None:  # constants (IMAGE_EXTENSIONS, READ_AHEAD_LIMIT) are not callables
@@ -124,7 +127,7 @@ def test_the_scan_finds_the_public_api():
     assert len([n for n in names if n.startswith("Dataset.")]) >= 45, sorted(names)
     for name in ("io.TFRecordDataset", "io.make_csv_dataset", "image.decode",
                  "torch.to_torch", "keras.adapt", "jax.to_jax", "lightning.ExactlyOnce",
-                 "io.FixedLenFeature", "io.example.encode", "image.image_format"):
+                 "io.FixedLenFeature", "io.example.encode", "image.image_format", "io.files.glob"):
         assert name in names, name
 
 
