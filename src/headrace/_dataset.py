@@ -1042,7 +1042,9 @@ class Dataset:
             Dataset: ``(packed, segment_ids, positions)`` rows, as :meth:`pack` gives them.
 
         Raises:
-            As :meth:`pack`."""
+            ValueError: as :meth:`pack`.
+            TypeError: as :meth:`pack`.
+            MemoryBudgetError: as :meth:`pack`."""
         return _wrap(PackNode(self._node, "concat", sequence_length, separator=separator,
                               padding_value=padding_value, drop_remainder=drop_remainder), name)
 
