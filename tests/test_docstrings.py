@@ -1,24 +1,26 @@
 """Public docstrings in one form (summary, example, Args, Returns, Raises): every public method of ``Dataset``
 and every public callable of ``headrace.io`` (with ``io.example`` and ``io.files``), ``headrace.image``,
 ``headrace.torch``, ``headrace.keras``, ``headrace.jax`` and ``headrace.lightning`` has a docstring with an
-example, an ``Args:`` section where it takes arguments (besides ``self``) and a ``Returns:`` section where it
+example, an ``Args:`` section naming each argument (besides ``self``) and a ``Returns:`` section where it
 returns something; their classes' public methods have the sections. Read from the source (AST): fast, and
 nothing is imported."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.conftest import REPO
 
 SRC = REPO / "src" / "headrace"
-# Public classes that users get from a function and never construct: their docstring names that function instead
-# of documenting the constructor's internal arguments.
 EXAMPLE_MARKS = (">>> ", "Example::", "```")  # doctest lines, a reST literal block, a fenced snippet
+# Methods a framework defines and documents (Keras's DataAdapter interface); callback hooks ``on_*`` likewise.
 FRAMEWORK_METHODS = {"keras.KerasDataset": {"num_batches", "batch_size", "has_partial_batch", "partial_batch_size",
                                             "get_numpy_iterator", "get_jax_iterator", "get_torch_dataloader",
                                             "get_tf_dataset"}}
+# Public classes that users get from a function and never construct: their docstring names that function instead
+# of documenting the constructor's internal arguments.
 MADE_BY = {"torch.TorchEpochIterator": "TorchIterableDataset", "keras.KerasDataset": "adapt",
            "jax.JaxIterator": "to_jax"}
 
@@ -102,6 +104,21 @@ def _returns_something(fn: ast.FunctionDef) -> bool:
     return r is not None and not (isinstance(r, ast.Constant) and r.value is None)
 
 
+def _parameters(fn: ast.FunctionDef) -> list[str]:
+    a = fn.args
+    names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+    names += [f"*{a.vararg.arg}"] if a.vararg else []
+    names += [f"**{a.kwarg.arg}"] if a.kwarg else []
+    return [n for n in names if n not in ("self", "cls")]
+
+
+def _args_named(doc: str) -> set[str]:
+    """The names an ``Args:`` section documents: its entries ``name: ...`` or ``a, b, c: ...`` (as Keras's)."""
+    section = re.search(r"^Args:\n((?:[ \t]+.*\n?|\n)*)", doc, re.M)
+    entries = re.findall(r"^    (\*{0,2}\w+(?:, \*{0,2}\w+)*):", section.group(1), re.M) if section else []
+    return {name for entry in entries for name in entry.split(", ")}
+
+
 def _missing(node: ast.FunctionDef | ast.ClassDef, made_by: str | None = None) -> list[str]:
     doc = ast.get_docstring(node) or ""
     if not doc:
@@ -109,15 +126,19 @@ def _missing(node: ast.FunctionDef | ast.ClassDef, made_by: str | None = None) -
     example = [] if any(mark in doc for mark in EXAMPLE_MARKS) else ["an example"]
     if made_by is not None:
         return example + ([] if made_by in doc else [f"the name of {made_by}, which makes it"])
+    gaps = example
+    fn: ast.FunctionDef | None = node if isinstance(node, ast.FunctionDef) else None
     if isinstance(node, ast.ClassDef):  # the constructor's arguments, in the class or __init__ docstring
         init = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
-        doc += "\n" + (ast.get_docstring(init[0]) or "" if init else "")
-        needs_args = bool(init) and _takes_arguments(init[0])
-        return example + (["Args:"] if needs_args and "Args:" not in doc else [])
-    gaps = example
-    if _takes_arguments(node) and "\nArgs:" not in "\n" + doc:
-        gaps.append("Args:")
-    if _returns_something(node) and "\nReturns:" not in "\n" + doc:
+        fn = init[0] if init else None
+        doc += "\n" + ((ast.get_docstring(fn) or "") if fn else "")
+    if fn is not None and _parameters(fn):
+        if "\nArgs:" not in "\n" + doc:
+            gaps.append("Args:")
+        else:
+            gaps += [f"Args: {p}" for p in _parameters(fn) if p.lstrip("*") not in _args_named(doc)
+                     and p not in _args_named(doc)]
+    if isinstance(node, ast.FunctionDef) and _returns_something(node) and "\nReturns:" not in "\n" + doc:
         gaps.append("Returns:")
     return gaps
 
@@ -125,7 +146,7 @@ def _missing(node: ast.FunctionDef | ast.ClassDef, made_by: str | None = None) -
 def test_the_scan_finds_the_public_api():
     names = _public_callables()
     assert len([n for n in names if n.startswith("Dataset.")]) >= 45, sorted(names)
-    for name in ("io.TFRecordDataset", "io.make_csv_dataset", "image.decode",
+    for name in ("Dataset.map", "Dataset.pack", "io.TFRecordDataset", "io.make_csv_dataset", "image.decode",
                  "torch.to_torch", "keras.adapt", "jax.to_jax", "lightning.ExactlyOnce",
                  "io.FixedLenFeature", "io.example.encode", "image.image_format", "io.files.glob"):
         assert name in names, name
@@ -151,6 +172,9 @@ def test_the_check_sees_a_missing_section():
     (fn,) = ast.parse('def f(x: int) -> int:\n    """Summary.\n\n    >>> f(1)\n\n    Returns:\n        x.\n    """\n'
                       ).body
     assert _missing(fn) == ["Args:"]
+    (fn,) = ast.parse('def f(x, *ys, z=1):\n    """S.\n\n    >>> f(1)\n\n    Args:\n        x, *ys: one.\n    """\n'
+                      ).body
+    assert _missing(fn) == ["Args: z"]
     (fn,) = ast.parse('def f(self) -> None:\n    """Summary."""\n').body
     assert _missing(fn) == ["an example"]
     (cls,) = ast.parse('class C:\n    """Made by g().\n\n    >>> g()\n    """\n    def __init__(self, x): ...\n').body

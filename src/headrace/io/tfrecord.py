@@ -81,12 +81,14 @@ class TFRecordDataset(Dataset):
         on_corrupt: ``"raise"`` (default) or ``"skip"``; see the module docstring.
         check_crc: verify both CRC32Cs of every record (default ``True``; turning it off only makes
             sense for benchmarks).
+        name: accepted for tf.data compatibility (unused).
 
     Attributes: ``compression_type``, ``buffer_size``, ``num_parallel_reads``, ``on_corrupt``,
     ``check_crc`` (normalized arguments) and ``skipped_records``.
 
     Raises:
-        ValueError / TypeError: for bad arguments (message names the argument and the allowed values).
+        ValueError: for bad arguments (message names the argument and the allowed values).
+        TypeError: for arguments of the wrong type (likewise).
         FileNotFoundError: on iteration, for a missing file.
         DataLossError: on iteration, for a corrupt record (``on_corrupt="raise"``).
     """
