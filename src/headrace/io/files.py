@@ -270,17 +270,17 @@ def find(root: str | bytes) -> list[str]:
 def subdirs(root: str | bytes) -> list[str]:
     """Names (not paths) of the directories directly inside ``root``, sorted.
 
-    >>> hr.io.files.subdirs("photos/")  # ['cat', 'dog']
+    >>> hr.io.files.subdirs("photos/")  # ['cat', 'dog']: the class folders
 
     Args:
-        root: a local directory or URL.
+        root: a local directory or URL (``str`` or ``bytes``).
 
     Returns:
-        list[str]: the directory names.
+        list[str]: the directory names, without their path.
 
     Raises:
-        FileNotFoundError: ``root`` is not a directory (naming it).
-        MissingDependencyError: an ``s3://`` URL without its backend (``pip install 'headrace[s3]'``).
+        FileNotFoundError: as :func:`find`.
+        MissingDependencyError: as :func:`find`.
     """
     r = to_str_path(root)
     if is_remote(r):
