@@ -369,7 +369,8 @@ class Dataset:
         Args:
             datasets: the datasets, with compatible element specs.
             choice_dataset: int64 scalars in ``[0, len(datasets))``.
-            stop_on_empty_dataset: end when the chosen dataset has ended (default ``True``, tf.data's).
+            stop_on_empty_dataset: a choice of an exhausted dataset ends iteration (default ``True``, tf.data's);
+                ``False`` skips that choice.
 
         Returns:
             Dataset: the chosen elements.
@@ -606,7 +607,7 @@ class Dataset:
         Args:
             batch_size: elements per batch (>= 1).
             drop_remainder: drop a last batch smaller than ``batch_size`` (the shape's dimension 0 is then known).
-            num_parallel_calls: ``None``, an int >= 1 or ``AUTOTUNE``: batches assembled in parallel.
+            num_parallel_calls: ``None``, an int >= 1 or ``AUTOTUNE``: batches stacked in worker threads.
             deterministic: ``False`` yields batches as they finish; ``None`` uses ``Options``.
             name: the stage's name in error notes, states and ``memory_stats()`` (tf.data's ``name``).
 
@@ -1097,14 +1098,16 @@ class Dataset:
         step when the new one is complete (a kill at any moment leaves the old or the new dataset).
 
         Args:
-            path: the directory (local or fsspec URL).
+            path: a local directory, created if missing.
             compression: None, "GZIP" or "ZLIB".
-            shard_func: ``element -> int``, the shard file index (default 0).
+            shard_func: ``element -> int``, the shard file index (>= 0; default 0).
             checkpoint_args: tf.data's periodic save checkpoints; not supported.
             name: the stage's name in error notes, states and ``memory_stats()`` (tf.data's ``name``).
 
         Raises:
-            TypeError: ``checkpoint_args`` is given."""
+            TypeError: ``checkpoint_args`` is given, ``shard_func`` is not callable, or a component the format
+                cannot hold (ragged, dataset). What the pipeline raises stops the save (``path`` is left as it was).
+            ValueError: an unknown ``compression``, or a negative shard index."""
         if checkpoint_args is not None:
             raise TypeError("save(checkpoint_args=...): headrace writes a save in one go; a failed save leaves "
                             "nothing under path, so run it again")
@@ -1119,16 +1122,20 @@ class Dataset:
 
         Args:
             path: the directory ``save`` wrote.
-            element_spec: the expected spec (default: the saved one).
-            compression: as given to ``save`` (default: the saved one).
-            reader_func: tf.data's ``reader_func`` (see ``headrace/io/saved_dataset.py``).
+            element_spec: the expected spec (default: the saved one); it must be compatible with it.
+            compression: as given to ``save`` (default: the saved one); it must match it.
+            reader_func: tf.data's ``reader_func``; not supported: shards are read in shard order (reorder with
+                ``interleave`` / ``shuffle`` after loading).
             wait: tf.data's wait for a save in progress; not supported (a save appears when complete).
 
         Returns:
             Dataset: the saved elements.
 
         Raises:
-            TypeError: ``wait=True``."""
+            TypeError: ``wait=True`` or a ``reader_func``.
+            FileNotFoundError: ``path`` holds no saved dataset.
+            ValueError: another format / version, or an ``element_spec`` or ``compression`` that contradicts the
+                saved one."""
         if wait:
             raise TypeError("load(wait=True): headrace loads completed saves only (a save appears when complete)")
         return _wrap(saved_dataset.load(path, element_spec, compression, reader_func))
