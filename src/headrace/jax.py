@@ -193,9 +193,15 @@ class _Producer:
 class JaxIterator:
     """Yields a headrace ``Dataset``'s elements as ``jax.Array`` s, copying ahead (see :func:`to_jax`).
 
+    >>> it = hr.jax.to_jax(ds.batch(64)); batch = next(it); state = it.get_state()
+
     ``get_state()`` / ``set_state(state)``: exact checkpoint of the position after the last batch handed out;
     ``close()`` (and ``with``) stops the copying thread; ``memory_stats()``: the pipeline's, with the
     ``to_jax`` account of the batches copied ahead.
+
+    Raises:
+        IteratorClosedError: ``next()``, ``get_state()`` or ``set_state()`` after ``close()``.
+        StateError: ``set_state()`` of a dict that is not a ``to_jax`` state.
     """
 
     def __init__(self, dataset: Dataset, sharding: Any, buffer_size: int) -> None:
@@ -224,9 +230,12 @@ class JaxIterator:
         return placed
 
     def get_state(self) -> dict[str, Any]:
-        """``{"format": "headrace.jax", "version": 1, "iteration": int, "iterator": dict | None}``: the
-        dataset's iteration and its headrace ``Iterator.get_state()`` after the last batch handed out (None
-        before the first). JSON-serializable.
+        """The position after the last batch handed out.
+
+        Returns:
+            dict: ``{"format": "headrace.jax", "version": 1, "iteration": int, "iterator": dict | None}``: the
+            dataset's iteration and its headrace ``Iterator.get_state()`` after the last batch handed out (None
+            before the first). JSON-serializable.
 
         Raises:
             IteratorClosedError: after ``close()``.
@@ -237,8 +246,12 @@ class JaxIterator:
                 "iterator": self._state}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Continue right after the batch ``state`` was taken at: the batches copied ahead are dropped (their
-        bytes released) and the copying restarts from there.
+        """Continue right after the batch ``state`` was taken at.
+
+        The batches copied ahead are dropped (their bytes released) and the copying restarts from there.
+
+        Args:
+            state: a dict :meth:`get_state` returned.
 
         Raises:
             StateError: ``state`` is not from :meth:`get_state`, or (from the pipeline) it does not fit it.
@@ -268,12 +281,20 @@ class JaxIterator:
         self._producer = _Producer(it, self._place, self._buffer_size)
 
     def memory_stats(self) -> dict[str, Any]:
-        """The pipeline's ``Iterator.memory_stats()``; the stage ``to_jax`` holds the batches copied ahead."""
+        """The pipeline's ``Iterator.memory_stats()``; the stage ``to_jax`` holds the batches copied ahead.
+
+        Returns:
+            dict: what :meth:`headrace.Iterator.memory_stats` returns for the pipeline, with the ``to_jax`` stage.
+        """
         return self._producer.it.memory_stats()
 
     @property
     def threads_alive(self) -> list[str]:
-        """The copying thread's name while it runs (after ``close()``: empty within about a second)."""
+        """The copying thread's name while it runs (after ``close()``: empty within about a second).
+
+        Returns:
+            list[str]: thread names.
+        """
         return [self._producer.thread.name] if self._producer.thread.is_alive() else []
 
     def close(self) -> None:
@@ -295,6 +316,8 @@ class JaxIterator:
 
 def to_jax(dataset: Dataset, sharding: Any = None, buffer_size: int = 2) -> JaxIterator:
     """One iteration of ``dataset`` as ``jax.Array`` s, copied ahead on a background thread.
+
+    >>> for batch in hr.jax.to_jax(ds.batch(64), sharding=NamedSharding(mesh, P("data"))): ...
 
     Args:
         dataset: a headrace ``Dataset`` (batch it: ``ds.batch(n)``); its numeric numpy leaves become

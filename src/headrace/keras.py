@@ -98,11 +98,20 @@ class _Position:
 class KerasDataset(_data_adapter.DataAdapter):
     """A headrace ``Dataset`` as a Keras ``DataAdapter`` (see :func:`adapt` and the module docstring).
 
+    >>> model.fit(hr.keras.adapt(ds.batch(32)), epochs=3)
+
     ``num_batches``: steps per Keras epoch (the cardinality, or ``steps_per_epoch``). ``get_state()`` /
     ``set_state(state)``: the data position (a JSON-serializable dict; see :class:`BackupAndRestore`).
     ``close()`` stops the pipeline's threads (also at interpreter exit, as every headrace iterator).
     Feed one ``KerasDataset`` to one ``fit`` / ``evaluate`` / ``predict`` at a time (``validation_data``:
     adapt it separately).
+
+    Raises:
+        IteratorClosedError: a read after ``close()`` stopped a read under it (the position is unknown).
+        RuntimeError: two Keras loops read it at once (adapt the dataset once per use); with
+            :class:`BackupAndRestore`, Keras read more than ``READ_AHEAD_LIMIT`` batches past the one it trained on.
+        ValueError: an iteration yields no batch, or a batch that is not one of Keras's structures.
+        StateError: ``set_state()`` of a dict that is not a ``get_state()`` dict.
     """
 
     def __init__(self, dataset: Dataset, steps: int, length: int | None) -> None:
@@ -157,16 +166,21 @@ class KerasDataset(_data_adapter.DataAdapter):
 
     # ---- the data position -------------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        """The position after the last batch handed to Keras: ``{"format", "version", "iteration",
-        "batches", "iterator", "epoch_steps"}`` (``iterator``: the headrace ``Iterator.get_state()``, None at
-        an iteration's start). JSON-serializable.
+        """The position after the last batch handed to Keras.
 
+        Returns:
+            dict: ``{"format", "version", "iteration", "batches", "iterator", "epoch_steps"}`` (``iterator``: the
+            headrace ``Iterator.get_state()``, None at an iteration's start). JSON-serializable.
         """
         return _as_state(self._snapshot())
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Continue right after the batch ``state`` (from :meth:`get_state`) was taken at; the next Keras
-        epoch runs the rest of the epoch it was taken in (``num_batches - state["epoch_steps"]`` steps).
+        """Continue right after the batch ``state`` (from :meth:`get_state`) was taken at.
+
+        The next Keras epoch runs the rest of the epoch it was taken in (``num_batches - state["epoch_steps"]`` steps).
+
+        Args:
+            state: a dict :meth:`get_state` returned.
 
         Raises:
             StateError: ``state`` is not a dict :meth:`get_state` returned.
@@ -323,6 +337,8 @@ def _from_state(state: Any) -> _Position:
 def adapt(dataset: Dataset, *, steps_per_epoch: int | None = None) -> KerasDataset:
     """``dataset`` as what ``keras.Model.fit`` / ``evaluate`` / ``predict`` take as ``x`` (every backend).
 
+    >>> model.fit(hr.keras.adapt(ds.batch(32).repeat(), steps_per_epoch=100), epochs=3)
+
     Args:
         dataset: a headrace ``Dataset`` of batches (``ds.batch(n)``), each ``(x, y)``, ``(x, y,
             sample_weight)``, ``(x,)`` or ``x`` (numpy arrays or dicts of them: Keras's ``x`` / ``y``
@@ -377,6 +393,9 @@ _PENDING: list[weakref.ref[BackupAndRestore]] = []
 class BackupAndRestore(keras.callbacks.BackupAndRestore):
     """``keras.callbacks.BackupAndRestore`` that also backs up and restores the data position of a
     :class:`KerasDataset`, so a resumed ``fit`` trains on every batch of the interrupted epoch once.
+
+    >>> data = hr.keras.adapt(ds.batch(32))
+    >>> model.fit(data, epochs=3, callbacks=[hr.keras.BackupAndRestore("/tmp/backup", data)])
 
     At each backup (the end of every epoch with ``save_freq="epoch"``, every ``save_freq`` batches with an
     int) the position after the last batch the model trained on (:meth:`KerasDataset.get_state`) goes into

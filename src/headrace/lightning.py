@@ -116,6 +116,9 @@ class ExactlyOnce(Callback):
     """A Lightning callback: a checkpoint taken after step ``k`` of an epoch resumes at batch ``k + 1`` exactly,
     so across the interrupted and the resumed run every element is trained on once.
 
+    >>> trainer = Trainer(callbacks=[ExactlyOnce(), ModelCheckpoint(every_n_train_steps=100)])
+    >>> trainer.fit(model, StatefulDataLoader(hr.torch.to_torch(ds.batch(32)), batch_size=None), ckpt_path=ckpt)
+
     Usage: ``Trainer(callbacks=[ExactlyOnce(), ModelCheckpoint(...)])`` in the run that saves and in the run
     that resumes (``trainer.fit(model, ckpt_path=...)``), with train dataloaders as the module docstring lists
     (``StatefulDataLoader(to_torch(ds))``, ``to_torch(ds)``, or ``DataLoader(to_torch(ds), num_workers=0)``).
@@ -123,7 +126,8 @@ class ExactlyOnce(Callback):
 
     Raises:
         ValueError: at ``on_train_start``, a train dataloader whose position cannot be saved (a plain
-            ``DataLoader`` with workers, an iterable without ``state_dict()``); the message names the fix.
+            ``DataLoader`` with workers, an iterable without ``state_dict()``); the message names the fix. Also
+            there, a checkpoint holding positions of another number of train dataloaders than this run has.
         RuntimeError: at a checkpoint, the fetcher is more than 8 batches ahead of the loop (a
             ``prefetch_batches`` over 8).
     """

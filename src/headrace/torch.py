@@ -72,8 +72,14 @@ def _leaf_to_tensor(x: Any) -> Any:
 def element_to_torch(element: Any) -> Any:
     """The element with every numeric numpy leaf as a ``torch.Tensor`` (same shape and dtype).
 
-    Writable arrays share memory with the tensor (``torch.from_numpy``); read-only ones are copied.
-    ``bytes``, strings and object arrays are returned unchanged.
+    >>> hr.torch.element_to_torch((np.zeros((2, 3), np.float32), b"id"))  # (tensor of shape (2, 3), b'id')
+
+    Args:
+        element: a structure (tuple / dict / leaf) of numpy arrays and scalars, ``bytes``, strings.
+
+    Returns:
+        The same structure; writable arrays share memory with the tensor (``torch.from_numpy``); read-only or
+        non-contiguous ones are copied. ``bytes``, strings and object arrays are returned unchanged.
     """
     return map_structure(_leaf_to_tensor, element)
 
@@ -125,6 +131,8 @@ _CLOSED_MID_NEXT = "closed by close() while next() was producing an element (its
 class TorchEpochIterator:
     """One epoch of a :class:`TorchIterableDataset` in one process: what its ``iter()`` returns.
 
+    >>> it = iter(hr.torch.to_torch(ds)); x = next(it); state = it.state_dict()
+
     Yields the elements as :func:`element_to_torch` makes them. Implements the ``Stateful`` protocol that
     ``torchdata.stateful_dataloader.StatefulDataLoader`` calls on the iterator of an ``IterableDataset`` (in
     its worker processes, right after each batch it fetches): :meth:`state_dict` is exact after every element
@@ -132,6 +140,10 @@ class TorchEpochIterator:
     and :meth:`load_state_dict` makes this iterator yield exactly the rest. The headrace iterator is built at
     the first ``next()`` (a restore never reads what it will skip) under the worker's share of the memory
     budget, and closed when the epoch ends, by :meth:`close` and on garbage collection.
+
+    Raises:
+        IteratorClosedError: ``next()`` / ``state_dict()`` after :meth:`close` or an interrupted ``next()``.
+        StateError: :meth:`load_state_dict` of a state that is not one, or of another worker share.
     """
 
     def __init__(self, dataset: Dataset, epoch: int, share: int, worker: list[int], epochs: torch.Tensor,
@@ -191,9 +203,15 @@ class TorchEpochIterator:
         return self._epoch
 
     def state_dict(self) -> dict[str, Any]:
-        """The position after the last element yielded: ``{"format", "version", "epoch", "worker": [id,
-        num_workers], "done", "position"}``, ``position`` being headrace's ``Iterator.get_state()`` (``None``
-        before the first element), a small JSON-serializable dict.
+        """The position after the last element yielded.
+
+        Returns:
+            dict: ``{"format", "version", "epoch", "worker": [id, num_workers], "done", "position"}``,
+            ``position`` being headrace's ``Iterator.get_state()`` (``None`` before the first element); a small
+            JSON-serializable dict.
+
+        Raises:
+            IteratorClosedError: after :meth:`close` or an interrupted ``next()`` (the position is unknown).
         """
         if self._closed in (_POSITION_LOST, _CLOSED_MID_NEXT):
             raise IteratorClosedError(f"state_dict() on a to_torch iterator {self._closed}; use a state saved "
@@ -202,8 +220,12 @@ class TorchEpochIterator:
         return _position_state(self._epoch, list(self._worker), None if self._done else position, done=self._done)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue exactly after the element ``state`` (from :meth:`state_dict`) was taken at: its epoch (the
-        next ``iter()`` in this process runs the one after it), then its position in that epoch.
+        """Continue exactly after the element ``state`` was taken at.
+
+        Its epoch first (the next ``iter()`` in this process runs the one after it), then its position in it.
+
+        Args:
+            state: a dict :meth:`state_dict` returned.
 
         Raises:
             StateError: not such a state, or taken in another worker share (``worker`` differs: a different
@@ -274,6 +296,16 @@ class TorchIterableDataset(IterableDataset):
     Checkpoints: ``iter()`` returns a :class:`TorchEpochIterator` (``state_dict()`` / ``load_state_dict()``,
     what ``StatefulDataLoader`` saves and restores); :meth:`state_dict` / :meth:`load_state_dict` here are the
     same position seen from the dataset (this process's latest ``iter()``; the next one).
+
+    >>> loader = DataLoader(hr.torch.TorchIterableDataset(ds.batch(32)), batch_size=None, num_workers=2)
+
+    Args:
+        dataset, shard_by_worker, num_workers: as :func:`to_torch`'s (which checks them; the usual way to make one).
+
+    Raises:
+        ValueError: ``iter()`` in a ``DataLoader`` whose ``num_workers`` differs from ``num_workers``;
+            :meth:`set_epoch` of an epoch that is not an int >= 0.
+        StateError: ``iter()`` in a worker after :meth:`load_state_dict` of another worker's state.
     """
 
     def __init__(self, dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int | None = None) -> None:
@@ -287,10 +319,14 @@ class TorchIterableDataset(IterableDataset):
         self._current: weakref.ref[TorchEpochIterator] | None = None  # this process's latest iter()
 
     def set_epoch(self, epoch: int) -> None:
-        """The next ``iter()`` (in the main process and in every worker, persistent or not) runs epoch
-        ``epoch``; the ones after it ``epoch + 1``, ... Calling it before every epoch with the epoch number
-        (the HF datasets / Accelerate convention) gives the same orders as not calling it at all; call it
-        to resume at an epoch or to keep workers of DataLoaders with different ``num_workers`` in step.
+        """Make the next ``iter()`` (in the main process and every worker, persistent or not) run epoch ``epoch``.
+
+        The ones after it run ``epoch + 1``, ... Calling it before every epoch with the epoch number (the HF
+        datasets / Accelerate convention) gives the same orders as not calling it at all; call it to resume at an
+        epoch or to keep workers of DataLoaders with different ``num_workers`` in step.
+
+        Args:
+            epoch: an int >= 0 (0 is the first epoch).
 
         Raises:
             ValueError: ``epoch`` is not an int >= 0.
@@ -341,12 +377,14 @@ class TorchIterableDataset(IterableDataset):
         return it
 
     def state_dict(self) -> dict[str, Any]:
-        """The position of this process's latest ``iter()`` (see :meth:`TorchEpochIterator.state_dict`), or,
-        before the first, the start of the epoch the next ``iter()`` runs. A small JSON-serializable dict.
+        """The position of this process's latest ``iter()`` (before the first: the start of the next one's epoch).
 
         ``DataLoader(num_workers=0)`` iterates in this process, so this is the loader's position, read one
         batch ahead when something (Lightning) prefetches; with workers each worker process has its own: use
         ``torchdata.stateful_dataloader.StatefulDataLoader``, which gathers them.
+
+        Returns:
+            dict: as :meth:`TorchEpochIterator.state_dict`: a small JSON-serializable dict.
         """
         current = self._current() if self._current is not None else None
         if current is not None:
@@ -355,9 +393,10 @@ class TorchIterableDataset(IterableDataset):
         return _position_state(int(self._epochs[_slot(info)]), _worker(info), None, done=False)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """The next ``iter()`` in this process continues exactly after the element ``state`` was taken at (the
-        rest of its epoch, then the epochs after it); a state from :meth:`state_dict` or
-        :meth:`TorchEpochIterator.state_dict`.
+        """The next ``iter()`` here continues exactly after ``state``'s element (its epoch's rest, then the next ones).
+
+        Args:
+            state: a dict from :meth:`state_dict` or :meth:`TorchEpochIterator.state_dict`.
 
         Raises:
             StateError: ``state`` is not such a state, or comes from another pipeline (raised by the first
@@ -447,6 +486,8 @@ def to_torch(dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int
              ) -> TorchIterableDataset:
     """``dataset`` as a ``torch.utils.data.IterableDataset`` yielding tensors.
 
+    >>> loader = DataLoader(hr.torch.to_torch(ds.batch(32), num_workers=2), batch_size=None, num_workers=2)
+
     Args:
         dataset: any headrace ``Dataset``; batch it in headrace (``.batch(n)``) and pass
             ``batch_size=None`` to the ``DataLoader`` to keep headrace's batching and memory budget.
@@ -463,6 +504,10 @@ def to_torch(dataset: Dataset, *, shard_by_worker: bool = True, num_workers: int
         recipe with cloudpickle, lambdas included), so ``DataLoader(multiprocessing_context="spawn")`` and
         ``"forkserver"`` work; ``set_epoch(e)`` picks the epoch the next ``iter()`` runs; ``state_dict()`` /
         ``load_state_dict()`` (on it and on its iterators) make ``StatefulDataLoader`` restores exact.
+
+    Raises:
+        TypeError: ``dataset`` is not a headrace ``Dataset``.
+        ValueError: ``num_workers`` is not ``None`` or an int in ``[0, MAX_WORKERS]``.
     """
     from ._dataset import Dataset
 
@@ -501,10 +546,20 @@ def device_prefetch(iterable: Iterable[Any], device: str | torch.device, buffer_
                     ) -> Iterator[Any]:
     """Yield the elements of ``iterable`` with their tensors (and numpy arrays) on ``device``.
 
+    >>> for x, y in hr.torch.device_prefetch(DataLoader(hr.torch.to_torch(ds), batch_size=None), "cuda"): ...
+
     On CUDA the host tensors are pinned and copied with ``non_blocking=True`` on a side stream, keeping
     up to ``buffer_size`` elements in flight so the copy of the next batch overlaps compute on this one.
     On any other device the elements pass through (numpy leaves become tensors, then ``.to(device)``,
     a no-op on CPU).
+
+    Args:
+        iterable: elements (structures of tensors / numpy arrays), e.g. a ``DataLoader``.
+        device: a ``torch.device`` or its name (``"cuda:0"``, ``"cpu"``).
+        buffer_size: elements in flight on CUDA (an int >= 1).
+
+    Returns:
+        An iterator of the elements, their tensors on ``device`` (other leaves unchanged).
 
     Raises:
         ValueError: ``buffer_size < 1``.

@@ -235,6 +235,8 @@ def decode(data: bytes | bytearray | memoryview | np.ndarray, channels: int = 3,
            name: str | None = None) -> np.ndarray:
     """Decode an encoded image (``tf.io.decode_image`` with ``expand_animations=False``).
 
+    >>> img = hr.image.decode(jpeg_bytes, name="cat.jpg")  # (H, W, 3) uint8, RGB
+
     Args:
         data: the file contents (``bytes``, as TFRecord features and ``image_folder`` yield them).
         channels: 3 (RGB, default), 1 (grey), 4 (RGBA; alpha 255 where the file has none) or 0 (as stored:
@@ -270,6 +272,8 @@ def decode_and_resize(data: bytes | bytearray | memoryview | np.ndarray, size: S
                       channels: int = 3, method: str = "bilinear", *, dct_scaling: bool = True,
                       name: str | None = None) -> np.ndarray:
     """``resize(decode(data, channels), size, method)``, fast: the hot path of image pipelines.
+
+    >>> hr.image.decode_and_resize(jpeg_bytes, (224, 224)).shape  # (224, 224, 3)
 
     Args:
         data: encoded image bytes (see :func:`decode`).
@@ -335,6 +339,8 @@ def resize(image: np.ndarray, size: Sequence[int], method: str = "bilinear",
            antialias: bool = False) -> np.ndarray:
     """``tf.image.resize(image, size, method, antialias=False)`` (half-pixel centers).
 
+    >>> small = hr.image.resize(img, (128, 128), method="area")  # (128, 128, C)
+
     Args:
         image: ``(H, W)``, ``(H, W, C)`` or a batch ``(N, H, W, C)``; C <= 512.
         size: ``(height, width)`` of the output in pixels.
@@ -383,9 +389,22 @@ def normalize(image: np.ndarray, mean: float | Sequence[float] = 0.0, std: float
               max_value: float = 255.0, dtype: Any = np.float32) -> np.ndarray:
     """``(image / max_value - mean) / std`` in ``dtype`` (float32 by default).
 
-    With the defaults this is exactly ``tf.cast(image, tf.float32) / 255.0``. ``mean`` and ``std`` may be
-    per-channel sequences (e.g. ImageNet's ``(0.485, 0.456, 0.406)`` / ``(0.229, 0.224, 0.225)``), applied
-    on the last axis. Raises ``ValueError`` for ``max_value <= 0`` or a ``std`` containing 0.
+    >>> x = hr.image.normalize(img, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))  # ImageNet's
+
+    With the defaults this is exactly ``tf.cast(image, tf.float32) / 255.0``.
+
+    Args:
+        image: any shape, usually ``(H, W, C)`` uint8 (values 0..``max_value``).
+        mean: a scalar or per-channel sequence (applied on the last axis), in units of ``image / max_value``.
+        std: a scalar or per-channel sequence, every value non-zero.
+        max_value: the value that maps to 1.0 (> 0; 255 for uint8 images).
+        dtype: the result's float dtype.
+
+    Returns:
+        numpy.ndarray: a new array of ``image``'s shape in ``dtype``.
+
+    Raises:
+        ValueError: ``max_value <= 0`` or a ``std`` containing 0.
     """
     if not max_value > 0:
         raise ValueError(f"normalize: max_value={max_value!r} must be > 0 (255 for uint8 images)")
@@ -404,10 +423,21 @@ def normalize(image: np.ndarray, mean: float | Sequence[float] = 0.0, std: float
 
 
 def center_crop(image: np.ndarray, size: Sequence[int]) -> np.ndarray:
-    """The central ``(height, width)`` window of ``image`` (H, W[, C]), as a new contiguous array.
+    """The central ``(height, width)`` window of ``image`` (``tf.image.resize_with_crop_or_pad`` when cropping).
 
-    Offsets are ``(H - height) // 2`` and ``(W - width) // 2`` (``tf.image.resize_with_crop_or_pad``).
-    Raises ``ValueError`` if the image is smaller than ``size``.
+    >>> hr.image.center_crop(np.zeros((256, 320, 3), np.uint8), (224, 224)).shape  # (224, 224, 3)
+
+    Offsets are ``(H - height) // 2`` and ``(W - width) // 2``.
+
+    Args:
+        image: ``(H, W)`` or ``(H, W, C)``, any dtype.
+        size: ``(height, width)`` in pixels, two ints >= 1, at most the image's.
+
+    Returns:
+        numpy.ndarray: a new contiguous array of shape ``(height, width[, C])``, ``image``'s dtype.
+
+    Raises:
+        ValueError: ``size`` is not two ints >= 1, the image is not 2-D / 3-D, or it is smaller than ``size``.
     """
     h, w = _check_size(size, "center_crop")
     img = _check_crop(image, h, w, "center_crop")
@@ -434,8 +464,19 @@ def _rng(seed: Seed) -> np.random.Generator:
 def random_crop(image: np.ndarray, size: Sequence[int], seed: Seed = None) -> np.ndarray:
     """A uniformly placed ``(height, width)`` window of ``image`` (``tf.image.random_crop`` on H and W).
 
-    ``seed``: see the module docstring. Returns a new contiguous array; raises ``ValueError`` if the image
-    is smaller than ``size``.
+    >>> hr.image.random_crop(img, (224, 224), seed=(7, index)).shape  # (224, 224, 3) for an RGB img
+
+    Args:
+        image: ``(H, W)`` or ``(H, W, C)``, any dtype.
+        size: ``(height, width)`` in pixels, two ints >= 1, at most the image's.
+        seed: an ``int`` or sequence of ints (a fixed, reproducible draw), a ``numpy.random.Generator`` (drawn
+            from) or ``None`` (fresh entropy); see the module docstring.
+
+    Returns:
+        numpy.ndarray: a new contiguous array of shape ``(height, width[, C])``, ``image``'s dtype.
+
+    Raises:
+        ValueError: ``size`` is not two ints >= 1, the image is not 2-D / 3-D, or it is smaller than ``size``.
     """
     h, w = _check_size(size, "random_crop")
     img = _check_crop(image, h, w, "random_crop")
@@ -448,8 +489,17 @@ def random_crop(image: np.ndarray, size: Sequence[int], seed: Seed = None) -> np
 def random_flip_left_right(image: np.ndarray, seed: Seed = None) -> np.ndarray:
     """``image`` mirrored along its width with probability 1/2 (``tf.image.random_flip_left_right``).
 
-    Works on ``(H, W[, C])`` and batches ``(N, H, W, C)`` (one draw per image). ``seed``: see the module
-    docstring. Returns a new array (never a view).
+    >>> out = hr.image.random_flip_left_right(batch, seed=3)  # batch: (N, H, W, C), one draw per image
+
+    Args:
+        image: ``(H, W)``, ``(H, W, C)`` or a batch ``(N, H, W, C)`` (one draw per image), any dtype.
+        seed: as :func:`random_crop`'s (see the module docstring).
+
+    Returns:
+        numpy.ndarray: a new array (never a view) of ``image``'s shape and dtype.
+
+    Raises:
+        ValueError: ``image`` is not 2-D, 3-D or 4-D.
     """
     img = np.asarray(image)
     if img.ndim not in (2, 3, 4):

@@ -16,8 +16,18 @@ _MAGIC = ((JPEG_MAGIC, "jpeg"), (b"\x89PNG", "png"), (b"GIF8", "gif"), (b"BM", "
 
 
 def image_format(data: bytes, name: str = "") -> str:
-    """``jpeg``, ``png``, ``gif``, ``bmp``, ``webp`` or ``tiff`` from the magic number of encoded image
-    bytes; otherwise the extension of ``name`` (lower case, without the dot)."""
+    """The format of encoded image bytes, from their magic number.
+
+    >>> hr.image.image_format(open("cat.png", "rb").read(16))  # 'png'
+
+    Args:
+        data: the encoded image (at least the first 12 bytes).
+        name: a file name, used when the magic number is unknown.
+
+    Returns:
+        str: ``jpeg``, ``png``, ``gif``, ``bmp``, ``webp`` or ``tiff``; otherwise the extension of ``name`` (lower
+        case, without the dot).
+    """
     for magic, fmt in _MAGIC:
         if data.startswith(magic):
             return fmt

@@ -29,21 +29,30 @@ from ._proto import messages as pb
 
 @dataclass(frozen=True)
 class BytesList:
-    """Explicitly a ``bytes_list`` (``str`` items are UTF-8 encoded)."""
+    """Explicitly a ``bytes_list`` (``str`` items are UTF-8 encoded).
+
+    >>> hr.io.example.encode({"tags": hr.io.example.BytesList([])})  # an empty bytes_list
+    """
 
     values: Sequence[Any]
 
 
 @dataclass(frozen=True)
 class Int64List:
-    """Explicitly an ``int64_list`` (values must fit int64)."""
+    """Explicitly an ``int64_list`` (values must fit int64).
+
+    >>> hr.io.example.encode({"ids": hr.io.example.Int64List([])})  # an empty int64_list
+    """
 
     values: Sequence[Any]
 
 
 @dataclass(frozen=True)
 class FloatList:
-    """Explicitly a ``float_list`` (values are rounded to float32)."""
+    """Explicitly a ``float_list`` (values are rounded to float32).
+
+    >>> hr.io.example.encode({"x": hr.io.example.FloatList([1, 2])})  # floats, not int64
+    """
 
     values: Sequence[Any]
 
@@ -123,7 +132,20 @@ def _fill_features(fmap: Any, features: Mapping[str, Any], where: str) -> None:
 def encode(features: Mapping[str, Any]) -> bytes:
     """Serialize a ``tf.train.Example`` from ``{name: value}`` (kinds inferred, see the module docstring).
 
-    Raises ``TypeError`` / ``ValueError`` naming the feature for values that cannot be stored.
+    >>> record = hr.io.example.encode({"label": 3, "image": jpeg_bytes, "box": np.zeros(4, np.float32)})
+
+    Keys are written sorted, so the same dict always gives the same bytes (TensorFlow's ``example.proto``).
+
+    Args:
+        features: ``{name (str): value}``; a value is bytes / str, int / bool, float, a list or array of one of
+            them (flattened row-major), or a ``BytesList`` / ``Int64List`` / ``FloatList``.
+
+    Returns:
+        bytes: the serialized Example.
+
+    Raises:
+        TypeError: not a dict, a non-str name, or a value that cannot be stored (naming the feature).
+        ValueError: an empty list without a wrapper, or values that do not fit the kind (naming the feature).
     """
     ex = pb.Example()
     _fill_features(ex.features.feature, features, "encode")
@@ -132,8 +154,22 @@ def encode(features: Mapping[str, Any]) -> bytes:
 
 def encode_sequence_example(context: Mapping[str, Any] | None = None,
                             feature_lists: Mapping[str, Sequence[Any]] | None = None) -> bytes:
-    """Serialize a ``tf.train.SequenceExample``: ``context`` as in :func:`encode`; ``feature_lists`` maps a
-    name to a sequence of steps, each step a value as in :func:`encode` (an array's first axis is steps)."""
+    """Serialize a ``tf.train.SequenceExample``.
+
+    >>> record = hr.io.example.encode_sequence_example({"id": 7}, {"tokens": [[1, 2], [3]]})
+
+    Args:
+        context: ``{name: value}`` as in :func:`encode`.
+        feature_lists: maps a name to a sequence of steps, each step a value as in :func:`encode` (an array's
+            first axis is steps).
+
+    Returns:
+        bytes: the serialized SequenceExample.
+
+    Raises:
+        TypeError: as :func:`encode`.
+        ValueError: as :func:`encode`.
+    """
     ex = pb.SequenceExample()
     _fill_features(ex.context.feature, context or {}, "encode_sequence_example(context)")
     lists = feature_lists or {}

@@ -77,11 +77,18 @@ def fill_array(value: Any, dtype: str, shape: tuple[int, ...], where: str) -> np
 class FixedLenFeature:
     """A feature with exactly ``prod(shape)`` values in every record (``tf.io.FixedLenFeature``).
 
+    >>> spec = {"label": hr.io.FixedLenFeature([], "int64"), "box": hr.io.FixedLenFeature([4], "float32", 0.0)}
+
     Args:
         shape: the value's shape (``[]`` for a scalar, ``[4]``, ``[2, 3]``...); values fill it row-major.
         dtype: ``"string"``, ``"int64"`` or ``"float32"``.
         default_value: used where the feature is missing (a scalar is broadcast); ``None`` makes the
             feature required (missing -> ``ValueError``).
+
+    Raises:
+        ValueError: an unsupported dtype, a dimension that is not an int >= 0, or a default with the wrong
+            number of values.
+        TypeError: a shape that is not iterable (nor an int), or a default that cannot be the dtype.
     """
 
     __slots__ = ("default", "default_value", "dtype", "field", "scalar", "shape", "size")
@@ -104,8 +111,16 @@ class FixedLenFeature:
 class VarLenFeature:
     """A feature with any number of values per record (``tf.io.VarLenFeature``).
 
+    >>> spec = {"tokens": hr.io.VarLenFeature("int64")}
+
     ``parse_single_example`` gives a 1-D array of the values; ``parse_example`` gives a
     :class:`VarLenBatch` ``(values, row_lengths)``. A missing feature has zero values.
+
+    Args:
+        dtype: ``"string"``, ``"int64"`` or ``"float32"``.
+
+    Raises:
+        ValueError: an unsupported dtype.
     """
 
     __slots__ = ("dtype", "field")
@@ -121,11 +136,21 @@ class VarLenFeature:
 class FixedLenSequenceFeature:
     """A feature holding a sequence of items of ``shape`` (``tf.io.FixedLenSequenceFeature``).
 
+    >>> spec = {"frames": hr.io.FixedLenSequenceFeature([3], "float32", allow_missing=True)}
+
     In an Example the values of one feature are split into ``n`` items of ``shape``; in a
     SequenceExample's ``feature_lists`` each step holds one item. Results have shape ``(n, *shape)``;
-    ``parse_example`` pads every record to the batch's longest sequence with ``default_value``
-    (default ``0`` / ``b""``). ``allow_missing=False`` makes a missing feature an error; ``True`` gives
-    zero items.
+    ``parse_example`` pads every record to the batch's longest sequence with ``default_value``.
+
+    Args:
+        shape: one item's shape (at least one value).
+        dtype: ``"string"``, ``"int64"`` or ``"float32"``.
+        allow_missing: ``False`` makes a missing feature an error; ``True`` gives zero items.
+        default_value: the padding (default ``0`` / ``b""``).
+
+    Raises:
+        ValueError: an unsupported dtype, a dimension that is not an int >= 0, or a shape holding no value.
+        TypeError: a shape that is not iterable (nor an int), or a default that cannot be the dtype.
     """
 
     __slots__ = ("allow_missing", "default", "default_value", "dtype", "field", "shape", "size")
@@ -150,21 +175,34 @@ class FixedLenSequenceFeature:
 
 
 class VarLenBatch(NamedTuple):
-    """Variable-length values of a batch: ``values`` (1-D, all records' values concatenated in order)
-    and ``row_lengths`` (1-D int64, the number of values of each record; ``sum == len(values)``)."""
+    """Variable-length values of a batch, as ``parse_example`` returns them for a ``VarLenFeature``.
+
+    >>> hr.io.VarLenBatch(np.array([1, 2, 3]), np.array([2, 1])).to_list()  # [array([1, 2]), array([3])]
+
+    ``values``: 1-D, all records' values concatenated in order; ``row_lengths``: 1-D int64, the number of values
+    of each record (``sum == len(values)``).
+    """
 
     values: np.ndarray
     row_lengths: np.ndarray
 
     def row_splits(self) -> np.ndarray:
-        """Offsets ``[0, l0, l0+l1, ...]`` (length ``len(row_lengths) + 1``): row ``i`` is
-        ``values[splits[i]:splits[i+1]]``."""
+        """Offsets of the rows in ``values``.
+
+        Returns:
+            numpy.ndarray: int64 ``[0, l0, l0+l1, ...]`` (length ``len(row_lengths) + 1``): row ``i`` is
+            ``values[splits[i]:splits[i+1]]``.
+        """
         out = np.zeros(len(self.row_lengths) + 1, dtype=np.int64)
         np.cumsum(self.row_lengths, out=out[1:])
         return out
 
     def to_list(self) -> list[np.ndarray]:
-        """One array per record."""
+        """One array per record.
+
+        Returns:
+            list[numpy.ndarray]: ``len(row_lengths)`` 1-D arrays (views of ``values``).
+        """
         s = self.row_splits()
         return [self.values[s[i]:s[i + 1]] for i in range(len(self.row_lengths))]
 

@@ -166,6 +166,8 @@ def image_folder(root: str | os.PathLike[str], labels: str | Sequence[int] | Non
                  num_shards: int = 1, index: int = 0, num_parallel_calls: int | None = AUTOTUNE) -> Dataset:
     """A dataset of the images under ``root`` (see the module docstring for the layout and elements).
 
+    >>> ds = hr.io.image_folder("photos/", image_size=(224, 224), validation_split=0.2, subset="training", seed=1)
+
     Args:
         root: a local directory or an fsspec URL (``s3://bucket/train``).
         labels: ``"inferred"`` (from subdirectories), ``None`` (images only, every image under ``root``), or

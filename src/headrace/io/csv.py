@@ -72,17 +72,20 @@ class CsvDataset(Dataset):
         field_delim: the one-byte field delimiter.
         use_quote_delim: ``"`` quotes fields (``False``: ``"`` is an ordinary character).
         na_value: a field equal to it (after unquoting) is missing (takes the default).
-        select_cols / exclude_cols: strictly increasing field indices to keep / to drop (at most one of them).
+        select_cols, exclude_cols: strictly increasing field indices to keep / to drop (at most one of them).
         name: the stage's name (errors, ``explain()``).
 
     Returns:
         A Dataset of tuples, one numpy scalar (or ``bytes``) per column; ``element_spec`` is known at once.
 
     Raises:
-        ValueError / TypeError: bad arguments (when the dataset is built). While iterating: ``ValueError`` for a
-            record that does not parse (one line naming the file, line, byte offset, column and value;
-            ``.ignore_errors()`` skips and counts them), ``FileNotFoundError``, ``DataLossError`` (a damaged
-            compressed stream), ``MemoryBudgetError`` (a record larger than the budget allows).
+        ValueError: bad arguments (when the dataset is built); while iterating, a record that does not parse
+            (one line naming the file, line, byte offset, column and value; ``.ignore_errors()`` skips and
+            counts them).
+        TypeError: arguments of the wrong type (when the dataset is built).
+        FileNotFoundError: while iterating, a missing file.
+        DataLossError: while iterating, a damaged compressed stream.
+        MemoryBudgetError: while iterating, a record larger than the budget allows.
     """
 
     _node_attributes = frozenset({"filenames", "record_defaults", "compression_type", "header"})

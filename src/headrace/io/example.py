@@ -148,10 +148,25 @@ def _parse_features(fmap: Any, features: dict[str, Spec], index: int, source: st
 
 def parse_single_example(serialized: bytes, features: dict[str, Spec], *, source: str | None = None,
                          record_index: int = 0) -> dict[str, Any]:
-    """Parse one serialized ``tf.train.Example`` into ``{name: value}`` (see the module table).
+    """Parse one serialized ``tf.train.Example`` into ``{name: value}``, as ``tf.io.parse_single_example``.
 
-    ``source`` (a file name) and ``record_index`` only go into error messages. Raises ``ValueError``
-    (missing / wrong kind / wrong count / not an Example) and ``TypeError`` (not bytes, bad specs).
+    >>> hr.io.parse_single_example(record, {"label": hr.io.FixedLenFeature([], "int64")})  # {'label': np.int64(3)}
+
+    The format is TensorFlow's ``example.proto``; the values per spec are in the module's table.
+
+    Args:
+        serialized: one serialized Example (``bytes``).
+        features: ``{name: FixedLenFeature | VarLenFeature | FixedLenSequenceFeature}``.
+        source: a file name, only for error messages.
+        record_index: the record's index, only for error messages.
+
+    Returns:
+        dict: ``{name: value}``: ``bytes``, ``np.int64`` / ``np.float32`` scalars or numpy arrays (see the table).
+
+    Raises:
+        ValueError: a missing feature without ``default_value``, a value of the wrong kind or count, or bytes that
+            are not an Example (naming the feature, the record index and the file when given).
+        TypeError: ``serialized`` is not bytes, or bad specs.
     """
     check_specs(features, "parse_single_example")
     fmap = _message(pb.Example, serialized, record_index, source).features.feature
@@ -267,14 +282,27 @@ def _fast_column(fmaps: list[Any], key: str, spec: Spec) -> Any:
 
 def parse_example(serialized_batch: Any, features: dict[str, Spec], *, source: str | None = None,
                   first_index: int = 0) -> dict[str, Any]:
-    """Parse a batch of serialized ``tf.train.Example`` (a list or 1-D object array of ``bytes``, e.g. the
-    output of ``TFRecordDataset(...).batch(n)``) into ``{name: batched value}`` (see the module table).
+    """Parse a batch of serialized ``tf.train.Example`` into ``{name: batched value}``, as ``tf.io.parse_example``.
 
-    Record ``i`` of the batch is called ``first_index + i`` in error messages, with ``source`` (a file
-    name) when given. Raises as :func:`parse_single_example`.
+    >>> ds = hr.io.TFRecordDataset(files).batch(256).map(lambda b: hr.io.parse_example(b, features))
 
     Vectorized: records are parsed in one C-level loop, then each feature is gathered column by column
     and converted to numpy once per batch.
+
+    Args:
+        serialized_batch: a list or 1-D object array of ``bytes`` (e.g. the output of
+            ``TFRecordDataset(...).batch(n)``), ``B`` records.
+        features: ``{name: FixedLenFeature | VarLenFeature | FixedLenSequenceFeature}``.
+        source: a file name, only for error messages.
+        first_index: record ``i`` of the batch is called ``first_index + i`` in error messages.
+
+    Returns:
+        dict: ``{name: value}``: arrays of shape ``(B, *shape)``, or :class:`VarLenBatch` ``(values, row_lengths)``
+        for ``VarLenFeature`` (see the module's table).
+
+    Raises:
+        ValueError: as :func:`parse_single_example`.
+        TypeError: as :func:`parse_single_example`.
     """
     check_specs(features, "parse_example")
     records = _batch_list(serialized_batch)
@@ -320,11 +348,26 @@ def parse_single_sequence_example(serialized: bytes, context_features: dict[str,
                                   ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Parse one serialized ``tf.train.SequenceExample`` into ``(context, sequences)``.
 
-    ``context`` is parsed as :func:`parse_single_example` parses an Example. ``sequence_features`` take
-    ``FixedLenSequenceFeature(shape, dtype)`` -> array ``(steps, *shape)`` (each step must hold
-    ``prod(shape)`` values) or ``VarLenFeature(dtype)`` -> :class:`VarLenBatch` with one row per step. A
-    missing feature list raises ``ValueError`` unless ``allow_missing=True`` (then zero steps; a
-    ``VarLenFeature`` list may always be missing).
+    >>> ctx, seq = hr.io.parse_single_sequence_example(rec, {"id": hr.io.FixedLenFeature([], "int64")},
+    ...                                                 {"tokens": hr.io.VarLenFeature("int64")})
+
+    As ``tf.io.parse_single_sequence_example``; the format is TensorFlow's ``example.proto``.
+
+    Args:
+        serialized: one serialized SequenceExample (``bytes``).
+        context_features: specs of the context, parsed as :func:`parse_single_example` parses an Example.
+        sequence_features: ``FixedLenSequenceFeature(shape, dtype)`` -> array ``(steps, *shape)`` (each step must
+            hold ``prod(shape)`` values) or ``VarLenFeature(dtype)`` -> :class:`VarLenBatch` with one row per step.
+        source: a file name, only for error messages.
+        record_index: the record's index, only for error messages.
+
+    Returns:
+        tuple: ``(context, sequences)``, two ``{name: value}`` dicts.
+
+    Raises:
+        ValueError: as :func:`parse_single_example`; a missing feature list unless ``allow_missing=True`` (then
+            zero steps; a ``VarLenFeature`` list may always be missing); a step with the wrong kind or count.
+        TypeError: a ``FixedLenFeature`` among ``sequence_features``; bad specs.
     """
     context_features = check_specs(context_features or {}, "parse_single_sequence_example(context_features)")
     sequence_features = check_specs(sequence_features or {}, "parse_single_sequence_example(sequence_features)")
@@ -346,10 +389,20 @@ def parse_single_sequence_example(serialized: bytes, context_features: dict[str,
 
 
 def decode(serialized: bytes) -> dict[str, np.ndarray]:
-    """Every feature of a serialized Example as a 1-D array of its own kind (no spec needed):
-    ``bytes_list`` -> object array of ``bytes``, ``int64_list`` -> int64, ``float_list`` -> float32; a
-    feature with no kind set -> an empty float32 array. Raises ``ValueError`` for bytes that are not an
-    Example."""
+    """Every feature of a serialized Example as a 1-D array of its own kind (no spec needed).
+
+    >>> hr.io.example.decode(hr.io.example.encode({"a": [1, 2]}))  # {'a': array([1, 2])}
+
+    Args:
+        serialized: one serialized Example (``bytes``).
+
+    Returns:
+        dict: ``{name: array}`` sorted by name: ``bytes_list`` -> object array of ``bytes``, ``int64_list`` ->
+        int64, ``float_list`` -> float32; a feature with no kind set -> an empty float32 array.
+
+    Raises:
+        ValueError: bytes that are not an Example.
+    """
     fmap = _message(pb.Example, serialized, 0, None).features.feature
     out: dict[str, np.ndarray] = {}
     for key in sorted(fmap):

@@ -26,7 +26,19 @@ _LOCAL_PREFIX = "file://"
 
 
 def to_str_path(path: str | bytes | os.PathLike[str] | Any) -> str:
-    """Accept ``str``, ``bytes`` (what ``list_files`` yields), ``os.PathLike`` or a numpy bytes scalar."""
+    """A path as ``str``.
+
+    >>> hr.io.files.to_str_path(b"data/a.tfrecord")  # 'data/a.tfrecord'
+
+    Args:
+        path: ``str``, ``bytes`` (UTF-8; what ``list_files`` yields), ``os.PathLike`` or a numpy bytes scalar.
+
+    Returns:
+        str: the path.
+
+    Raises:
+        TypeError: any other type.
+    """
     if isinstance(path, bytes):
         return path.decode("utf-8")
     if isinstance(path, str):
@@ -39,12 +51,30 @@ def to_str_path(path: str | bytes | os.PathLike[str] | Any) -> str:
 
 
 def is_remote(path: str) -> bool:
-    """Whether ``path`` is an fsspec URL other than ``file://`` (so goes through fsspec)."""
+    """Whether ``path`` is an fsspec URL other than ``file://`` (so goes through fsspec).
+
+    >>> hr.io.files.is_remote("s3://bucket/a.tfrecord"), hr.io.files.is_remote("file:///tmp/a")  # (True, False)
+
+    Args:
+        path: a local path or URL.
+
+    Returns:
+        bool: ``True`` for ``protocol://...`` other than ``file://``.
+    """
     return "://" in path and not path.startswith(_LOCAL_PREFIX)
 
 
 def local_path(path: str) -> str:
-    """``path`` without a ``file://`` prefix."""
+    """``path`` without a ``file://`` prefix.
+
+    >>> hr.io.files.local_path("file:///tmp/a")  # '/tmp/a'
+
+    Args:
+        path: a local path, with or without ``file://``.
+
+    Returns:
+        str: the path without the prefix.
+    """
     return path[len(_LOCAL_PREFIX):] if path.startswith(_LOCAL_PREFIX) else path
 
 
@@ -68,12 +98,36 @@ def _url_fs(url: str) -> tuple[Any, str]:
 
 
 def join(directory: str, name: str) -> str:
-    """``directory/name``: ``/``-joined for URLs, ``os.path.join`` (without ``file://``) for local paths."""
+    """``directory/name``: ``/``-joined for URLs, ``os.path.join`` (without ``file://``) for local paths.
+
+    >>> hr.io.files.join("s3://bucket/train", "a.tfrecord")  # 's3://bucket/train/a.tfrecord'
+
+    Args:
+        directory: a local directory or URL.
+        name: a file name.
+
+    Returns:
+        str: the joined path.
+    """
     return f"{directory.rstrip('/')}/{name}" if is_remote(directory) else os.path.join(local_path(directory), name)
 
 
 def open_file(path: str | bytes | os.PathLike[str], mode: str = "rb") -> IO[Any]:
-    """Open a local path or fsspec URL. Raises ``FileNotFoundError`` naming the path if it is missing."""
+    """Open a local path or fsspec URL.
+
+    >>> with hr.io.files.open_file("s3://bucket/a.tfrecord") as f: head = f.read(12)
+
+    Args:
+        path: a local path or fsspec URL (``str``, ``bytes`` or ``os.PathLike``).
+        mode: as ``open``'s (``"rb"``, ``"wb"``, ...).
+
+    Returns:
+        A file object (binary unless ``mode`` says text).
+
+    Raises:
+        FileNotFoundError: the file is missing (naming the path).
+        MissingDependencyError: an ``s3://`` URL without its backend (``pip install 'headrace[s3]'``).
+    """
     p = to_str_path(path)
     if is_remote(p):
         import fsspec
@@ -87,6 +141,20 @@ def open_file(path: str | bytes | os.PathLike[str], mode: str = "rb") -> IO[Any]
 
 
 def file_size(path: str | bytes | os.PathLike[str]) -> int:
+    """The size of a file.
+
+    >>> hr.io.files.file_size("data/a.tfrecord")  # bytes
+
+    Args:
+        path: a local path or fsspec URL.
+
+    Returns:
+        int: the size in bytes.
+
+    Raises:
+        FileNotFoundError: the file is missing.
+        MissingDependencyError: an ``s3://`` URL without its backend (``pip install 'headrace[s3]'``).
+    """
     p = to_str_path(path)
     if is_remote(p):
         fs, fs_path = _url_fs(p)
@@ -108,8 +176,16 @@ place (``headrace.io.sharded_writer``); while it exists the set under ``<prefix>
 def check_complete_sets(paths: list[str]) -> None:
     """Raise ``FileNotFoundError`` if a path belongs to a shard set whose publication was interrupted.
 
+    >>> hr.io.files.check_complete_sets(["out/train-00000-of-00002.tfrecord"])  # None: complete
+
     A ``ShardedWriter`` killed while renaming its shards into an existing directory leaves its journal
     ``.<prefix>.publishing``; reading a glob of that set would silently give part of the dataset.
+
+    Args:
+        paths: local paths (URLs are not checked).
+
+    Raises:
+        FileNotFoundError: a path of an incomplete set (naming the set, the journal and the fix).
     """
     journals: dict[str, list[str]] = {}
     for path in paths:
@@ -134,8 +210,17 @@ def check_complete_sets(paths: list[str]) -> None:
 def glob(pattern: str | bytes) -> list[str]:
     """Sorted matches of a glob pattern; remote matches keep their ``protocol://`` prefix.
 
-    Raises ``FileNotFoundError`` if a match belongs to a shard set still being published
-    (:func:`check_complete_sets`).
+    >>> hr.io.files.glob("demo_output/data/train/*.tfrecord")
+
+    Args:
+        pattern: a glob (``str`` or ``bytes``), local or fsspec URL.
+
+    Returns:
+        list[str]: the matches, sorted (``[]`` when nothing matches).
+
+    Raises:
+        FileNotFoundError: a match belongs to a shard set still being published (:func:`check_complete_sets`).
+        MissingDependencyError: an ``s3://`` URL without its backend (``pip install 'headrace[s3]'``).
     """
     p = to_str_path(pattern)
     if is_remote(p):
@@ -163,7 +248,17 @@ def _local_dir(path: str) -> str:
 def find(root: str | bytes) -> list[str]:
     """Every file under the directory ``root``, recursively, sorted; remote paths keep ``protocol://``.
 
-    Raises ``FileNotFoundError`` naming ``root`` if it is not a directory.
+    >>> hr.io.files.find("photos/")  # ['photos/cat/1.jpg', ...]
+
+    Args:
+        root: a local directory or URL.
+
+    Returns:
+        list[str]: the file paths.
+
+    Raises:
+        FileNotFoundError: ``root`` is not a directory (naming it).
+        MissingDependencyError: an ``s3://`` URL without its backend (``pip install 'headrace[s3]'``).
     """
     r = to_str_path(root)
     if is_remote(r):
@@ -175,7 +270,17 @@ def find(root: str | bytes) -> list[str]:
 def subdirs(root: str | bytes) -> list[str]:
     """Names (not paths) of the directories directly inside ``root``, sorted.
 
-    Raises ``FileNotFoundError`` naming ``root`` if it is not a directory.
+    >>> hr.io.files.subdirs("photos/")  # ['cat', 'dog']: the class folders
+
+    Args:
+        root: a local directory or URL (``str`` or ``bytes``).
+
+    Returns:
+        list[str]: the directory names, without their path.
+
+    Raises:
+        FileNotFoundError: as :func:`find`.
+        MissingDependencyError: as :func:`find`.
     """
     r = to_str_path(root)
     if is_remote(r):
@@ -186,7 +291,16 @@ def subdirs(root: str | bytes) -> list[str]:
 
 
 def exists(path: str) -> bool:
-    """Whether a file or directory is at ``path``."""
+    """Whether a file or directory is at ``path``.
+
+    >>> hr.io.files.exists("memory://x")  # False
+
+    Args:
+        path: a local path or URL.
+
+    Returns:
+        bool: whether something is there.
+    """
     if is_remote(path):
         fs, p = _url_fs(path)
         return bool(fs.exists(p))
@@ -194,7 +308,16 @@ def exists(path: str) -> bool:
 
 
 def isdir(path: str) -> bool:
-    """Whether ``path`` is a directory."""
+    """Whether ``path`` is a directory.
+
+    >>> hr.io.files.isdir("photos/")  # True
+
+    Args:
+        path: a local path or URL.
+
+    Returns:
+        bool: whether it is a directory.
+    """
     if is_remote(path):
         fs, p = _url_fs(path)
         return bool(fs.isdir(p))
@@ -202,7 +325,16 @@ def isdir(path: str) -> bool:
 
 
 def listdir(path: str) -> list[str]:
-    """Names (not paths) in the directory ``path``, sorted; ``[]`` if it does not exist."""
+    """Names (not paths) in the directory ``path``, sorted.
+
+    >>> hr.io.files.listdir("photos/cat")  # ['1.jpg', '2.jpg']
+
+    Args:
+        path: a local directory or URL.
+
+    Returns:
+        list[str]: the names; ``[]`` if it does not exist.
+    """
     if is_remote(path):
         fs, p = _url_fs(path)
         if not fs.exists(p):
@@ -215,7 +347,13 @@ def listdir(path: str) -> list[str]:
 
 
 def makedirs(path: str) -> None:
-    """Create the directory ``path`` and its parents (nothing if it exists)."""
+    """Create the directory ``path`` and its parents (nothing if it exists).
+
+    >>> hr.io.files.makedirs("out/train")
+
+    Args:
+        path: a local directory or URL.
+    """
     if is_remote(path):
         fs, p = _url_fs(path)
         fs.makedirs(p, exist_ok=True)
@@ -224,7 +362,13 @@ def makedirs(path: str) -> None:
 
 
 def remove(path: str) -> None:
-    """Delete a file or a directory tree; nothing if it is not there."""
+    """Delete a file or a directory tree; nothing if it is not there.
+
+    >>> hr.io.files.remove("out/tmp")
+
+    Args:
+        path: a local path or URL.
+    """
     if is_remote(path):
         fs, p = _url_fs(path)
         if fs.exists(p):
@@ -241,10 +385,17 @@ def remove(path: str) -> None:
 
 
 def write_atomic(path: str, data: bytes | Callable[[IO[Any]], Any]) -> None:
-    """Write ``data`` (bytes, or a function writing to the open binary file: ``torch.save``) to a temporary
-    name beside ``path``, flushed to disk (``fsync`` where the file has a descriptor), then :func:`rename` it
-    to ``path``: readers, and a crash at any moment (even SIGKILL), see the old file or the whole new one,
-    never a part."""
+    """Write a file so that readers, and a crash at any moment (even SIGKILL), see the old file or the whole new one.
+
+    >>> hr.io.files.write_atomic("ckpt/model.pt", lambda f: torch.save(state, f))
+
+    ``data`` goes to a temporary name beside ``path``, flushed to disk (``fsync`` where the file has a descriptor),
+    then :func:`rename` moves it to ``path``: never a part.
+
+    Args:
+        path: the file to write (local path or URL).
+        data: bytes, or a function writing to the open binary file (``torch.save``).
+    """
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     with open_file(tmp, "wb") as f:
         if callable(data):
@@ -261,7 +412,14 @@ def write_atomic(path: str, data: bytes | Callable[[IO[Any]], Any]) -> None:
 
 
 def rename(src: str, dst: str) -> None:
-    """Atomic rename on local disks (``os.replace``); ``fs.mv`` for URLs."""
+    """Atomic rename on local disks (``os.replace``); ``fs.mv`` for URLs.
+
+    >>> hr.io.files.rename("out/a.tmp", "out/a")
+
+    Args:
+        src: the path to move.
+        dst: its new path (replaced if it exists, on local disks).
+    """
     if is_remote(src):
         fs, s = _url_fs(src)
         _, d = _url_fs(dst)

@@ -131,6 +131,8 @@ def _chunk_need(d: Any) -> int:
 class HDF5Dataset(Dataset):
     """Rows (or batches) of several HDF5 datasets in one file, aligned on axis 0.
 
+    >>> ds = hr.io.HDF5Dataset("train.h5", keys=["images", "labels"], batch_size=64)
+
     Args:
         path: a local path or an fsspec URL (``s3://...``; read through a file object, slower than local).
         keys: the dataset paths inside the file (``"images"``, ``"train/labels"``); a single ``str`` yields

@@ -207,7 +207,8 @@ def make_csv_dataset(file_pattern: Any, batch_size: int, column_names: list[str]
         num_epochs: passes over the files (``None``: forever, and the last partial batch is dropped).
         shuffle, shuffle_buffer_size, shuffle_seed: shuffle the files and the records.
         prefetch_buffer_size: batches prefetched (default ``AUTOTUNE``).
-        num_parallel_reads: files read at once (``AUTOTUNE``: one per core); ``sloppy``: in any order.
+        num_parallel_reads: files read at once (``AUTOTUNE``: one per core).
+        sloppy: read the files' records in any order (``deterministic=False``).
         num_rows_for_inference: records read to infer the types (``None``: all).
         ignore_errors: skip records that do not parse.
         encoding: the text encoding of the header and the records read for inference.

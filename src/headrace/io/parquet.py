@@ -132,6 +132,8 @@ def _fixed_width(t: Any) -> int:
 class ParquetDataset(Dataset):
     """Rows (or record batches) of Parquet files, streamed one row group at a time.
 
+    >>> ds = hr.io.ParquetDataset("data/*.parquet", columns=["x", "y"], batch_size=1024)
+
     Args:
         files: a path or fsspec URL (``s3://``, ``gs://``, ``memory://``, ``file://``), a glob pattern, or a
             list of them (``bytes`` from ``Dataset.list_files`` work too). Files are read in the given order.

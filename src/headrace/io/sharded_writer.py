@@ -94,6 +94,9 @@ def _replay(journal: str) -> list[str]:
 class ShardedWriter:
     """Write records to TFRecord shards ``<directory>/<prefix>-<i:05d>-of-<n:05d>.tfrecord``.
 
+    >>> with hr.io.ShardedWriter("out/", "train", num_shards=16) as w:
+    ...     for record in records: w.write(record)
+
     Args:
         directory: where the shards go (local, created if missing, or an fsspec URL).
         prefix: the shard name prefix (no ``/``).
@@ -109,6 +112,11 @@ class ShardedWriter:
     ``write(record)``; ``close()`` publishes the whole set (see the module docstring) and returns the shard
     paths; ``abort()`` deletes the temporary files. As a context manager it closes on success and aborts on
     an exception. ``ShardedWriter.recover(directory)`` finishes a publication a killed process left behind.
+
+    Raises:
+        ValueError: an empty ``prefix`` or one with ``/``; ``num_shards`` / ``max_shard_bytes`` not None or an
+            int >= 1, or both given; ``index=True`` with compression; ``write()`` after ``close()``.
+        TypeError: ``options`` of another type (as :class:`TFRecordWriter`'s).
     """
 
     def __init__(self, directory: str | os.PathLike[str], prefix: str, num_shards: int | None = None,
@@ -151,7 +159,14 @@ class ShardedWriter:
         return _Shard(self._write_to, self.prefix, number, self.options, self.index)
 
     def write(self, record: bytes) -> None:
-        """Append one record (``bytes``) to the current shard."""
+        """Append one record (``bytes``) to the current shard.
+
+        Args:
+            record: the record's bytes.
+
+        Raises:
+            ValueError: after ``close()``.
+        """
         if self.paths is not None:
             raise ValueError(f"write() on a closed ShardedWriter ({self.directory}/{self.prefix}-*); open a new one")
         if self.num_shards is not None:
@@ -165,7 +180,11 @@ class ShardedWriter:
         self.records += 1
 
     def close(self) -> list[str]:
-        """Finish every shard and publish the set; returns the shard paths (idempotent)."""
+        """Finish every shard and publish the set (idempotent).
+
+        Returns:
+            list[str]: the shard paths, ``<directory>/<prefix>-NNNNN-of-NNNNN.tfrecord``.
+        """
         if self.paths is not None:
             return self.paths
         if not self._shards:
@@ -224,8 +243,14 @@ class ShardedWriter:
 
     @staticmethod
     def recover(directory: str | os.PathLike[str]) -> list[str]:
-        """Finish every publication interrupted in ``directory`` (journals ``.<prefix>.publishing``);
-        returns the shard paths it completed (``[]`` when there was nothing to do)."""
+        """Finish every publication interrupted in ``directory`` (journals ``.<prefix>.publishing``).
+
+        Args:
+            directory: a local directory (remote URLs have no journal: nothing to do).
+
+        Returns:
+            list[str]: the shard paths it completed (``[]`` when there was nothing to do).
+        """
         d = files.to_str_path(directory)
         done: list[str] = []
         if files.is_remote(d) or not os.path.isdir(d):

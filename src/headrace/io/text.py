@@ -176,7 +176,8 @@ class TextLineDataset(Dataset):
         name: accepted for tf.data compatibility (unused).
 
     Raises:
-        ValueError / TypeError: bad arguments (the message names the argument and the allowed values).
+        ValueError: bad arguments (the message names the argument and the allowed values).
+        TypeError: arguments of the wrong type (likewise).
         FileNotFoundError: on iteration, a missing file.
         DataLossError: on iteration, a truncated or damaged GZIP / ZLIB stream (names the file and offset).
         MemoryBudgetError: on iteration, a line too long for the memory budget (names file, line, size, budget).
@@ -209,7 +210,8 @@ class FixedLengthRecordDataset(Dataset):
         name: accepted for tf.data compatibility (unused).
 
     Raises:
-        ValueError / TypeError: bad arguments.
+        ValueError: bad arguments.
+        TypeError: arguments of the wrong type.
         FileNotFoundError: on iteration, a missing file.
         DataLossError: on iteration, a file whose body is not a whole number of records (before the first record
             of an uncompressed file, after the last whole one of a compressed file, as tf.data), or a damaged

@@ -44,11 +44,19 @@ ON_CORRUPT = ("raise", "skip")
 
 
 class CorruptRecordWarning(UserWarning):
-    """A corrupt or truncated record was skipped (``on_corrupt="skip"``)."""
+    """A corrupt or truncated record was skipped (``on_corrupt="skip"``).
+
+    >>> ds = hr.io.TFRecordDataset(files, on_corrupt="skip")  # a warning per skipped region, on iteration
+    """
 
 
 class SkippedRecord(NamedTuple):
-    """One skipped corrupt region: the file, the byte offset of the bad record, the reason, the message."""
+    """One skipped corrupt region: the file, the byte offset of the bad record, the reason, the message.
+
+    >>> [r.offset for r in ds.skipped_records]  # ds = hr.io.TFRecordDataset(files, on_corrupt="skip"), iterated
+
+    ``reason``: ``data_crc``, ``length_crc``, ``truncated`` or ``compressed_stream``; ``offset`` in bytes.
+    """
 
     path: str
     offset: int
@@ -58,6 +66,8 @@ class SkippedRecord(NamedTuple):
 
 class TFRecordDataset(Dataset):
     """A dataset of the records (``bytes``) of one or more TFRecord files, in file order.
+
+    >>> ds = hr.io.TFRecordDataset(["train-0.tfrecord", "train-1.tfrecord"], num_parallel_reads=hr.AUTOTUNE)
 
     Args:
         filenames: a path (``str``, ``bytes``, ``os.PathLike``; local or an fsspec URL), a list of them,
@@ -71,12 +81,14 @@ class TFRecordDataset(Dataset):
         on_corrupt: ``"raise"`` (default) or ``"skip"``; see the module docstring.
         check_crc: verify both CRC32Cs of every record (default ``True``; turning it off only makes
             sense for benchmarks).
+        name: accepted for tf.data compatibility (unused).
 
     Attributes: ``compression_type``, ``buffer_size``, ``num_parallel_reads``, ``on_corrupt``,
     ``check_crc`` (normalized arguments) and ``skipped_records``.
 
     Raises:
-        ValueError / TypeError: for bad arguments (message names the argument and the allowed values).
+        ValueError: for bad arguments (message names the argument and the allowed values).
+        TypeError: for arguments of the wrong type (likewise).
         FileNotFoundError: on iteration, for a missing file.
         DataLossError: on iteration, for a corrupt record (``on_corrupt="raise"``).
     """

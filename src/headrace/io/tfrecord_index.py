@@ -39,11 +39,22 @@ def format_index(offsets: np.ndarray) -> bytes:
 
 
 def build_index(path: str | bytes | os.PathLike[str], index_file: str | None = None) -> str:
-    """Read every record of the uncompressed TFRecord file ``path`` (checking both CRCs) and write its
-    index to ``index_file`` (default :func:`index_path`); returns the index path.
+    """Write the index of the uncompressed TFRecord file ``path``: one ``<offset> <framed length>`` line per record.
 
-    Raises :class:`~headrace.DataLossError` (naming the offset) if the file is corrupt or truncated: an
-    index never covers a bad record. The index is written to a temporary name and renamed.
+    >>> hr.io.build_index("train-00000.tfrecord")  # 'train-00000.tfrecord.idx'
+
+    Every record is read (checking both CRCs), so an index never covers a bad record. The index is written to a
+    temporary name and renamed.
+
+    Args:
+        path: the TFRecord file (uncompressed; local path or fsspec URL).
+        index_file: where to write the index (default :func:`index_path`: ``path + ".idx"``).
+
+    Returns:
+        str: the index path.
+
+    Raises:
+        DataLossError: the file is corrupt or truncated (naming the offset).
     """
     p = files.to_str_path(path)
     out = index_file or index_path(p)
@@ -66,10 +77,19 @@ def build_index(path: str | bytes | os.PathLike[str], index_file: str | None = N
 
 
 def read_index(path: str | bytes | os.PathLike[str]) -> np.ndarray:
-    """The ``(n, 2)`` int64 array (offset, framed length) of an index file (``path`` is the index itself).
+    """Read an index file written by :func:`build_index` (``path`` is the index itself).
 
-    Raises :class:`~headrace.StaleIndexError` (a ``ValueError``) naming the file and line for text that is not
-    an index.
+    >>> hr.io.read_index("train-00000.tfrecord.idx")[:2]  # array([[0, 120], [120, 118]])
+
+    Args:
+        path: the index file (local path or fsspec URL).
+
+    Returns:
+        numpy.ndarray: int64 of shape ``(n, 2)``: the byte offset and framed length of each record.
+
+    Raises:
+        StaleIndexError: (a ``ValueError``) text that is not an index, naming the file and line, or rows that are
+            not contiguous from byte 0.
     """
     p = files.to_str_path(path)
     with files.open_file(p, "rb") as f:
@@ -96,6 +116,8 @@ def read_index(path: str | bytes | os.PathLike[str]) -> np.ndarray:
 class TFRecordRandomAccess:
     """Random access to the records of indexed, uncompressed TFRecord files.
 
+    >>> ds = hr.Dataset.from_random_access(hr.io.TFRecordRandomAccess(files), shuffle=True, seed=0)
+
     Args:
         paths: one path or a list (local or fsspec URLs); record ``i`` counts across files in order.
         index_files: their index files (default ``path + ".idx"``).
@@ -105,8 +127,15 @@ class TFRecordRandomAccess:
     ``len(source)`` is the total record count; ``source[i]`` (``-len <= i < len``) reads and returns the
     record's ``bytes``, checking both CRCs (:class:`~headrace.DataLossError` with file and offset if they
     fail). Thread-safe (local files use ``os.pread``); picklable (file handles reopen lazily), so it can
-    go to worker processes. Raises :class:`~headrace.StaleIndexError` (a ``ValueError``) on open if an
-    index does not match its file's size.
+    go to worker processes.
+
+    Raises:
+        ValueError: ``index_files`` of another length than ``paths``.
+        FileNotFoundError: a missing index without ``build_missing``.
+        StaleIndexError: (a ``ValueError``) on open, an index that does not match its file's size, or is not an
+            index (:func:`read_index`).
+        DataLossError: ``source[i]``, a record whose CRCs fail or that is truncated (file and offset).
+        IndexError: ``source[i]`` with ``i`` out of range (``TypeError`` for a non-int ``i``).
     """
 
     def __init__(self, paths: Any, index_files: list[str] | None = None, build_missing: bool = False) -> None:
@@ -137,7 +166,18 @@ class TFRecordRandomAccess:
         return self._starts[-1]
 
     def locate(self, i: int) -> tuple[int, int, int]:
-        """``(file number, byte offset, framed length)`` of record ``i``."""
+        """Where record ``i`` is.
+
+        Args:
+            i: the record's index, ``-len <= i < len`` (negative counts from the end).
+
+        Returns:
+            tuple[int, int, int]: ``(file number, byte offset, framed length)`` of record ``i``.
+
+        Raises:
+            TypeError: ``i`` is not an int.
+            IndexError: ``i`` is out of range.
+        """
         n = len(self)
         if isinstance(i, bool) or not isinstance(i, int | np.integer):
             raise TypeError(f"record index must be an int, got {type(i).__name__} {i!r}")

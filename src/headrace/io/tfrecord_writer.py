@@ -24,10 +24,15 @@ _MEM_LEVEL = 9  # TensorFlow's ZlibCompressionOptions default
 class TFRecordOptions:
     """Options of a TFRecord file, as ``tf.io.TFRecordOptions``.
 
+    >>> w = hr.io.TFRecordWriter("a.tfrecord.gz", hr.io.TFRecordOptions("GZIP", compression_level=9))
+
     Args:
         compression_type: ``None`` / ``""`` (uncompressed), ``"GZIP"`` or ``"ZLIB"``.
         compression_level: zlib level 0 (store) .. 9 (smallest); ``None`` = zlib's default (6), as
             TensorFlow. Ignored without compression.
+
+    Raises:
+        ValueError: an unknown ``compression_type``, or a level other than ``None`` or an int in -1..9.
     """
 
     compression_type: str | None = None
@@ -42,7 +47,18 @@ class TFRecordOptions:
 
     @staticmethod
     def coerce(options: TFRecordOptions | str | None) -> TFRecordOptions:
-        """Accept ``None``, a compression name (``"GZIP"``) or a ``TFRecordOptions``."""
+        """Accept ``None``, a compression name (``"GZIP"``) or a ``TFRecordOptions``.
+
+        Args:
+            options: ``None``, ``""``, ``"GZIP"``, ``"ZLIB"`` or a ``TFRecordOptions``.
+
+        Returns:
+            TFRecordOptions: ``options`` itself, or one with that compression.
+
+        Raises:
+            TypeError: ``options`` of another type.
+            ValueError: an unknown compression name.
+        """
         if isinstance(options, TFRecordOptions):
             return options
         if options is None or isinstance(options, str):
@@ -51,12 +67,24 @@ class TFRecordOptions:
 
 
 class TFRecordWriter:
-    """Write records to a TFRecord file (local path or fsspec URL).
+    """Write records to a TFRecord file (local path or fsspec URL), as ``tf.io.TFRecordWriter``.
+
+    >>> with hr.io.TFRecordWriter("/tmp/a.tfrecord", "GZIP") as w:
+    ...     w.write(example_bytes)  # 0: the record's offset in the uncompressed stream
 
     ``write(record)`` appends one record (``bytes``-like) and returns its byte offset in the
     uncompressed stream; ``flush()`` pushes buffered bytes (and a zlib sync point) to the file;
     ``close()`` finishes the compressed stream and closes the file (idempotent). Usable as a context
-    manager. Writing after ``close()`` raises ``ValueError``.
+    manager. The format is TensorFlow's TFRecord framing (length, masked CRC32C of the length, data, masked CRC32C
+    of the data).
+
+    Args:
+        path: the file to create (replaced if it exists); a local path or fsspec URL.
+        options: ``None`` (uncompressed), a compression name (``"GZIP"`` / ``"ZLIB"``) or a :class:`TFRecordOptions`.
+
+    Raises:
+        TypeError: ``options`` of another type; ``write`` of something that is not bytes-like.
+        ValueError: an unknown compression or level; ``write`` after ``close()``.
     """
 
     def __init__(self, path: str | bytes | os.PathLike[str], options: TFRecordOptions | str | None = None) -> None:
@@ -79,7 +107,18 @@ class TFRecordWriter:
         self._f.write(data)  # type: ignore[union-attr]
 
     def write(self, record: bytes | bytearray | memoryview) -> int:
-        """Append ``record``; returns its byte offset in the uncompressed stream."""
+        """Append one record.
+
+        Args:
+            record: the record's bytes (``bytes``, ``bytearray`` or ``memoryview``; serialize messages first).
+
+        Returns:
+            int: the record's byte offset in the uncompressed stream.
+
+        Raises:
+            ValueError: after ``close()``.
+            TypeError: ``record`` is not bytes-like.
+        """
         if self._f is None:
             raise ValueError(f"write() on a closed TFRecordWriter for {self.path}; open a new writer")
         if not isinstance(record, bytes):
@@ -97,6 +136,7 @@ class TFRecordWriter:
         return at
 
     def flush(self) -> None:
+        """Push buffered bytes (and, compressed, a zlib sync point) to the file; nothing after ``close()``."""
         if self._f is None:
             return
         if self._z is not None:
@@ -104,6 +144,7 @@ class TFRecordWriter:
         self._f.flush()
 
     def close(self) -> None:
+        """Finish the compressed stream and close the file (idempotent)."""
         f, self._f = self._f, None
         if f is None:
             return
