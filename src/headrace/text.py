@@ -14,7 +14,7 @@ Example::
 A line is a ``bytes`` (UTF-8) or ``str`` scalar. The encoder maps a batch of lines (a 1-D array) to a 1-D object
 array of 1-D ``int32`` id arrays, one per line: headrace's ragged form (``RaggedTensorSpec``, as
 ``ragged_batch`` gives), which ``unbatch`` splits back into one id array per line for ``pack``. Encoding runs
-in ``tokenizers``' Rust code, which releases the GIL, so the map's threads encode in parallel (bench/tokenize.py
+in ``tokenizers``' Rust code, which releases the GIL, so the map's threads encode in parallel (bench/tokenization.py
 measures it). Nothing is downloaded. Requires ``pip install 'headrace[text]'``.
 """
 
