@@ -453,6 +453,12 @@ USAGE_ERRORS = [
                                             "takes --windows)"),
     (["demo", "--windows", "500"], "--windows: an option of the text demo; add --text"),
     (["demo", "--text", "--windows", "10"], "'--windows'"),
+    # the other model's options are refused, never silently ignored
+    (["train", "{shards}", "--text", "--model", "small-cnn"], "--model: an option of the image models, not of "
+                                                              "--text"),
+    (["train", "{shards}", "--text", "--image-size", "64", "--on-corrupt", "skip"],
+     "--image-size, --on-corrupt: an option of the image models"),
+    (["train", "{shards}", "--sequence-length", "64"], "--sequence-length: an option of --text training; add --text"),
     (["train", "{shards}", "--precision", "fp8"], "'--precision'"),
     (["train", "{shards}", "--global-batch-size", "0"], "'--global-batch-size'"),
     (["train", "{shards}", "--global-batch-size", "-1"], "'--global-batch-size'"),

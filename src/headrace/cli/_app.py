@@ -114,6 +114,13 @@ def flags_of(ctx: typer.Context, extra: Mapping[str, str] | None = None) -> dict
     return out
 
 
+def given_flags(ctx: typer.Context, *names: str) -> list[str]:
+    """The flags of ``names`` (python parameter names) the user gave (command line or environment), not defaults."""
+    flags = flags_of(ctx)
+    sources = {n: ctx.get_parameter_source(n) for n in names}
+    return [flags[n] for n, src in sources.items() if src is not None and src.name != "DEFAULT"]
+
+
 def translate(message: str, flags: Mapping[str, str]) -> str:
     """``message`` with the Python parameter names in it replaced by their flags.
 

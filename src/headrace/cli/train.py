@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import typer
 
-from ._app import run
+from ._app import given_flags, run
 from ._datasets import training_shards
 from ._flags import (
     IMAGE_SIZE_HELP,
@@ -235,7 +235,7 @@ def command(ctx: typer.Context,
                                       help="PATH is `headrace convert --from text --to text` output (or "
                                            "--to tfrecord) of '<label>\\t<text>' lines: train a tokenizer and a "
                                            "Transformer classifier on packed rows "
-                                           "(--model and --image-size are the image models' options)."),
+                                           "(--model, --image-size and --on-corrupt are the image models' options)."),
             sequence_length: int = typer.Option(128, min=4, metavar="N", help="With --text: tokens per packed row."),
             vocab_size: int = typer.Option(2000, min=260, metavar="N",
                                          help="With --text: the byte-level BPE vocabulary (>= 260)."),
@@ -244,6 +244,12 @@ def command(ctx: typer.Context,
     --text, a Transformer on labelled text)."""
     if resume and checkpoint_dir is None:
         raise typer.BadParameter("needs --checkpoint-dir (where the checkpoints are)", param_hint="--resume")
+    other_models = ("model", "image_size", "on_corrupt") if text else ("sequence_length", "vocab_size")
+    elsewhere = given_flags(ctx, *other_models)
+    if elsewhere:  # (an option of the other model's training, never silently ignored)
+        raise typer.BadParameter("an option of the image models, not of --text (it trains a Transformer on "
+                                 "labelled text: drop it)" if text else "an option of --text training; add --text",
+                                 param_hint=", ".join(elsewhere))
     if text:
         if service is not None:
             raise typer.BadParameter("reads image shards on a Ray cluster; --text trains here", param_hint="--service")
