@@ -327,7 +327,9 @@ class _HDF5Iterator(BlockRowIterator):
                 "num_shards": ds.num_shards, "index": ds.index, "length": ds.length}
 
     def get_state(self) -> dict[str, Any]:
-        row = self._next if self._ds.batch_size is not None else self._block_start + self._offset
+        # between blocks (none in hand: at the start, after a restore, at the end) the next read starts at _next
+        in_hand = self._ds.batch_size is None and self._block is not None
+        row = self._block_start + self._offset if in_hand else self._next
         return {"kind": self.kind, **self._settings(), "row": row}
 
     def set_state(self, state: dict[str, Any]) -> None:
