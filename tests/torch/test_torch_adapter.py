@@ -201,3 +201,13 @@ def test_close_that_cannot_wait_for_next_says_the_position_is_unknown(monkeypatc
     assert time.monotonic() - t0 < 5
     with pytest.raises(hr.IteratorClosedError, match="position is unknown"):
         it.state_dict()
+
+
+def test_dataloader_workers_over_a_file_cache_each_fill_a_file_of_their_own(tmp_path) -> None:
+    # Sweep seed 691: both workers filled the one cache file and the second raised FileExistsError.
+    ds = hr.Dataset.range(40).cache(str(tmp_path / "c"))
+    loader = DataLoader(to_torch(ds), batch_size=None, num_workers=2)
+    for _ in range(2):  # the second epoch reads the workers' cache files
+        assert sorted(int(x) for x in loader) == list(range(40))
+    assert sorted(p.name for p in tmp_path.glob("*.hrcache")) == [
+        "c-shard-00000-of-00002.hrcache", "c-shard-00001-of-00002.hrcache"]

@@ -11,7 +11,8 @@ temporary name and renamed when complete, so a crash never leaves a file that lo
 passes stream from it. Nothing is held in memory beyond one element. The file is a sequence of pickled
 elements (protocol 5) and is only for caches headrace wrote itself: do not point ``filename`` at files
 from untrusted sources. Like tf.data, the cache is not invalidated when the input changes: delete the
-file. One writer at a time: the filling pass holds ``<filename>.hrcache.lock`` and a second iterator
+file. Read by DataLoader workers (``to_torch``), each worker caches its share in a file of its own
+(``shard_source``). One writer at a time: the filling pass holds ``<filename>.hrcache.lock`` and a second iterator
 that would fill the same file while it runs raises ``FileExistsError`` (tf.data's "concurrent caching
 iterator" error); a lock left by a dead process is taken over.
 
@@ -58,6 +59,14 @@ class CacheNode(DatasetNode):
 
     def cardinality(self) -> int:
         return self.inputs[0].cardinality()
+
+    def shard_source(self, num_shards: int, index: int) -> DatasetNode | None:
+        """A share below the cache: each share caches its own elements, a file cache in a file of its own
+        (``<filename>-shard-<index>-of-<num_shards>``): two DataLoader workers never fill one file."""
+        from .shard import shard_at_source
+
+        name = self.filename and f"{self.filename}-shard-{index:05d}-of-{num_shards:05d}"
+        return CacheNode(shard_at_source(self.inputs[0], num_shards, index), name)
 
     def publish(self, elements: list[Any], total: int) -> None:
         with self._lock:
