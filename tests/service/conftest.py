@@ -17,7 +17,11 @@ def cluster():
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1"})
+    # A raylet starved of CPU (the suite beside a second one on 2 cores) misses Ray's health checks (3 s, 5 misses)
+    # and its node is declared dead; the tests remove nodes gracefully (the head is told at once), so waiting
+    # longer for a silent node tests nothing less.
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
+                                                      "_system_config": {"health_check_failure_threshold": 40}})
     c.holder = {"worker": c.add_node(num_cpus=1, node_ip_address="127.0.0.1")}
     ray.init(address=c.address, log_to_driver=False)
     try:
