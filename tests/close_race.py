@@ -31,9 +31,10 @@ class HeldNext:
 
 
 def close_during_next(close: Callable[[], None], take: Callable[[], Any], held: HeldNext, *,
-                      go_after_s: float) -> Any:
+                      go_after_s: float, go_after_close: bool = False) -> Any:
     """Run ``take()`` in a thread; once its ``next()`` is held, ``close()`` in another, then after ``go_after_s``
-    let the ``next()`` go on. Returns what ``take()`` returned, or the ``IteratorClosedError`` it raised."""
+    (``go_after_close``: once ``close()`` has returned, whatever the machine's speed) let the ``next()`` go on.
+    Returns what ``take()`` returned, or the ``IteratorClosedError`` it raised."""
     got: list[Any] = []
 
     def taking() -> None:
@@ -47,7 +48,10 @@ def close_during_next(close: Callable[[], None], take: Callable[[], Any], held: 
     if not held.entered.wait(10):
         raise TimeoutError("next() never started")
     closer.start()
-    time.sleep(go_after_s)
+    if go_after_close:
+        closer.join(15)
+    else:
+        time.sleep(go_after_s)
     held.go.set()
     taker.join(10)
     closer.join(15)

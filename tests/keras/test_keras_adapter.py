@@ -130,7 +130,8 @@ def test_close_from_another_thread_during_a_read_keeps_an_exact_position(wait, m
     head = [next(reader)[1].tolist() for _ in range(2)]
     held = HeldNext(b._it)
     b._it = held
-    got = close_during_next(b.close, lambda: next(reader)[1].tolist(), held, go_after_s=0.3 if wait else 1.0)
+    got = close_during_next(b.close, lambda: next(reader)[1].tolist(), held, go_after_s=0.3,
+                            go_after_close=not wait)
     if not wait:  # stopped under the read: no batch, and the position is unknown (never a wrong one)
         assert isinstance(got, hr.IteratorClosedError), got
         with pytest.raises(hr.IteratorClosedError, match="position is unknown"):

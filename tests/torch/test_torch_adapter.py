@@ -196,7 +196,7 @@ def test_close_that_cannot_wait_for_next_says_the_position_is_unknown(monkeypatc
     held = HeldNext(it._it)
     it._it = held
     t0 = time.monotonic()
-    ended = close_during_next(it.close, lambda: int(next(it)), held, go_after_s=1.0)
+    ended = close_during_next(it.close, lambda: int(next(it)), held, go_after_s=0, go_after_close=True)
     assert isinstance(ended, hr.IteratorClosedError), ended  # stopped under next(): no element handed out
     assert time.monotonic() - t0 < 5
     with pytest.raises(hr.IteratorClosedError, match="position is unknown"):
