@@ -17,7 +17,9 @@
   the spec the pipeline was built with (:func:`traced_guard`); a running state (``scan``, ``reduce``) must
   keep its structure and dtypes (:func:`check_state_kept`).
 
-``map(executor="process")`` applies the same rule to the results its worker processes send back.
+``map(executor="process")`` applies the same rule to the results its worker processes send back; a worker
+process loads this file alone, by its location (``headrace._engine.pool.process_child``), for
+:func:`element_caller` without ``normalize_result``: that part needs nothing but the standard library.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._spec import NoneTensorSpec, conformance, most_specific_compatible, spec_of
-from .._structure import SCALAR_TYPES, describe, normalize
+if __package__:  # (not in a worker process, which loads this file alone: see the module docstring)
+    from .._spec import NoneTensorSpec, conformance, most_specific_compatible, spec_of
+    from .._structure import SCALAR_TYPES, describe, normalize
 
 
 def stop_iteration_error(stage: str) -> RuntimeError:

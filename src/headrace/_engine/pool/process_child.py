@@ -5,9 +5,11 @@ of the threaded parent) that loads this file by its location and calls :func:`ma
 ``child_command``: ``python -P -c <bootstrap> proc_child.py FD``; never ``python proc_child.py``,
 which would put ``_ops`` first on ``sys.path``). The parent imports it for :func:`encode` and
 :func:`receive_frames`. It imports nothing from headrace, so a worker starts in the time Python and
-numpy take to import (plus whatever the user's function imports when it is unpickled). Its standard
-library imports (and ``cloudpickle``'s) happen before it adopts the parent's ``sys.path``, so a directory
-there holding a module named like a standard library one does not replace the worker's own.
+numpy take to import (plus whatever the user's function imports when it is unpickled); the one calling
+convention of user functions (``headrace._engine.calls``, whose ``element_caller`` needs only the standard
+library) it loads by location, as it was loaded itself. Its standard library imports (and ``cloudpickle``'s)
+happen before it adopts the parent's ``sys.path``, so a directory there holding a module named like a standard
+library one does not replace the worker's own.
 
 Wire format
 -----------
@@ -53,6 +55,8 @@ from typing import Any
 
 CHILD_SCRIPT = os.path.abspath(__file__)
 """This file: what a worker loads (by location, never as ``sys.path[0]``)."""
+CALLS_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(CHILD_SCRIPT)), "calls.py")
+"""``headrace._engine.calls``: how a worker calls the user's function (loaded by location, as this file)."""
 SHM_MIN_BYTES = 64 * 1024
 """Out-of-band buffers at least this large go through shared memory; smaller ones as socket frames."""
 ALIGN = 64
@@ -138,6 +142,16 @@ class _Segment:
             pass
 
 
+def _calls() -> Any:
+    """``headrace._engine.calls`` loaded from :data:`CALLS_SCRIPT` alone (its standard-library part)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_headrace_calls", CALLS_SCRIPT)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
 def _write_parts(seg: _Segment, parts: list[tuple[int, memoryview]]) -> None:
     for off, data in parts:
         seg.view[off:off + data.nbytes] = data
@@ -148,7 +162,7 @@ class _Worker:
         self.sock = socket.socket(fileno=fd)
         self.conn = Connection(os.dup(fd))
         self.ppid = os.getppid()
-        self.fn: Any = None
+        self.fn: Any = None  # the user's function as ``calls.element_caller`` calls it (tuples unpacked)
         self.stage = "map"
         self.segments: dict[str, _Segment] = {}
 
@@ -187,11 +201,12 @@ class _Worker:
             import cloudpickle  # noqa: F401
         except ImportError:
             pass
+        element_caller = _calls().element_caller
         sys.path[:] = list(dict.fromkeys([*sys_path, *sys.path]))
         sys.argv[:] = sys_argv
         self.stage = stage
         try:
-            self.fn = pickle.loads(fn_bytes)
+            self.fn = element_caller(pickle.loads(fn_bytes), stage)
         except BaseException:
             self.conn.send_bytes(pickle.dumps(("init_error", traceback.format_exc())))
             return
@@ -204,11 +219,7 @@ class _Worker:
         try:
             x = pickle.loads(header, buffers=buffers)
             del buffers
-            try:
-                y = self.fn(*x) if type(x) is tuple else self.fn(x)
-            except StopIteration as e:
-                raise RuntimeError(f"{self.stage}: the function raised StopIteration; return a value or raise "
-                                   "another exception (StopIteration would silently end the dataset)") from e
+            y = self.fn(x)
             del x
             out_header, out_places, frames, parts, need = encode(y)
         except BaseException as e:
