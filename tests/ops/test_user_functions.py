@@ -82,6 +82,26 @@ def test_a_map_function_returning_no_component_is_refused_from_a_worker_process(
         list(D.range(3).map(lambda x: empty, num_parallel_calls=1, executor="process"))
 
 
+def _pair_sum(a, b):
+    return a + b
+
+
+def _dict_value(d):
+    return d["v"] * 2
+
+
+def test_a_worker_process_calls_the_function_by_the_same_convention():
+    """The worker process calls the user's function as ``calls.element_caller`` does (loaded there by location):
+    a tuple element unpacked into arguments, a dict one argument, ``StopIteration`` an error naming the stage."""
+    pairs = D.from_tensor_slices((np.arange(4), np.arange(4) * 10))
+    got = pairs.map(_pair_sum, num_parallel_calls=1, executor="process")
+    assert [int(v) for v in got] == [0, 11, 22, 33]
+    dicts = D.from_tensor_slices({"v": np.arange(3)}).map(_dict_value, num_parallel_calls=1, executor="process")
+    assert [int(v) for v in dicts] == [0, 2, 4]
+    with pytest.raises(RuntimeError, match=r"map\(stop\): the function raised StopIteration"):
+        list(D.range(3).map(stop, num_parallel_calls=1, executor="process"))
+
+
 def test_an_empty_structure_inside_a_result_stays_allowed_as_in_tf_data():
     ds = D.range(2).map(lambda x: (x, ()))
     assert ds.element_spec == (hr.TensorSpec([], "int64"), ())
