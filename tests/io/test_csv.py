@@ -183,7 +183,7 @@ def _outcomes(ds: hr.Dataset) -> list:
 
 
 def test_batch_of_column_runs_equals_the_row_path(tmp_path: Path) -> None:
-    """``batch`` right after the reader concatenates column runs (``Stage.fill_columns``); across a bad record,
+    """``batch`` right after the reader concatenates column runs (``runs.ColumnRuns``); across a bad record,
     blocks and the end it gives what the row-by-row path gives (a map in between), state included."""
     data, _ = _rows(700, bad={5, 333, 699})
     ds = hr.io.CsvDataset(_write(tmp_path / "a.csv", data), DEFAULTS).with_options(

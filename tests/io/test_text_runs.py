@@ -1,5 +1,5 @@
 """``TextLineDataset -> batch``: the lines reach ``batch`` as runs of the block's object array
-(``Stage.fill_columns``). The batches equal the row path's (a map in between) across blocks, an over-long line
+(``runs.ColumnRuns``). The batches equal the row path's (a map in between) across blocks, an over-long line
 (the run stops after it), a damaged GZIP file and the end; every state restores exactly; each batch's bytes,
 counted from its lines' lengths, equal its ``nbytes``."""
 

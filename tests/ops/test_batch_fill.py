@@ -1,7 +1,7 @@
-"""The sequential batch's one call per batch (``Stage.fill``) and ``map``'s fused loop in it (tf.data's
-map-and-batch fusion, ``_MapIterator.fill``), and ``range`` made in chunks: across generated cases of element
-kinds (numpy scalars of several dtypes, Python ints, arrays whose size grows mid-batch, tuples, dicts, bytes),
-function errors and input errors at random positions, batch sizes and ``drop_remainder``, the fused pipeline
+"""The sequential batch's one call per batch (``runs.fill_one_by_one``) and ``map``'s fused loop in it (tf.data's
+map-and-batch fusion, ``static_optimizations.MapAndBatch``), and ``range`` made in chunks: across generated cases
+of element kinds (numpy scalars of several dtypes, Python ints, arrays whose size grows mid-batch, tuples, dicts,
+bytes), function errors and input errors at random positions, batch sizes and ``drop_remainder``, the fused pipeline
 gives what the unfused one gives (a ``filter`` that keeps everything between ``map`` and ``batch`` takes the
 per-element path): the same batches, the same errors with the same notes, and a state taken at any point
 restores to exactly the same rest. ``range``'s chunks: a state at every position around a chunk boundary."""

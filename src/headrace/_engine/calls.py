@@ -9,6 +9,10 @@
 - ``StopIteration``: raised by a user function it would end the dataset silently where the stage calls it
   inside ``__next__``; every call here turns it into ``RuntimeError`` naming the stage
   (:func:`stop_iteration_error`).
+- One fast copy: the convention is written out only here, in the callables :func:`element_caller` makes once
+  per stage (one element a call: ``map`` in the consumer's thread, each map of a fused chain, a parallel map's
+  workers, a worker process) and :func:`run_caller` (a run of elements a call: ``map_and_batch_fusion``, one
+  call per batch, no Python call per element); the stages add the element's index to an error's note.
 - Results: ``map``'s are normalized (:func:`element_caller` with ``normalize_result``) and must have a
   component: ``None``, ``()``, ``[]``, ``{}`` or containers of only those raise ``ValueError``
   (:func:`refuse_empty`), when the traced spec
@@ -25,11 +29,16 @@ process loads this file alone, by its location (``headrace._engine.pool.process_
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 if __package__:  # (not in a worker process, which loads this file alone: see the module docstring)
     from .._spec import NoneTensorSpec, conformance, most_specific_compatible, spec_of
-    from .._structure import SCALAR_TYPES, describe, normalize
+    from .._structure import SCALAR_TYPES, describe, normalize, normalize_sized
+    from .runs import FillTally
+    from .stage_support import note_error
+
+_END = object()
+_NOTHING_READY: Any = iter(())
 
 
 def stop_iteration_error(stage: str) -> RuntimeError:
@@ -60,10 +69,12 @@ def guarded_apply(fn: Callable[..., Any], stage: str, *args: Any) -> Any:
         raise stop_iteration_error(stage) from e
 
 
-def element_caller(fn: Callable[..., Any], stage: str, *, normalize_result: bool = False) -> Callable[[Any], Any]:
-    """:func:`guarded_call` of ``fn`` as one function of the element (one frame: a parallel map's inline
-    path calls it per element); with ``normalize_result`` the result is normalized as ``map``'s results are
-    (scalars of the common types pass as they are)."""
+def element_caller(fn: Callable[..., Any], stage: str, *, normalize_result: bool = False,
+                   finish: Callable[[Any], Any] | None = None) -> Callable[[Any], Any]:
+    """:func:`guarded_call` of ``fn`` as one function of the element, made once per stage (one frame per
+    element); with ``normalize_result`` the result is normalized as ``map``'s results are (scalars of the
+    common types pass as they are), then given to ``finish`` (a map's ``output_signature`` conversion or
+    traced-spec check) where there is one."""
     if not normalize_result:
         def call(x: Any) -> Any:
             try:
@@ -77,10 +88,76 @@ def element_caller(fn: Callable[..., Any], stage: str, *, normalize_result: bool
             y = fn(*x) if type(x) is tuple else fn(x)
         except StopIteration as e:
             raise stop_iteration_error(stage) from e
-        if type(y) in SCALAR_TYPES:
-            return y
-        return normalize(refuse_empty(y, stage), stage)
+        if type(y) not in SCALAR_TYPES:
+            y = normalize(refuse_empty(y, stage), stage)
+        return y if finish is None else finish(y)
     return call_normalized
+
+
+class Counted(Protocol):
+    """What :func:`run_caller`'s loop counts the elements it calls ``fn`` on in (a map's stage: the index of
+    its error notes and its state)."""
+
+    index: int
+
+
+RunCall = Callable[[Counted, Callable[[], Any], Callable[[], Any], list[Any], int, int], tuple[int, int]]
+
+
+def run_caller(fn: Callable[..., Any], stage: str, finish: Callable[[Any], Any] | None = None) -> RunCall:
+    """:func:`element_caller` with ``normalize_result`` over a run of elements in one call:
+    ``fill(counted, pull, ready, items, k, per)`` appends the results of ``fn`` on up to ``k`` elements to
+    ``items`` (``runs.RowRuns.fill``'s contract: stops after a result of more than ``per`` bytes, returns the
+    bytes appended and the largest), taking the elements from the iterator ``ready()`` gives (the input's
+    ``runs.ReadyElements``, C-level where it can be) and, when it has none, from ``pull()`` (the input's
+    ``__next__``); ``counted.index`` counts the elements called, and an error's note names the element's index
+    (``in <stage> at element <i>``). ``map_and_batch_fusion``'s loop
+    (``headrace._engine.tuning.static_optimizations.MapAndBatch``): no Python call per element of its own, and a
+    plain ``dict`` or ``tuple`` result (without ``finish``) normalized and sized in one pass over its values."""
+
+    def fill(counted: Counted, pull: Callable[[], Any], ready: Callable[[], Any], items: list[Any], k: int,
+             per: int) -> tuple[int, int]:
+        append = items.append
+        run = ready() or _NOTHING_READY
+        i = counted.index
+        start = len(items)
+        tally = FillTally(per, scalars=finish is None)  # results appended as they are when there is no finish
+        fast = None
+        try:
+            for _ in range(k):
+                x = next(run, _END)
+                if x is _END:  # none ready: the input's own __next__ (which may make more ready)
+                    x = pull()
+                    run = ready() or _NOTHING_READY
+                i += 1
+                try:
+                    y = fn(*x) if type(x) is tuple else fn(x)
+                    if type(y) is fast:
+                        append(y)
+                        continue
+                    if (type(y) is tuple or type(y) is dict) and finish is None:  # normalized and sized at once
+                        y, n = normalize_sized(refuse_empty(y, stage), stage)
+                        append(y)
+                        if tally.add_sized(n):
+                            break
+                        continue
+                    if type(y) not in SCALAR_TYPES:
+                        y = normalize(refuse_empty(y, stage), stage)
+                    if finish is not None:
+                        y = finish(y)
+                except StopIteration as e:
+                    raise note_error(stop_iteration_error(stage), stage, i - 1) from e
+                except Exception as e:
+                    note_error(e, stage, i - 1)
+                    raise
+                append(y)
+                if tally.add(y):
+                    break
+                fast = tally.fast
+        finally:
+            counted.index = i
+        return tally.result(len(items) - start)
+    return fill
 
 
 _CONTAINERS = (tuple, list, dict)

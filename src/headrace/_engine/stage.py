@@ -30,53 +30,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from .._errors import StateError
-from .._structure import SCALAR_NBYTES, nbytes
 from .context import IteratorContext
 from .replay import Replayable
 from .source_protocol import DatasetIterator
 from .stage_support import JOIN_TIMEOUT_S, check_state, join_threads
-
-
-class FillTally:
-    """What a ``fill`` call counts of the elements it appends: the bytes and the largest of those it sized one by
-    one, and the fixed-size scalar type (``fast``) whose elements it only counts (the first one met, where
-    ``scalars``: a map with an ``output_signature`` check sizes every result)."""
-
-    __slots__ = ("fast", "held", "largest", "per", "scalars", "slow")
-
-    def __init__(self, per: int, scalars: bool = True) -> None:
-        self.per, self.scalars = per, scalars
-        self.fast: type | None = None
-        self.held = self.largest = self.slow = 0
-
-    def add(self, x: Any) -> bool:
-        """Size ``x`` (appended, not of the fast type); True when it is larger than ``per`` (fill stops)."""
-        n = SCALAR_NBYTES.get(type(x))
-        if n is None:
-            n = nbytes(x)
-        elif self.fast is None and self.scalars:
-            self.fast = type(x)
-        return self.add_sized(n)
-
-    def add_sized(self, n: int) -> bool:
-        """``add`` of an element whose size ``n`` is known (``normalize_sized``)."""
-        self.slow += 1
-        self.held += n
-        if n > self.largest:
-            self.largest = n
-            return n > self.per
-        return False
-
-    def result(self, appended: int) -> tuple[int, int]:
-        """``fill``'s return value for ``appended`` elements: their bytes and the largest."""
-        held = self.held
-        if self.fast is not None:
-            held += (appended - self.slow) * SCALAR_NBYTES[self.fast]
-        return held, self.largest
 
 
 class Stage(Replayable, DatasetIterator):
@@ -85,7 +45,9 @@ class Stage(Replayable, DatasetIterator):
     A stage with inputs lists them in ``_children()``; one with threads overrides ``_signal_self``,
     ``_own_threads`` and ``_close_self``; ``has_ready()`` says whether ``__next__`` would not wait. Its replay
     facts and questions (``depends_on_input_order``, ``reorders``, ``replay_epoch``, ``skip_ahead``, ...) come
-    from :class:`~headrace._engine.replay.Replayable`."""
+    from :class:`~headrace._engine.replay.Replayable`. What only some stages offer is a protocol of its own, not a
+    method here: runs of elements for a batch (``headrace._engine.runs``), an optimization or figures for
+    ``explain()`` (``headrace._engine.tuning.explain``)."""
 
     kind = "iterator"
     ctx: IteratorContext | None = None
@@ -101,52 +63,6 @@ class Stage(Replayable, DatasetIterator):
     def has_ready(self) -> bool:
         """Whether ``__next__`` would return without waiting for another thread (sync stages: always)."""
         return True
-
-    def optimization(self) -> str | None:
-        """The static optimization applied at this stage, for ``explain()``
-        (``headrace._engine.tuning.static_optimizations``)."""
-        return None
-
-    def stage_figures(self) -> dict[str, Any] | None:
-        """Figures of this stage's own for ``explain()`` (``pack``: its packing efficiency), or None."""
-        return None
-
-    def elements_ready(self) -> Iterator[Any] | None:
-        """An iterator (C-level where it can be) over the elements ``__next__`` would return next, consuming them
-        as ``__next__`` would (this stage's state follows it); when it ends, ``__next__`` gives the next element
-        or ``StopIteration``. None when there is none (the default). ``range`` returns its current chunk's; a
-        ``map`` running inside a batch's ``fill`` pulls from it (one Python call per element less)."""
-        return None
-
-    def fill(self, items: list[Any], k: int, per: int) -> tuple[int, int]:
-        """Append up to ``k`` elements to ``items`` (what ``k`` calls of ``__next__`` give), stopping early after
-        an element of more than ``per`` bytes: returns the bytes appended and the largest of them. The batch
-        loop of a sequential ``batch`` (``_ops/batch.py``), one call per batch instead of one per element; a
-        stage may fuse its own work into it (``map``: tf.data's map-and-batch fusion). ``StopIteration`` or an
-        error leaves the elements appended before it in ``items`` (the caller sizes them again)."""
-        nxt, append = self.__next__, items.append
-        start = len(items)
-        tally = FillTally(per)
-        fast = None  # the type of elements only counted (tally.fast, kept in a local for the loop)
-        for _ in range(k):
-            x = nxt()
-            append(x)
-            if type(x) is fast:
-                continue
-            if tally.add(x):
-                break
-            fast = tally.fast
-        return tally.result(len(items) - start)
-
-    def fill_columns(self, runs: list[list[Any]], k: int, per: int) -> tuple[int, int, int]:
-        """``fill`` for a stage whose elements are flat tuples of scalars held as columns (a table reader), or
-        scalars (a text reader's lines): append up to ``k`` elements to ``runs`` as runs, each a list of one 1-D
-        numpy array per tuple component, or for scalar elements one array (views are fine: a sequential ``batch``
-        concatenates them into its batch, in the same call), stopping early after an element of more than ``per``
-        bytes; returns ``(elements, bytes, largest)``, the bytes exactly the elements' ``nbytes``. An error or
-        ``StopIteration`` leaves the runs appended before it. Only stages that override it are asked
-        (``_ops/batch.py``)."""
-        raise NotImplementedError(f"{type(self).__name__} does not hand out columns")
 
     def _close_self(self) -> None:
         """Stop threads and release accounts of this stage only (override in stages that have any)."""

@@ -33,11 +33,12 @@ from .._engine.context import IteratorContext
 from .._engine.pool.parallel import PoolIterator
 from .._engine.recipe import DatasetNode, SpecOf
 from .._engine.replay import advance, rereads_same
+from .._engine.runs import RowRuns, column_runs, fill_one_by_one
 from .._engine.stacking import BufferPool, stack
 from .._engine.stage import Stage
 from .._engine.stage_support import check_state, note_error, stop_flag
 from .._engine.tuning.starting_values import parallelism
-from .._engine.tuning.static_optimizations import optimizing
+from .._engine.tuning.static_optimizations import Batching, MapAndBatch, batch_recipe, optimizing
 from .._handoff import hand_off, taker_of
 from .._memory import WHOLE_UNCAPPED, Reservation, StageAccount
 from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
@@ -73,16 +74,28 @@ class BatchNode(DatasetNode):
                                                     self.label)
 
     def make_iterator(self, ctx: IteratorContext) -> Stage:
-        source = self.inputs[0].make_iterator(ctx)
+        return make_batch_iterator(self, ctx)
+
+    def batch_over(self, ctx: IteratorContext, source: Stage, rows: RowRuns | None) -> Stage:
+        """This batch's stage over ``source`` (``static_optimizations.Batching``)."""
         stage = ctx.stage_name(self, f"batch({self.batch_size})")
         pool = BufferPool(max_bytes=ctx.budget.limit_bytes // 16)
         combine = partial(stack, pool=pool)
         return make_batcher(ctx, self, source, stage, combine, self.num_parallel_calls, self.deterministic, pool,
-                            columnar=True)
+                            columnar=True, rows=rows)
+
+
+def make_batch_iterator(node: Batching, ctx: IteratorContext) -> Stage:
+    """The stage of a batch node (``batch``, ``padded_batch``, ``ragged_batch``): through the node the recipe holds
+    for it under the static optimizations (``static_optimizations.batch_recipe``: ``map_and_batch_fusion``)."""
+    recipe = batch_recipe(node, ctx)
+    if recipe is not node:
+        return recipe.make_iterator(ctx)
+    return node.batch_over(ctx, node.inputs[0].make_iterator(ctx), None)
 
 
 def _concatenated(runs: list[Any], held: int, count: int) -> tuple[Any, int]:
-    """A batch of ``count`` elements (``held`` bytes) from a source's column runs (``Stage.fill_columns``): one
+    """A batch of ``count`` elements (``held`` bytes) from a source's column runs (``runs.ColumnRuns``): one
     array per component (a tuple of them; a run that is one array: a scalar element, one array), and its bytes
     (``nbytes``: the elements' bytes plus a pointer per element of each object column, without a pass over them)."""
     if type(runs[0]) is np.ndarray:
@@ -104,21 +117,23 @@ class _Group:
 
 def make_batcher(ctx: IteratorContext, node: DatasetNode, source: Stage, stage: str,
                  combine: Callable[[list[Any], str], Any], num_parallel_calls: int | None,
-                 deterministic: bool | None, buffers: BufferPool | None = None, columnar: bool = False) -> Stage:
+                 deterministic: bool | None, buffers: BufferPool | None = None, columnar: bool = False,
+                 rows: RowRuns | None = None) -> Stage:
     """A sequential batcher, or a gatherer feeding ``combine`` in a thread pool (``buffers``: the pool
     ``combine`` stacks into, lending its buffers in the sequential case; ``columnar``: ``combine`` stacks flat
-    tuples, so a source's column runs may be concatenated instead, ``Stage.fill_columns``)."""
+    tuples, so a source's column runs may be concatenated instead, ``runs.ColumnRuns``; ``rows``: the loop that
+    gathers the elements, ``static_optimizations.MapAndBatch``, else the source's ``runs.RowRuns``)."""
     bs, drop = node.batch_size, node.drop_remainder  # type: ignore[attr-defined]
     if num_parallel_calls is None:
         account = ctx.account(f"{stage} assembly", 2 * bs, mandatory=True, min_units=2 * bs,
                               hint="use a smaller batch_size", stage_of=stage)
         account.min_what = f"its {bs} elements and the batch stacked from them, {2 * bs} elements"
         spares = buffers.lend_from(account) if buffers is not None else None
-        return _BatchIterator(ctx, source, account, bs, drop, stage, combine, spares, columnar)
+        return _BatchIterator(ctx, source, account, bs, drop, stage, combine, spares, columnar, rows)
     workers = parallelism(num_parallel_calls, ctx)
     account = ctx.account(f"{stage} assembly", (workers + 1) * bs, mandatory=True, min_units=bs,
                           hint="use a smaller batch_size or fewer num_parallel_calls", stage_of=stage)
-    gatherer = _BatchIterator(ctx, source, account, bs, drop, stage, None)
+    gatherer = _BatchIterator(ctx, source, account, bs, drop, stage, None, rows=rows)
 
     def release_group(group: _Group) -> None:
         account.release(group.nbytes, count=len(group.items))
@@ -139,17 +154,19 @@ class _BatchIterator(Stage):
 
     def __init__(self, ctx: IteratorContext, source: Stage, account: StageAccount, batch_size: int,
                  drop_remainder: bool, stage: str, combine: Callable[[list[Any], str], Any] | None,
-                 spares: SpareBuffers | None = None, columnar: bool = False) -> None:
+                 spares: SpareBuffers | None = None, columnar: bool = False, rows: RowRuns | None = None) -> None:
         super().__init__(ctx)
         self._spares = spares
         self._source = source
         self._next_input = source.__next__
-        # map_and_batch_fusion: a stage with a fill of its own (a sequential map) runs inside this loop
-        self._fused = type(source).fill is not Stage.fill and optimizing(ctx)
-        self._fill = source.fill if self._fused else partial(Stage.fill, source)
+        # the loop that gathers: map_and_batch_fusion's (``rows``), the source's runs, else one __next__ per element
+        optimized = optimizing(ctx)
+        if rows is None and optimized and isinstance(source, RowRuns):
+            rows = source  # a reader's runs
+        self._rows = rows
+        self._fill = self._rows.fill if self._rows is not None else partial(fill_one_by_one, source.__next__)
         # a table reader's rows as column runs, concatenated into the batch (no tuple per row is stacked)
-        self._columns = (source.fill_columns if columnar and type(source).fill_columns is not Stage.fill_columns
-                         and optimizing(ctx) else None)
+        self._columns = column_runs(source) if columnar and optimized else None
         self._account = account
         self._bs = batch_size
         self._drop = drop_remainder
@@ -198,8 +215,8 @@ class _BatchIterator(Stage):
             r.top_up(want - r.nbytes, stop)
 
     def _gather(self, stop: Any) -> bool:
-        """Fill the batch; False if the input ended first. The input appends the elements (``Stage.fill``: one
-        call per batch, stopping early after an element larger than the reservation has room for)."""
+        """Fill the batch; False if the input ended first. The loop appends the elements (``runs.RowRuns.fill``:
+        one call per batch, stopping early after an element larger than the reservation has room for)."""
         if self._pulled == 0:
             self._start = self._source.get_state()
             self._start_epoch = self._source.replay_epoch()
@@ -309,9 +326,12 @@ class _BatchIterator(Stage):
         return out
 
     def optimization(self) -> str | None:
-        if not self._fused:
-            return None
-        return f"map_and_batch_fusion: {getattr(self._source, '_stage', 'map')} runs in this stage's loop"
+        rows = self._rows
+        if isinstance(rows, MapAndBatch):
+            return rows.optimization()
+        if rows is not None:
+            return f"element runs: {getattr(rows, '_stage', 'its input')} hands this stage its elements in runs"
+        return None
 
     def delivers_charged(self) -> bool:
         """A stacked batch is charged until it is returned (``headrace._handoff``); a group is not."""

@@ -91,6 +91,7 @@ class _RangeIterator(Stage):
         return next(self._flat)
 
     def elements_ready(self) -> Any:
+        """``runs.ReadyElements``: the rest of the chunk in hand."""
         return self._flat  # (a flatiter: its index is the position, see get_state)
 
     def get_state(self) -> dict[str, Any]:

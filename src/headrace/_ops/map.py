@@ -32,24 +32,20 @@ from .._engine.calls import (
     empty_element_error,
     no_component,
     refuse_empty,
-    stop_iteration_error,
     traced_guard,
 )
 from .._engine.context import IteratorContext
 from .._engine.pool.executor import AutoExecutor, Executor, ProcessExecutor, ThreadExecutor, validate_executor
 from .._engine.pool.parallel import PoolIterator
 from .._engine.recipe import DatasetNode, SpecOf, trace
-from .._engine.stage import FillTally, Stage, UnaryIterator
+from .._engine.stage import Stage, UnaryIterator
 from .._engine.stage_support import fn_name, note_error
 from .._engine.tuning.starting_values import MAP_WINDOW_PER_WORKER, parallelism
 from .._engine.tuning.static_optimizations import FusedMapIterator, optimizing
 from .._options import AUTOTUNE
 from .._spec import from_user
-from .._structure import SCALAR_TYPES, normalize, normalize_sized
+from .._structure import normalize
 from .in_memory import convert_to_spec
-
-_END = object()
-_NOTHING_READY: Any = iter(())
 
 
 class MapNode(DatasetNode):
@@ -69,6 +65,12 @@ class MapNode(DatasetNode):
                                                                         "map(output_signature)")
         self.executor = executor
         self.label = f"map({name or fn_name(fn)})"
+
+    @property
+    def inline(self) -> bool:
+        """Whether this map runs in the thread that pulls from it (``num_parallel_calls=None`` on threads): what
+        the static optimizations fuse (``headrace._engine.tuning.static_optimizations``)."""
+        return self.num_parallel_calls is None and self.executor in (None, "thread")
 
     def cardinality(self) -> int:
         return self.inputs[0].cardinality()
@@ -101,10 +103,7 @@ class MapNode(DatasetNode):
         if kind == "process":  # results normalized by the executor: refuse () here ("auto" first calls on threads)
             after = finish
             finish = (lambda y: refuse_empty(y, stage)) if after is None else (lambda y: after(refuse_empty(y, stage)))
-        apply = thread_fn
-        if finish is not None:
-            def apply(x: Any) -> Any:
-                return finish(thread_fn(x))
+        apply = thread_fn if finish is None else element_caller(self.fn, stage, normalize_result=True, finish=finish)
         executor = self._executor(kind, ctx, stage, workers, thread_fn, apply, finish)
         return PoolIterator(ctx, source, apply, stage, workers, ctx.deterministic(self.deterministic), kind="map",
                             window=MAP_WINDOW_PER_WORKER * workers, executor=executor,
@@ -138,10 +137,10 @@ class MapNode(DatasetNode):
 
 
 class _MapIterator(UnaryIterator):
-    """``map`` in the consumer's thread: the calling convention of ``calls.element_caller`` written out in
-    ``__next__`` (a call less per element than calling it: ``bench/overhead.py``'s path; the StopIteration
-    and no-component tests of ``tests/ops/test_user_functions.py`` cover both), then ``finish`` (the
-    ``output_signature`` conversion or the traced-spec check)."""
+    """``map`` in the consumer's thread: ``calls.element_caller``'s callable (normalized, then ``finish``: the
+    ``output_signature`` conversion or the traced-spec check) on each element, its error noted with the element's
+    index. Below a ``batch`` the recipe holds ``map_and_batch_fusion``'s node instead
+    (``static_optimizations.MapAndBatch``), whose loop counts this stage's ``index``."""
 
     kind = "map"
 
@@ -150,80 +149,30 @@ class _MapIterator(UnaryIterator):
         super().__init__(ctx, source)
         self._fn = fn
         self._stage = stage
-        self._index = 0
+        self.index = 0  # elements the function was called on (the note's "element i", the state's "index")
         self._finish = finish
+        self._call = element_caller(fn, stage, normalize_result=True, finish=finish)
 
     def __next__(self) -> Any:
         x = self._next_input()
-        i = self._index
-        self._index = i + 1
+        i = self.index
+        self.index = i + 1
         try:
-            y = self._fn(*x) if type(x) is tuple else self._fn(x)
-            if type(y) not in SCALAR_TYPES:
-                y = normalize(refuse_empty(y, self._stage), self._stage)
-            return y if self._finish is None else self._finish(y)
-        except StopIteration as e:
-            raise note_error(stop_iteration_error(self._stage), self._stage, i) from e
+            return self._call(x)
         except Exception as e:
             note_error(e, self._stage, i)
             raise
 
-    def fill(self, items: list[Any], k: int, per: int) -> tuple[int, int]:
-        """``Stage.fill`` with ``__next__``'s calling convention fused into its loop (tf.data's map-and-batch
-        fusion: a sequential ``batch`` right after this ``map`` makes one call per batch, not one per element;
-        ``bench/overhead.py``). Same results, errors, notes and index as ``__next__``."""
-        nxt, fn, finish, stage, append = self._next_input, self._fn, self._finish, self._stage, items.append
-        ready = self._source.elements_ready
-        run = ready() or _NOTHING_READY  # the input's ready elements, pulled without a Python call each
-        i = self._index
-        start = len(items)
-        tally = FillTally(per, scalars=finish is None)  # results appended as they are when there is no finish
-        fast = None
-        try:
-            for _ in range(k):
-                x = next(run, _END)
-                if x is _END:  # none ready: the input's own __next__ (which may make more ready)
-                    x = nxt()
-                    run = ready() or _NOTHING_READY
-                i += 1
-                try:
-                    y = fn(*x) if type(x) is tuple else fn(x)
-                    if type(y) is fast:
-                        append(y)
-                        continue
-                    if (type(y) is tuple or type(y) is dict) and finish is None:  # normalized and sized at once
-                        y, n = normalize_sized(refuse_empty(y, stage), stage)
-                        append(y)
-                        if tally.add_sized(n):
-                            break
-                        continue
-                    if type(y) not in SCALAR_TYPES:
-                        y = normalize(refuse_empty(y, stage), stage)
-                    if finish is not None:
-                        y = finish(y)
-                except StopIteration as e:
-                    raise note_error(stop_iteration_error(stage), stage, i - 1) from e
-                except Exception as e:
-                    note_error(e, stage, i - 1)
-                    raise
-                append(y)
-                if tally.add(y):
-                    break
-                fast = tally.fast
-        finally:
-            self._index = i
-        return tally.result(len(items) - start)
-
     def step(self) -> tuple[Callable[..., Any], str, Callable[[Any], Any] | None]:
-        """This map as a step of a fused chain (``map_fusion.FusedMapIterator``)."""
+        """This map as a step of a fused chain or loop (``static_optimizations``)."""
         return self._fn, self._stage, self._finish
 
     def get_state(self) -> dict[str, Any]:
         # UnaryIterator's layout written out (a sequential batch takes its input's state once per batch)
-        return {"kind": "map", "index": self._index, "input": self._source.get_state()}
+        return {"kind": "map", "index": self.index, "input": self._source.get_state()}
 
     def _counters(self) -> dict[str, Any]:
-        return {"index": self._index}
+        return {"index": self.index}
 
     def _restore_counters(self, state: dict[str, Any]) -> None:
-        self._index = int(state["index"])
+        self.index = int(state["index"])

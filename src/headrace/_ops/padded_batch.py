@@ -17,11 +17,12 @@ from typing import Any
 from .._args import count_arg
 from .._engine.context import IteratorContext
 from .._engine.recipe import DatasetNode, SpecOf
+from .._engine.runs import RowRuns
 from .._engine.stacking import _flatten_shapes, pad_and_stack, padding_scalar
 from .._engine.stage import Stage
 from .._spec import NoneTensorSpec, TensorShape, TensorSpec, batch_spec
 from .._structure import flatten, pack_as
-from .batch import batched_cardinality, make_batcher
+from .batch import batched_cardinality, make_batch_iterator, make_batcher
 
 
 class PaddedBatchNode(DatasetNode):
@@ -89,13 +90,16 @@ class PaddedBatchNode(DatasetNode):
         return batch_spec(padded, self.batch_size if self.drop_remainder else None, self.label)
 
     def make_iterator(self, ctx: IteratorContext) -> Stage:
-        source = self.inputs[0].make_iterator(ctx)
+        return make_batch_iterator(self, ctx)
+
+    def batch_over(self, ctx: IteratorContext, source: Stage, rows: RowRuns | None) -> Stage:
+        """This batch's stage over ``source`` (``static_optimizations.Batching``)."""
         stage = ctx.stage_name(self, f"padded_batch({self.batch_size})")
 
         def combine(items: list[Any], where: str) -> Any:
             return pad_and_stack(items, self.padded_shapes, self.padding_values, where)
 
-        return make_batcher(ctx, self, source, stage, combine, None, None)
+        return make_batcher(ctx, self, source, stage, combine, None, None, rows=rows)
 
 
 def _can_pad(padded: TensorShape, shape: TensorShape) -> bool:

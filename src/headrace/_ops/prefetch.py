@@ -37,6 +37,11 @@ class PrefetchNode(DatasetNode):
     def cardinality(self) -> int:
         return self.inputs[0].cardinality()
 
+    @property
+    def adds_no_stage(self) -> bool:
+        """``prefetch(0)`` builds its input's stage as its own (``static_optimizations`` looks through it)."""
+        return self.buffer_size == 0
+
     def make_iterator(self, ctx: IteratorContext) -> Stage:
         source = self.inputs[0].make_iterator(ctx)
         if self.buffer_size == 0:

@@ -23,11 +23,12 @@ import numpy as np
 from .._args import count_arg
 from .._engine.context import IteratorContext
 from .._engine.recipe import DatasetNode, SpecOf
+from .._engine.runs import RowRuns
 from .._engine.stacking import _columns, _is_structure, stack
 from .._engine.stage import Stage
 from .._spec import RaggedTensorSpec, TensorSpec, as_dtype, batch_spec
 from .._structure import flatten, pack_as
-from .batch import batched_cardinality, make_batcher
+from .batch import batched_cardinality, make_batch_iterator, make_batcher
 
 
 def _ragged_components(spec: Any) -> list[bool]:
@@ -73,7 +74,10 @@ class RaggedBatchNode(DatasetNode):
         return pack_as(spec, leaves) if _is_structure(spec) else leaves[0]
 
     def make_iterator(self, ctx: IteratorContext) -> Stage:
-        source = self.inputs[0].make_iterator(ctx)
+        return make_batch_iterator(self, ctx)
+
+    def batch_over(self, ctx: IteratorContext, source: Stage, rows: RowRuns | None) -> Stage:
+        """This batch's stage over ``source`` (``static_optimizations.Batching``)."""
         stage = ctx.stage_name(self, f"ragged_batch({self.batch_size})")
         static = self.inputs[0].static_spec()
         ragged: list[bool] | None = None if static is None else _ragged_components(static)
@@ -102,4 +106,4 @@ class RaggedBatchNode(DatasetNode):
                         "did not show; declare the varying dimension None (map(..., output_signature=...) "
                         "with hr.TensorSpec((None, ...), dtype)) to batch it ragged")
 
-        return make_batcher(ctx, self, source, stage, combine, None, None)
+        return make_batcher(ctx, self, source, stage, combine, None, None, rows=rows)

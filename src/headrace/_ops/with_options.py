@@ -14,6 +14,7 @@ class OptionsNode(DatasetNode):
     label = "with_options"
     shard_passes = True
     spec_passes = True
+    adds_no_stage = True  # (its input's stage is its own: ``static_optimizations`` looks through it)
 
     def __init__(self, input_node: DatasetNode, options: Options) -> None:
         if not isinstance(options, Options):

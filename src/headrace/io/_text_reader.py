@@ -217,8 +217,8 @@ class TextFileIterator(BlockRowIterator):
 
     # ---- batch in runs -------------------------------------------------------------------------------------
     def fill(self, items: list[Any], k: int, per: int) -> tuple[int, int]:
-        """``Stage.fill`` taking the elements of the block in hand by slices, sized from the block's lengths (no
-        Python call per element); stops after an element of more than ``per`` bytes, as ``Stage.fill``."""
+        """``runs.RowRuns.fill`` taking the elements of the block in hand by slices, sized from the block's lengths
+        (no Python call per element); stops after an element of more than ``per`` bytes, as the protocol says."""
         start, held, largest = len(items), 0, 0
         while len(items) - start < k:
             if self._run is not None:
@@ -247,8 +247,8 @@ class TextFileIterator(BlockRowIterator):
         return held, largest
 
     def fill_columns(self, runs: list[Any], k: int, per: int) -> tuple[int, int, int]:
-        """``Stage.fill_columns``: runs of the block's elements as slices of its object array (views), for ``batch``
-        to concatenate into its batch (no list of elements, no stacking, no pass over them to size the batch)."""
+        """``runs.ColumnRuns.fill_columns``: runs of the block's elements as slices of its object array (views), for
+        ``batch`` to concatenate into its batch (no list of elements, no stacking, no pass over them to size it)."""
         taken = held = largest = 0
         while taken < k:
             if self._run is not None:

@@ -376,12 +376,12 @@ class CsvIterator(BlockRowIterator):
         return k - left, held, largest
 
     def fill(self, items: list[Any], k: int, per: int) -> tuple[int, int]:
-        """``Stage.fill`` in runs of rows cut from the block's columns (C loops)."""
+        """``runs.RowRuns.fill`` in runs of rows cut from the block's columns (C loops)."""
         _, held, largest = self._runs(k, per, lambda i, j: items.extend(zip(*[list(c[i:j]) for c in self._cols])))
         return held, largest
 
     def fill_columns(self, runs: list[list[Any]], k: int, per: int) -> tuple[int, int, int]:
-        """``Stage.fill_columns``: the rows as slices of the block's columns, for ``batch`` to concatenate."""
+        """``runs.ColumnRuns.fill_columns``: the rows as slices of the block's columns, for ``batch`` to concatenate."""
         return self._runs(k, per, lambda i, j: runs.append([c[i:j] for c in self._cols]))
 
     # ---- state ---------------------------------------------------------------------------------------

@@ -142,3 +142,52 @@ def test_tf_data_optimization_options_map_onto_static_optimizations() -> None:
         hr.Options(static_optimizations="no")
     with pytest.raises(AttributeError, match=r"experimental_optimization\.bogus"):
         hr.Options().experimental_optimization.bogus = 1
+
+
+def _recipe(ds: hr.Dataset, options: hr.Options | None = None):
+    """What the recipe holds for ``ds``'s last node (a batch) under ``options``."""
+    from headrace._engine.context import IteratorContext
+    from headrace._engine.tuning.static_optimizations import batch_recipe
+    from headrace._memory import budget_for
+
+    return batch_recipe(ds._node, IteratorContext(options or hr.Options(), budget_for(None), (0,)))
+
+
+def test_the_recipe_holds_map_and_batch_for_a_sequential_map_under_a_batch() -> None:
+    from headrace._engine.tuning.static_optimizations import MapAndBatchNode
+
+    mapped = hr.Dataset.range(64).map(lambda x: x + 1, name="a")
+    for ds in (mapped.batch(8), mapped.padded_batch(8), mapped.ragged_batch(8), mapped.batch(8, num_parallel_calls=2),
+               mapped.with_options(hr.Options()).batch(8), mapped.prefetch(0).batch(8)):
+        fused = _recipe(ds)
+        assert isinstance(fused, MapAndBatchNode) and fused.batch is ds._node, ds._node
+        assert fused.label == ds._node.label and fused.cardinality() == ds._node.cardinality() == 8
+        assert fused.static_spec() == ds._node.static_spec()
+        with iter(ds) as it:
+            first = next(it)
+            assert "optimization: map_and_batch_fusion: map(a) runs in this stage's loop" in str(it.explain())
+        assert np.asarray(first).tolist()[:3] == [1, 2, 3]
+    for ds, why in ((mapped.batch(8), OFF), (mapped.map(lambda x: x, name="b").batch(8), None),
+                    (hr.Dataset.range(8).map(abs, num_parallel_calls=2).batch(4), None),
+                    (hr.Dataset.range(8).map(abs, executor="process").batch(4), None),
+                    (mapped.prefetch(1).batch(8), None), (hr.Dataset.range(8).batch(4), None)):
+        assert _recipe(ds, why) is ds._node, (ds._node, why)
+
+
+def test_the_base_of_every_stage_keeps_only_what_every_stage_needs() -> None:
+    """Runs of elements (``headrace._engine.runs``) and explain()'s optimization and figures are protocols of their
+    own that some stages implement, not methods every stage inherits."""
+    from headrace._engine import runs
+    from headrace._engine.stage import Stage
+    from headrace._engine.tuning.explain import Figured, Optimized
+
+    for name in ("fill", "fill_columns", "elements_ready", "stage_figures", "optimization"):
+        assert not hasattr(Stage, name), name
+    with iter(hr.Dataset.range(10).map(lambda x: x + 1)) as it:
+        mapped = it._root
+        below = mapped._source
+        assert runs.row_runs(mapped) is None and runs.column_runs(mapped) is None
+        assert runs.ready_elements(mapped)() is None  # (a map has none of its own)
+        assert not isinstance(mapped, Figured | Optimized)
+        assert int(next(it)) == 1
+        assert runs.ready_elements(below) == below.elements_ready  # (range's chunk)

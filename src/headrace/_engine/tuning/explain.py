@@ -5,7 +5,8 @@ user's argument, AUTOTUNE's starting rule, or the tuner's change with the rate i
 a ``map`` with the measurement behind ``"auto"``'s choice and its worker processes, the elements it
 delivered per second, the shares of its workers' time spent computing, waiting on input, waiting for room
 (its consumer) and waiting for the memory budget, the bytes it holds now / at its peak and its share of
-the budget, and figures of the stage's own (``Stage.stage_figures``: a ``pack``'s packing efficiency).
+the budget, the static optimization applied there (:class:`Optimized`) and figures of the stage's own
+(:class:`Figured`: a ``pack``'s packing efficiency); a stage without them implements neither.
 Then the bottleneck (:func:`bottleneck`), the CPU and memory budgets, the RSS of this process plus its
 worker processes, and the tuner's state.
 
@@ -16,7 +17,7 @@ below), ``output`` (waiting for room in its window: its consumer is slower) and 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..._memory import format_bytes
 from ..pool.executor import THREAD_WHY, Executor
@@ -32,6 +33,24 @@ compute, points at its input as the bottleneck."""
 
 EXPLAIN_TRIALS = 6
 """The tuner's last trials that the text of ``explain()`` lists (the dict has them all)."""
+
+
+@runtime_checkable
+class Optimized(Protocol):
+    """A stage a static optimization changed (``headrace._engine.tuning.static_optimizations``)."""
+
+    def optimization(self) -> str | None:
+        """What was applied at this stage, for ``explain()``, or None."""
+        ...
+
+
+@runtime_checkable
+class Figured(Protocol):
+    """A stage with figures of its own for ``explain()`` (``pack``: its packing efficiency)."""
+
+    def stage_figures(self) -> dict[str, Any] | None:
+        """Its figures (a ``*_efficiency`` share is shown as a percentage), or None."""
+        ...
 
 
 def _name(it: Any) -> str:
@@ -88,10 +107,10 @@ def describe_stage(it: Any, stages: dict[str, dict[str, Any]], limit: int, tunin
         node["why"] = {k.value: v.why for k, v in tuning.knobs.items()}
     else:
         node["why"] = {"settings": "as given (not AUTOTUNE)"}
-    optimization = it.optimization() if hasattr(it, "optimization") else None
+    optimization = it.optimization() if isinstance(it, Optimized) else None
     if optimization:
         node["why"]["optimization"] = optimization
-    figures = it.stage_figures() if hasattr(it, "stage_figures") else None
+    figures = it.stage_figures() if isinstance(it, Figured) else None
     if figures:
         node["figures"] = figures
     executor = resources.get(name)
