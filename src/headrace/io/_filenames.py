@@ -20,12 +20,12 @@ from .._engine.counted_cardinality import elements
 from .._engine.recipe import DatasetNode, node_of
 from .._engine.stage import Stage
 from .._errors import StateError
+from .._files.streams import DEFAULT_BUFFER_BYTES
 from .._machine import cpu_count
 from .._ops.in_memory import TensorSlicesNode
 from .._ops.interleave import InterleaveNode
 from .._options import AUTOTUNE
 from . import files
-from ._streams import DEFAULT_BUFFER_BYTES
 
 
 def name_list(filenames: Any, what: str) -> list[str]:

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from .._dataset import Dataset
+from .._files.streams import normalize_compression, open_input
 from .._options import AUTOTUNE
 from . import files
-from ._streams import normalize_compression, open_input
 from .csv import CsvDataset
 
 _WHAT = "make_csv_dataset"

@@ -1,7 +1,7 @@
 """``TFRecordDataset``: the records of TFRecord files as a :class:`headrace.Dataset` of ``bytes``.
 
 Same arguments and results as ``tf.data.TFRecordDataset``; the file format and its CRC32C checks are
-described in :mod:`headrace.io._framing` (TensorFlow's ``record_writer.h`` layout).
+described in :mod:`headrace._files.framing` (TensorFlow's ``record_writer.h`` layout).
 
 Corrupt data is never returned as if it were good:
 
@@ -32,13 +32,13 @@ from .._engine.recipe import DatasetNode
 from .._engine.stage import Stage
 from .._engine.stage_support import check_state, note_error
 from .._errors import DataLossError
+from .._files.framing import DEFAULT_BUFFER_BYTES, RecordReader
+from .._files.streams import normalize_compression
 from .._options import UNKNOWN_CARDINALITY
 from .._spec import STRING, TensorSpec
 from .._sync import Lock as TimedLock
 from . import files
 from ._filenames import FileNames, NameSource, parallel_reads, read_buffer_size, shard_by_file
-from ._framing import DEFAULT_BUFFER_BYTES, RecordReader
-from ._streams import normalize_compression
 
 ON_CORRUPT = ("raise", "skip")
 

@@ -100,7 +100,7 @@ class CorruptRecords:
 def record_offset(path: str, index: int) -> int | None:
     """Byte offset of record ``index`` (from 0) of the uncompressed TFRecord file ``path``; None when the
     file cannot be read that far."""
-    from ..io._framing import RecordReader
+    from .._files.framing import RecordReader
 
     try:
         reader = RecordReader(path)

@@ -31,7 +31,7 @@ from .._engine.stage_support import join_threads, start_thread
 from .._errors import DataLossError
 from .._memory import Cancelled
 from .._sync import Condition, Flag
-from . import files
+from . import fs as files
 
 COMPRESSIONS = ("", "GZIP", "ZLIB")
 AUTO = "AUTO"

@@ -52,11 +52,11 @@ from .._engine.context import IteratorContext
 from .._engine.recipe import DatasetNode, SpecOf
 from .._engine.stage import Stage
 from .._engine.stage_support import check_state, note_error
-from .._ops.cache import pid_alive
+from .._files.framing import DEFAULT_BUFFER_BYTES, RecordReader
+from .._files.tfrecord_writer import TFRecordWriter
 from .._spec import STRING, NoneTensorSpec, TensorSpec, from_json, most_specific_compatible, to_json
 from .._structure import flatten, pack_as
-from ._framing import DEFAULT_BUFFER_BYTES, RecordReader
-from .tfrecord_writer import TFRecordWriter
+from .cache import pid_alive
 
 FORMAT = "headrace-saved-dataset"
 VERSION = 1
