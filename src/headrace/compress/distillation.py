@@ -103,7 +103,7 @@ class DistillationLoss:
         missing = [i for i, k in enumerate(keys) if k not in self._cache]
         self.cache_misses += len(missing)
         self.cache_hits += len(keys) - len(missing)
-        fresh = self._forward(inputs[missing]) if missing else None
+        fresh: Any = self._forward(inputs[missing]) if missing else None  # (indexed only where missing is not empty)
         for j, i in enumerate(missing):
             if self._cached_bytes >= self.cache_bytes:
                 break

@@ -214,17 +214,18 @@ class TFRecordIterator(Stage):
         self._count = 0
         self.stage = ctx.stage_name(ds, "TFRecordDataset")
 
-    def _open(self) -> bool:
+    def _open(self) -> RecordReader | None:
+        """The reader of the next file (from its resume offset), or None past the last file."""
         while True:
             name = self._names.get(self._file_index)
             if name is None:
-                return False
+                return None
             offset, index = self._resume_offset, self._resume_index
             self._resume_offset = self._resume_index = 0
             try:
                 self._reader = RecordReader(name, self._ds.compression_type, self._ds.buffer_size, offset,
                                             index, self._ds.check_crc)
-                return True
+                return self._reader
             except DataLossError as e:  # resuming past the end of a damaged compressed file
                 self._file_index += 1
                 if self._ds.on_corrupt == "raise":
@@ -244,9 +245,9 @@ class TFRecordIterator(Stage):
         if self._closed:
             raise StopIteration
         while True:
-            if self._reader is None and not self._open():
+            reader = self._reader if self._reader is not None else self._open()
+            if reader is None:
                 raise StopIteration
-            reader = self._reader
             try:
                 record = reader.next_record()
             except DataLossError as e:

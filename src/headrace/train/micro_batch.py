@@ -36,7 +36,7 @@ from .._errors import MemoryBudgetError
 from .._memory import format_bytes
 from .._structure import flatten, pack_as
 from ._deps import import_torch
-from .loss import compute_loss
+from .loss import LossFn, compute_loss
 from .memory import PeakRSS, release_free_memory, rss_bytes
 from .precision import Precision
 
@@ -147,7 +147,7 @@ def _repeat_batch(sample: Any, n: int) -> Any:
                             else leaf for leaf in leaves])
 
 
-def find_micro_batch_size(model: Any, sample: tuple[Any, Any], loss_fn: Callable[[Any, Any], Any], *,
+def find_micro_batch_size(model: Any, sample: tuple[Any, Any], loss_fn: LossFn, *,
                           budget_bytes: int, cap: int, precision: Precision,
                           base_rss_bytes: int | None = None, reserve_bytes: int = 0,
                           device: Any = "cpu", candidates: list[int] | None = None) -> MicroBatchChoice:
