@@ -99,12 +99,12 @@ class TFRecordWriter:
         """Bytes written so far in the uncompressed stream (the offset of the next record)."""
         self.records = 0
 
-    def _out(self, data: bytes) -> None:
+    def _out(self, f: IO[bytes], data: bytes) -> None:
         if self._z is not None:
             data = self._z.compress(data)
             if not data:
                 return
-        self._f.write(data)  # type: ignore[union-attr]
+        f.write(data)
 
     def write(self, record: bytes | bytearray | memoryview) -> int:
         """Append one record.
@@ -119,7 +119,8 @@ class TFRecordWriter:
             ValueError: after ``close()``.
             TypeError: ``record`` is not bytes-like.
         """
-        if self._f is None:
+        f = self._f
+        if f is None:
             raise ValueError(f"write() on a closed TFRecordWriter for {self.path}; open a new writer")
         if not isinstance(record, bytes):
             if not isinstance(record, bytearray | memoryview):
@@ -127,9 +128,9 @@ class TFRecordWriter:
                                 f"{type(record).__name__}; serialize it first (e.g. example.encode(...))")
             record = bytes(record)
         header, footer = frame(record)
-        self._out(header)
-        self._out(record)
-        self._out(footer)
+        self._out(f, header)
+        self._out(f, record)
+        self._out(f, footer)
         at = self.offset
         self.offset += len(header) + len(record) + len(footer)
         self.records += 1

@@ -93,9 +93,10 @@ class FileNames:
         """Every name (a names Dataset is iterated); None when a names Dataset's cardinality is unknown."""
         if self.names is not None:
             return self.names
-        if self.node.cardinality() < 0:  # type: ignore[union-attr]
+        node = self.node  # (exactly one of names and node is set)
+        if node is None or node.cardinality() < 0:
             return None
-        return [files.to_str_path(v) for v in elements(self.node)]
+        return [files.to_str_path(v) for v in elements(node)]
 
     def interleave(self, ctx: IteratorContext, single: Callable[[Any], DatasetNode], n: int, label: str) -> Stage:
         """tf.data's ``num_parallel_reads=n``: ``n`` files read at once, their elements interleaved one by one

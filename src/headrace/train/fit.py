@@ -269,7 +269,7 @@ def _fit(model: Any, dataset: Any, opts: FitOptions, device: Any, info: ProcessI
                     search_budget = int(0.9 * available_gpu_bytes(device))
                     reserve = optimizer_state_bytes(optimizer)
                 else:
-                    train_budget = (budget - data_budget if budget is not None    # type: ignore[operator]
+                    train_budget = (budget - data_budget if budget is not None and data_budget is not None
                                     else int(__import__("psutil").virtual_memory().available // 2))
                     search_budget = int(train_budget * (1.0 - CPU_HEADROOM))
                     reserve = optimizer_state_bytes(optimizer)
