@@ -161,8 +161,9 @@ class Variants:
         else:
             student, width = self.build_student(o.distill_student), None
         n = sum(p.numel() for p in student.parameters())
-        self.say(f"distilling into {o.distill_student} (width {width}, {n:,} parameters, target {target:,}), at "
-                 f"most {o.distill_epochs} epoch(s), T={o.temperature}, alpha={o.alpha}")
+        sized = f"width {width}, {n:,} parameters, target {target:,}" if width is not None else f"{n:,} parameters"
+        self.say(f"distilling into {o.distill_student} ({sized}), at most {o.distill_epochs} epoch(s), "
+                 f"T={o.temperature}, alpha={o.alpha}, {o.distill_optimizer}")
         facts = self._train(student, o.distill_epochs, o.distill_lr, o.distill_optimizer)
         d = CompressedModel.from_module(student.eval(), "distilled", self.example, facts)
         d.save(self.staging / "distilled.pt2")
