@@ -190,6 +190,7 @@ class Variants:
                     row[f"latency_ms_batch{b}"] = round(t["p50"], 3)
                     row[f"latency_ms_batch{b}_p90"] = round(t["p90"], 3)
                     row[f"latency_ms_batch{b}_min"] = round(t["min"], 3)
+                    row[f"cpu_ms_batch{b}"] = round(t["cpu_p50"], 3)
                     row["threads"] = self.threads
         finally:
             torch.set_num_threads(saved)
