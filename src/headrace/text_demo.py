@@ -329,8 +329,8 @@ def compress_text_model(model: Any, output: Path, eval_ds: Any, memory_budget: i
 def int8_targets(report: dict[str, Any], name: str = "int8") -> dict[str, Any]:
     """The int8 row ``name`` of a compression ``report`` against :data:`INT8_TARGETS` (printed as one line):
     ``smaller`` / ``faster`` (x, against the fastest fp32 row, ``baseline``; median and ``faster_best`` best of
-    N at batch 32), ``less_cpu`` (the baseline's CPU time per batch of 32 over the row's: what other processes
-    on the machine do not change), ``accuracy_delta_points`` and ``met`` (judged on the median)."""
+    N at batch 32), ``less_cpu`` (the baseline's CPU time per batch of 32 over the row's, which other processes
+    on the machine change much less), ``accuracy_delta_points`` and ``met`` (judged on the median)."""
     rows = {v["name"]: v for v in report["variants"]}
     q, base = rows[name], rows[report["speedup_baseline"]]
     result = {"baseline": base["name"], "smaller": q["size_ratio"], "faster": q["speedup_batch32"],
