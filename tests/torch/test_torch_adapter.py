@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 import headrace as hr
 from headrace.torch import device_prefetch, element_to_torch, to_torch
-from tests.close_race import HeldNext, close_during_next
+from tests.close_race import HeldNext, close_during_next, collect_holding_the_budget_lock
 
 
 def test_element_to_torch_shares_writable_arrays_and_copies_read_only() -> None:
@@ -217,18 +217,11 @@ def test_garbage_collection_of_a_to_torch_iterator_while_this_thread_holds_the_b
     """A ``to_torch`` iterator dropped where the collector runs inside a thread holding the process budget's
     lock closes its headrace iterator the way that iterator's own collection does (deferred to the reaper), not
     by a ``close()`` that waits on the lock this thread holds (30 s, then its threads left running)."""
-    import gc
-
-    from headrace._memory import process_budget
     from tests.conftest import wait_no_threads
 
     ds = hr.Dataset.range(10**9).map(lambda x: np.full(1000, x), num_parallel_calls=2).batch(8).prefetch(2)
-    it = iter(to_torch(ds))
-    next(it)
-    t0 = time.monotonic()
-    with process_budget()._cv:
-        del it
-        gc.collect()
-        held_s = time.monotonic() - t0
+    held = [iter(to_torch(ds))]
+    next(held[0])
+    held_s = collect_holding_the_budget_lock(held)
     assert held_s < 5.0, f"garbage collection waited {held_s:.1f} s on the budget lock"
     assert wait_no_threads(5.0) == [], "the dropped to_torch iterator's pipeline threads never stopped"
