@@ -206,7 +206,12 @@ def mode_interrupt(shape: dict[str, Any], args: dict[str, Any]) -> dict[str, Any
     deadline = time.monotonic() + args.get("seconds", 3.0)
     try:
         sender.start()  # (inside the try: the first signal may land before start() returns)
-        while time.monotonic() < deadline and not finished.is_set():
+    except KeyboardInterrupt:
+        outcomes["interrupted_outside"] += 1
+    while True:
+        try:
+            if time.monotonic() >= deadline or finished.is_set():
+                break
             try:
                 x = next(it)
                 got.update(ids(x))
@@ -220,8 +225,8 @@ def mode_interrupt(shape: dict[str, Any], args: dict[str, Any]) -> dict[str, Any
             except hr.IteratorClosedError:
                 outcomes["closed"] += 1
                 it = rebuild()
-    except KeyboardInterrupt:  # landed outside next(): fine, stop here
-        outcomes["interrupted_outside"] += 1
+        except KeyboardInterrupt:  # landed outside next() (the iterator is as it was, or closed: rebuilt next)
+            outcomes["interrupted_outside"] += 1
     while True:  # stop the interrupter; a signal it sent meanwhile may land anywhere in here
         try:
             done.set()
