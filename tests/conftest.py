@@ -143,26 +143,44 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: (_work_unit(item.nodeid) not in slow, first[_work_unit(item.nodeid)]))
 
 
+_EXCLUSIVE: dict[str, Any] = {}
+"""The machine lock's file while this worker holds it exclusively across consecutive ``alone`` tests."""
+
+
+def _is_alone(item: pytest.Item | None) -> bool:
+    return item is not None and item.get_closest_marker("alone") is not None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     """Under pytest-xdist, a test marked ``alone`` (it holds time, CPU-share or scaling bounds) runs while no
     other worker runs a test; the rest run side by side. A readers-writer lock on a file the run's workers
     share (beside their temporary directories), held from the test's setup (its module's fixtures too) to
     its teardown: ``alone`` takes it exclusively, every other test shared; the turnstile makes tests arriving
-    after a waiting ``alone`` test queue behind it. The wait is at most the other worker's current test."""
+    after a waiting ``alone`` test queue behind it. The wait is at most the other worker's current test, once
+    per run of consecutive ``alone`` tests (a module of them): the exclusive hold is kept from one to the next."""
     basetemp = item.config.option.basetemp  # pytest-xdist gives each worker <the run's temp dir>/<worker id>
     if not os.environ.get("PYTEST_XDIST_WORKER") or not basetemp:
         return (yield)
     shared = Path(basetemp).parent
-    alone = item.get_closest_marker("alone") is not None
-    with (shared / "alone.lock").open("a") as machine, (shared / "turnstile.lock").open("a") as turnstile:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        fcntl.flock(turnstile, fcntl.LOCK_UN)
-        try:
-            return (yield)
-        finally:
-            fcntl.flock(machine, fcntl.LOCK_UN)
+    alone = _is_alone(item)
+    machine = _EXCLUSIVE.pop("machine", None)
+    if machine is not None and not alone:  # (not kept for a test that is not alone: released, taken shared)
+        machine.close()
+        machine = None
+    if machine is None:
+        machine = (shared / "alone.lock").open("a")
+        with (shared / "turnstile.lock").open("a") as turnstile:
+            fcntl.flock(turnstile, fcntl.LOCK_EX)
+            fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+    try:
+        return (yield)
+    finally:
+        if alone and _is_alone(nextitem):
+            _EXCLUSIVE["machine"] = machine  # the next test is alone too: no other worker's test in between
+        else:
+            machine.close()  # (closing the file releases its lock)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
