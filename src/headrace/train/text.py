@@ -17,6 +17,12 @@ Elements ``fit`` trains on (:func:`segment_examples` builds them from ``pack``'s
 :func:`segment_cross_entropy` is the loss (mean over the labelled segments); ``fit``'s evaluation counts
 accuracy over labelled segments only (targets < 0 are ignored).
 
+Exported (``torch.export``, so ONNX and the int8 routes of :mod:`headrace.compress`), the model spells its
+attention out (:func:`explicit_attention`: scaled scores plus one additive mask bias computed once for all
+layers, softmax, times the values) instead of ``F.scaled_dot_product_attention``, whose ONNX form recomputes
+a NaN guard (``IsNaN`` + ``Where`` over every score) in each layer; the result is the same to float rounding.
+Eager PyTorch (training, the fp32 PyTorch row) keeps ``scaled_dot_product_attention``, so training is unchanged.
+
 Memory: activations grow with ``micro-batch x sequence_length`` (and the attention scores with
 ``micro-batch x heads x sequence_length**2``): ``sequence_length`` and the micro-batch are the two knobs,
 ``fit(micro_batch_size="auto")`` chooses the second for the first.
@@ -49,6 +55,21 @@ def segment_attention_mask(segment_ids: Any) -> Any:
     return segment_ids[:, :, None] == segment_ids[:, None, :]
 
 
+def attention_bias(allowed: Any) -> Any:
+    """The additive form of a boolean mask: float32 ``(batch, 1, length, length)``, 0 where ``allowed`` and
+    ``-inf`` elsewhere (every row keeps at least its own token, so no softmax row is all ``-inf``)."""
+    return torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device).masked_fill(
+        ~allowed, float("-inf"))[:, None]
+
+
+def explicit_attention(q: Any, k: Any, v: Any, bias: Any) -> Any:
+    """``softmax(q k^T / sqrt(head_dim) + bias) v`` spelled out: ``q``, ``k``, ``v`` float
+    ``(batch, heads, length, head_dim)``, ``bias`` from :func:`attention_bias`; the same result as
+    ``F.scaled_dot_product_attention`` with the boolean mask (to float rounding)."""
+    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1) + bias
+    return scores.softmax(-1) @ v
+
+
 class _EncoderLayer(nn.Module):
     """Pre-norm Transformer encoder layer (attention, then a GELU feed-forward), with plain ``nn.Linear``
     projections (dynamic int8 quantization replaces every one of them)."""
@@ -64,10 +85,11 @@ class _EncoderLayer(nn.Module):
         self.ff2 = nn.Linear(dim_feedforward, d_model)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, h: Any, allowed: Any) -> Any:
+    def forward(self, h: Any, allowed: Any, bias: Any = None) -> Any:
         b, n, d = h.shape
         q, k, v = self.qkv(self.norm1(h)).view(b, n, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
-        att = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None])
+        att = (F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None]) if bias is None
+               else explicit_attention(q, k, v, bias))
         h = h + self.dropout(self.out(att.transpose(1, 2).reshape(b, n, d)))
         return h + self.dropout(self.ff2(F.gelu(self.ff1(self.norm2(h)))))
 
@@ -118,8 +140,10 @@ class PackedTextClassifier(nn.Module):
         tokens, segment_ids, positions = rows[:, 0], rows[:, 1], rows[:, 2]
         h = self.tokens(tokens) + self.positions(positions)
         allowed = segment_attention_mask(segment_ids)
+        # exported (ONNX, int8): the attention spelled out, its mask added as one bias shared by the layers
+        bias = attention_bias(allowed) if torch.compiler.is_exporting() else None
         for layer in self.layers:
-            h = layer(h, allowed)
+            h = layer(h, allowed, bias)
         h = self.norm(h)
         member = (segment_ids[:, None, :] == self.slots.to(segment_ids.dtype)[None, :, None]).to(h.dtype)
         pooled = (member @ h) / member.sum(-1, keepdim=True).clamp(min=1.0)  # (batch, slots, d_model)
@@ -166,4 +190,5 @@ def segment_examples(max_segments: int) -> Callable[..., tuple[np.ndarray, np.nd
     return to_example
 
 
-__all__ = ["IGNORE", "PackedTextClassifier", "segment_attention_mask", "segment_cross_entropy", "segment_examples"]
+__all__ = ["IGNORE", "PackedTextClassifier", "attention_bias", "explicit_attention", "segment_attention_mask",
+           "segment_cross_entropy", "segment_examples"]
