@@ -1,5 +1,5 @@
-"""The text model's exported graph: the attention spelled out (no per-layer NaN guard) with the eager model's
-outputs, and every Linear run as an int8 kernel after dynamic quantization (no silent fp32 fallback)."""
+"""The text model's exported graph: one fused Attention operator per layer with the eager model's outputs, and
+every Linear run as an int8 kernel after dynamic quantization (no silent fp32 fallback)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from headrace.compress import quantize
 from headrace.compress._export import onnx_fp32
 from headrace.compress.model import session_options
-from headrace.train.text import PackedTextClassifier, attention_bias, explicit_attention, segment_attention_mask
+from headrace.train.text import PackedTextClassifier, attention_bias, onnx_attention, segment_attention_mask
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -60,22 +60,25 @@ def _bytes(compressed: object) -> bytes:
             return f.read()
 
 
-def test_explicit_attention_equals_sdpa_with_the_segment_mask() -> None:
+def test_onnx_attention_with_the_bias_equals_sdpa_with_the_segment_mask() -> None:
     torch.manual_seed(1)
-    q, k, v = (torch.randn(2, 2, LENGTH, 8) for _ in range(3))
+    q, k, v = (torch.randn(2, LENGTH, 16) for _ in range(3))
     allowed = segment_attention_mask(torch.from_numpy(_rows(2)[:, 1]))
-    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None])
-    torch.testing.assert_close(explicit_attention(q, k, v, attention_bias(allowed)), sdpa, rtol=0, atol=1e-5)
+    heads = [t.view(2, LENGTH, 2, 8).transpose(1, 2) for t in (q, k, v)]
+    sdpa = torch.nn.functional.scaled_dot_product_attention(*heads, attn_mask=allowed[:, None])
+    ours = onnx_attention()(q, k, v, attention_bias(allowed), q_num_heads=2, kv_num_heads=2)[0]
+    torch.testing.assert_close(ours, sdpa.transpose(1, 2).reshape(2, LENGTH, 16), rtol=0, atol=1e-5)
 
 
-def test_the_exported_graph_spells_the_attention_out_and_matches_the_eager_model() -> None:
+def test_the_exported_graph_has_one_fused_attention_per_layer_and_matches_the_eager_model() -> None:
     model, rows = _model(), _rows()
     fp32 = onnx_fp32(model, rows)
     with torch.no_grad():
         eager = model(torch.from_numpy(rows)).numpy()
     np.testing.assert_allclose(fp32.predict(rows), eager, rtol=0, atol=1e-5)
     ops = _ops(_bytes(fp32), optimized=True)
-    assert ops["Softmax"] == LAYERS and "IsNaN" not in ops  # no NaN guard over the scores in each layer
+    assert ops["Attention"] == LAYERS  # ONNX Runtime runs each layer's attention as one kernel
+    assert not {"Softmax", "Transpose", "IsNaN"} & set(ops)  # nothing left of the unfused attention
     assert ops["Where"] == 1  # the mask bias, computed once for every layer
 
 
@@ -87,7 +90,8 @@ def test_dynamic_int8_runs_every_linear_as_an_int8_kernel() -> None:
     weights = {t.name for t in raw.graph.initializer}
     assert [n.name for n in raw.graph.node if n.op_type in ("MatMul", "Gemm") and set(n.input) & weights] == []
     assert _ops(_bytes(q), optimized=False)["MatMulInteger"] == linears
-    assert _ops(_bytes(q), optimized=True)["DynamicQuantizeMatMul"] == linears
+    optimized = _ops(_bytes(q), optimized=True)
+    assert optimized["DynamicQuantizeMatMul"] == linears and optimized["Attention"] == LAYERS
     with torch.no_grad():
         eager = model(torch.from_numpy(rows)).numpy()
     assert (q.predict(rows).argmax(-1) == eager.argmax(-1)).mean() >= 0.9

@@ -17,11 +17,13 @@ Elements ``fit`` trains on (:func:`segment_examples` builds them from ``pack``'s
 :func:`segment_cross_entropy` is the loss (mean over the labelled segments); ``fit``'s evaluation counts
 accuracy over labelled segments only (targets < 0 are ignored).
 
-Exported (``torch.export``, so ONNX and the int8 routes of :mod:`headrace.compress`), the model spells its
-attention out (:func:`explicit_attention`: scaled scores plus one additive mask bias computed once for all
-layers, softmax, times the values) instead of ``F.scaled_dot_product_attention``, whose ONNX form recomputes
-a NaN guard (``IsNaN`` + ``Where`` over every score) in each layer; the result is the same to float rounding.
-Eager PyTorch (training, the fp32 PyTorch row) keeps ``scaled_dot_product_attention``, so training is unchanged.
+Exported (``torch.export``, so ONNX and the int8 routes of :mod:`headrace.compress`), each layer's attention
+is one ``torch.onnx.ops.attention`` call (ONNX's opset-23 ``Attention`` operator, which ONNX Runtime runs as
+one fused CPU kernel) on the ``(batch, length, d_model)`` queries, keys and values, with the segment mask as
+one additive bias (:func:`attention_bias`) computed once for all layers; ``F.scaled_dot_product_attention``'s
+ONNX form is a dozen operators per layer (head transposes, a NaN guard over every score) that ONNX Runtime
+does not fuse. The result is the same to float rounding. Eager PyTorch (training, the fp32 PyTorch row) keeps
+``scaled_dot_product_attention``, so training is unchanged.
 
 Memory: activations grow with ``micro-batch x sequence_length`` (and the attention scores with
 ``micro-batch x heads x sequence_length**2``): ``sequence_length`` and the micro-batch are the two knobs,
@@ -62,12 +64,10 @@ def attention_bias(allowed: Any) -> Any:
         ~allowed, float("-inf"))[:, None]
 
 
-def explicit_attention(q: Any, k: Any, v: Any, bias: Any) -> Any:
-    """``softmax(q k^T / sqrt(head_dim) + bias) v`` spelled out: ``q``, ``k``, ``v`` float
-    ``(batch, heads, length, head_dim)``, ``bias`` from :func:`attention_bias`; the same result as
-    ``F.scaled_dot_product_attention`` with the boolean mask (to float rounding)."""
-    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1) + bias
-    return scores.softmax(-1) @ v
+def onnx_attention() -> Any:
+    """``torch.onnx.ops.attention`` (exported as ONNX's opset-23 ``Attention`` operator), or ``None`` where this
+    torch has none (then the export keeps ``scaled_dot_product_attention``)."""
+    return getattr(getattr(torch.onnx, "ops", None), "attention", None)
 
 
 class _EncoderLayer(nn.Module):
@@ -87,10 +87,14 @@ class _EncoderLayer(nn.Module):
 
     def forward(self, h: Any, allowed: Any, bias: Any = None) -> Any:
         b, n, d = h.shape
-        q, k, v = self.qkv(self.norm1(h)).view(b, n, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
-        att = (F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None]) if bias is None
-               else explicit_attention(q, k, v, bias))
-        h = h + self.dropout(self.out(att.transpose(1, 2).reshape(b, n, d)))
+        qkv = self.qkv(self.norm1(h))
+        if bias is not None:  # exporting: one Attention operator on (batch, length, d_model) q, k, v
+            q, k, v = qkv.split(d, dim=-1)
+            att = onnx_attention()(q, k, v, bias, q_num_heads=self.num_heads, kv_num_heads=self.num_heads)[0]
+        else:
+            q, k, v = qkv.view(b, n, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
+            att = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None]).transpose(1, 2).reshape(b, n, d)
+        h = h + self.dropout(self.out(att))
         return h + self.dropout(self.ff2(F.gelu(self.ff1(self.norm2(h)))))
 
 
@@ -140,8 +144,8 @@ class PackedTextClassifier(nn.Module):
         tokens, segment_ids, positions = rows[:, 0], rows[:, 1], rows[:, 2]
         h = self.tokens(tokens) + self.positions(positions)
         allowed = segment_attention_mask(segment_ids)
-        # exported (ONNX, int8): the attention spelled out, its mask added as one bias shared by the layers
-        bias = attention_bias(allowed) if torch.compiler.is_exporting() else None
+        # exported (ONNX, int8): ONNX's Attention operator, the mask as one additive bias shared by the layers
+        bias = attention_bias(allowed) if torch.compiler.is_exporting() and onnx_attention() is not None else None
         for layer in self.layers:
             h = layer(h, allowed, bias)
         h = self.norm(h)
@@ -190,5 +194,5 @@ def segment_examples(max_segments: int) -> Callable[..., tuple[np.ndarray, np.nd
     return to_example
 
 
-__all__ = ["IGNORE", "PackedTextClassifier", "attention_bias", "explicit_attention", "segment_attention_mask",
+__all__ = ["IGNORE", "PackedTextClassifier", "attention_bias", "onnx_attention", "segment_attention_mask",
            "segment_cross_entropy", "segment_examples"]
