@@ -119,6 +119,9 @@ class PackedTextClassifier(nn.Module):
     """
 
     slots: torch.Tensor  # the segment slots 1 .. max_segments (a buffer: register_buffer)
+    fused_export_attention = True
+    """Exported, the attention is ONNX's ``Attention`` operator (module docstring); ``False`` (on an instance) exports
+    ``scaled_dot_product_attention`` as it is (``bench/text_int8.py`` times both exports)."""
 
     def __init__(self, vocab_size: int, num_classes: int, *, sequence_length: int, max_segments: int,
                  d_model: int = 128, num_heads: int = 4, num_layers: int = 2, dim_feedforward: int | None = None,
@@ -145,7 +148,8 @@ class PackedTextClassifier(nn.Module):
         h = self.tokens(tokens) + self.positions(positions)
         allowed = segment_attention_mask(segment_ids)
         # exported (ONNX, int8): ONNX's Attention operator, the mask as one additive bias shared by the layers
-        bias = attention_bias(allowed) if torch.compiler.is_exporting() and onnx_attention() is not None else None
+        fused = self.fused_export_attention and torch.compiler.is_exporting() and onnx_attention() is not None
+        bias = attention_bias(allowed) if fused else None
         for layer in self.layers:
             h = layer(h, allowed, bias)
         h = self.norm(h)
