@@ -15,7 +15,9 @@ Routes (``torch.ao.quantization`` is deprecated and not used):
 - ``method="dynamic", backend="onnxruntime"``: ``quantize_dynamic`` of the MatMul / Gemm (``nn.Linear``),
   attention and LSTM layers (int8 weights, activations quantized per batch at run time) and of the Gather of a
   weight table (``nn.Embedding``: int8 table, dequantized rows): for Linear-, attention- and embedding-heavy
-  models such as Transformers; no calibration data needed (``calibration_dataset`` may be ``None``).
+  models such as Transformers; no calibration data needed (``calibration_dataset`` may be ``None``). An ONNX
+  ``Attention`` operator (opset 23, as the text model exports its attention) stays fp32: ONNX Runtime's
+  "Attention" quantizer and symbolic shape inference handle only its ``com.microsoft`` namesake.
 """
 
 from __future__ import annotations
