@@ -3,7 +3,10 @@ Runtime (``headrace.compress.quantize(method="dynamic")``), beside both fp32 run
 
 The model is ``headrace demo --text``'s (:class:`headrace.train.text.PackedTextClassifier` with the demo's
 sizes: vocabulary 2,000, 2 layers, d_model 128, rows of 128 tokens, 24 segment slots), untrained (latency and
-size do not depend on the weights' values), on rows of random tokens in 6 segments. Latency: alternating
+size do not depend on the weights' values), on rows of random tokens in 6 segments. Both ONNX exports are
+timed: the model's own (each layer's attention one ONNX ``Attention`` operator, which ONNX Runtime fuses) and,
+as ``*-sdpa`` rows, ``scaled_dot_product_attention`` exported as it is (``fused_export_attention = False``: a
+dozen unfused operators per layer); the fastest fp32 row of all is the baseline. Latency: alternating
 rounds of timed calls per runtime at batch 32 (and 1), every runtime with the same intra-op threads
 (``--threads``, default ``torch.get_num_threads()``; ONNX Runtime sessions as ``headrace.compress`` makes
 them: ``ORT_ENABLE_ALL``, spinning off); the median (what ``headrace demo --text --compress`` reports and
@@ -26,6 +29,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import copy
 import io
 import json
 import os
@@ -94,10 +98,15 @@ def main() -> None:
     fp32_ort = onnx_fp32(model, batch)
     int8_ort = quantize(model, None, method="dynamic", example_inputs=batch)
     int8_per_tensor = quantize(model, None, method="dynamic", example_inputs=batch, per_channel=False)
+    sdpa_model = copy.deepcopy(model)
+    sdpa_model.fused_export_attention = False  # the export before the fused Attention operator
+    fp32_sdpa = onnx_fp32(sdpa_model, batch)
+    int8_sdpa = quantize(sdpa_model, None, method="dynamic", example_inputs=batch)
     torch_int8 = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-    for m in (fp32_ort, int8_ort, int8_per_tensor):
+    for m in (fp32_ort, int8_ort, int8_per_tensor, fp32_sdpa, int8_sdpa):
         m.set_threads(args.threads)
-    for name, m in (("fp32", fp32_ort), ("int8", int8_ort)):
+    for name, m in (("fp32", fp32_ort), ("int8", int8_ort), ("fp32 (SDPA export)", fp32_sdpa),
+                    ("int8 (SDPA export)", int8_sdpa)):
         print(f"ONNX Runtime's optimized {name} graph: {_optimized_ops(m, args.threads)}")
 
     def run_torch(module: torch.nn.Module):
@@ -107,11 +116,13 @@ def main() -> None:
         return predict
 
     predicts = {"fp32-torch": run_torch(model), "fp32-onnxruntime": fp32_ort.predict,
-                "int8-torch-dynamic": run_torch(torch_int8), "int8-onnxruntime-dynamic": int8_ort.predict,
-                "int8-onnxruntime-per-tensor": int8_per_tensor.predict}
+                "fp32-onnxruntime-sdpa": fp32_sdpa.predict, "int8-torch-dynamic": run_torch(torch_int8),
+                "int8-onnxruntime-dynamic": int8_ort.predict, "int8-onnxruntime-per-tensor": int8_per_tensor.predict,
+                "int8-onnxruntime-sdpa": int8_sdpa.predict}
     sizes = {"fp32-torch": _state_bytes(model), "fp32-onnxruntime": fp32_ort.size_bytes,
-             "int8-torch-dynamic": _state_bytes(torch_int8), "int8-onnxruntime-dynamic": int8_ort.size_bytes,
-             "int8-onnxruntime-per-tensor": int8_per_tensor.size_bytes}
+             "fp32-onnxruntime-sdpa": fp32_sdpa.size_bytes, "int8-torch-dynamic": _state_bytes(torch_int8),
+             "int8-onnxruntime-dynamic": int8_ort.size_bytes, "int8-onnxruntime-per-tensor": int8_per_tensor.size_bytes,
+             "int8-onnxruntime-sdpa": int8_sdpa.size_bytes}
     info = machine()
     print(f"int8 kernels: {int8_isa(info.get('simd', []))}; {args.threads} thread(s); load average before "
           f"{os.getloadavg()[0]:.1f}")
@@ -123,11 +134,12 @@ def main() -> None:
             results[name][f"ms_batch{b}_p50"] = round(t["p50"], 3)
             results[name][f"cpu_ms_batch{b}_p50"] = round(t["cpu_p50"], 3)
     load_after = os.getloadavg()[0]
-    fastest_fp32 = min(("fp32-torch", "fp32-onnxruntime"), key=lambda n: results[n]["ms_batch32_p50"])
-    smallest_fp32 = min(sizes["fp32-torch"], sizes["fp32-onnxruntime"])
+    fp32_rows = [n for n in predicts if n.startswith("fp32")]
+    fastest_fp32 = min(fp32_rows, key=lambda n: results[n]["ms_batch32_p50"])
+    smallest_fp32 = min(sizes[n] for n in fp32_rows)
     print(f"{'variant':28s} {'bytes':>9s} {'smaller':>8s} {'ms@1 p50':>9s} {'ms@32 p50':>10s} {'ms@32 min':>10s} "
           f"{'CPU ms@32':>10s} {'speed-up@32 p50 / min / CPU':>28s}")
-    best_fp32 = min(results[n]["ms_batch32_min"] for n in ("fp32-torch", "fp32-onnxruntime"))
+    best_fp32 = min(results[n]["ms_batch32_min"] for n in fp32_rows)
     for name in predicts:
         r = results[name]
         r["size_bytes"] = sizes[name]

@@ -56,10 +56,19 @@ def _failure(exc: BaseException, stack: list[str], what: str, fix: str) -> Expor
     return ExportError(f"{what} failed{where}: {type(exc).__name__}: {first}; {fix}")
 
 
+def _opset(program: Any) -> int | None:
+    """The ONNX opset the program needs: the highest of its ``torch.onnx.ops`` calls (``onnx.Attention.opset23``:
+    23), or ``None`` (the exporter's default) when it makes none."""
+    versions = [int(str(n.target).rpartition(".opset")[2]) for n in program.graph.nodes
+                if n.op == "call_function" and str(n.target).startswith("onnx.") and ".opset" in str(n.target)]
+    return max(versions, default=None)
+
+
 def export_onnx(model: Any, example: np.ndarray, path: str) -> None:
     """Export ``model`` (eval mode) to ONNX at ``path`` (one file; weights in ``path.data`` beside it for
     models over 1.5 GiB, ONNX's protobuf limit being 2 GiB), input
-    ``"input"`` with a dynamic batch dimension, output ``"output"``.
+    ``"input"`` with a dynamic batch dimension, output ``"output"``; in the exporter's default opset, or in the
+    opset its ``torch.onnx.ops`` calls need (the text model's ``Attention``: 23).
 
     Raises:
         ExportError: the model cannot be exported (names the layer being traced).
@@ -80,7 +89,7 @@ def export_onnx(model: Any, example: np.ndarray, path: str) -> None:
         with _quiet():
             try:
                 torch.onnx.export(program, f=path, dynamo=True, input_names=["input"], output_names=["output"],
-                                  verbose=False, external_data=large)
+                                  verbose=False, external_data=large, opset_version=_opset(program))
             except Exception as exc:
                 raise _failure(exc, [], "ONNX export (torch.onnx.export)", "the model uses an operator ONNX "
                                "cannot express; quantize with backend='torchao'") from exc

@@ -15,7 +15,9 @@ Routes (``torch.ao.quantization`` is deprecated and not used):
 - ``method="dynamic", backend="onnxruntime"``: ``quantize_dynamic`` of the MatMul / Gemm (``nn.Linear``),
   attention and LSTM layers (int8 weights, activations quantized per batch at run time) and of the Gather of a
   weight table (``nn.Embedding``: int8 table, dequantized rows): for Linear-, attention- and embedding-heavy
-  models such as Transformers; no calibration data needed (``calibration_dataset`` may be ``None``).
+  models such as Transformers; no calibration data needed (``calibration_dataset`` may be ``None``). An ONNX
+  ``Attention`` operator (opset 23, as the text model exports its attention) stays fp32: ONNX Runtime's
+  "Attention" quantizer and symbolic shape inference handle only its ``com.microsoft`` namesake.
 """
 
 from __future__ import annotations
@@ -214,8 +216,12 @@ def _quantize_ort(model: Any, calib: _Calibration | None, first: np.ndarray, inf
     with tempfile.TemporaryDirectory(prefix="headrace-quantize-") as tmp:
         fp32, pre, out = (os.path.join(tmp, n) for n in ("model.onnx", "pre.onnx", "int8.onnx"))
         export_onnx(model, first, fp32)
+        # ONNX's own Attention (opset 23) is not the com.microsoft one that ONNX Runtime's symbolic shape
+        # inference and its dynamic "Attention" quantizer expect: with it, skip both (its matrix products stay fp32)
+        onnx_attention = any(n.op_type == "Attention" and n.domain in ("", "ai.onnx")
+                             for n in onnx.load(fp32, load_external_data=False).graph.node)
         with _quiet_ort():
-            quant_pre_process(fp32, pre)
+            quant_pre_process(fp32, pre, skip_symbolic_shape=onnx_attention)
         if method == "static":
             assert calib is not None
             try:
@@ -229,7 +235,8 @@ def _quantize_ort(model: Any, calib: _Calibration | None, first: np.ndarray, inf
             if calib is not None:
                 calib.close()
             qz.quantize_dynamic(pre, out, weight_type=qz.QuantType.QInt8, per_channel=per_channel,
-                                op_types_to_quantize=["MatMul", "Gemm", "Attention", "LSTM", "Gather"])
+                                op_types_to_quantize=["MatMul", "Gemm", "LSTM", "Gather"]
+                                + ([] if onnx_attention else ["Attention"]))
         proto = onnx.load(out)
     method_name = f"int8-{method}"
     info |= {"route": f"onnxruntime quantize_{method} (QDQ, {'per-channel' if per_channel else 'per-tensor'} "

@@ -17,6 +17,14 @@ Elements ``fit`` trains on (:func:`segment_examples` builds them from ``pack``'s
 :func:`segment_cross_entropy` is the loss (mean over the labelled segments); ``fit``'s evaluation counts
 accuracy over labelled segments only (targets < 0 are ignored).
 
+Exported (``torch.export``, so ONNX and the int8 routes of :mod:`headrace.compress`), each layer's attention
+is one ``torch.onnx.ops.attention`` call (ONNX's opset-23 ``Attention`` operator, which ONNX Runtime runs as
+one fused CPU kernel) on the ``(batch, length, d_model)`` queries, keys and values, with the segment mask as
+one additive bias (:func:`attention_bias`) computed once for all layers; ``F.scaled_dot_product_attention``'s
+ONNX form is a dozen operators per layer (head transposes, a NaN guard over every score) that ONNX Runtime
+does not fuse. The result is the same to float rounding. Eager PyTorch (training, the fp32 PyTorch row) keeps
+``scaled_dot_product_attention``, so training is unchanged.
+
 Memory: activations grow with ``micro-batch x sequence_length`` (and the attention scores with
 ``micro-batch x heads x sequence_length**2``): ``sequence_length`` and the micro-batch are the two knobs,
 ``fit(micro_batch_size="auto")`` chooses the second for the first.
@@ -49,6 +57,19 @@ def segment_attention_mask(segment_ids: Any) -> Any:
     return segment_ids[:, :, None] == segment_ids[:, None, :]
 
 
+def attention_bias(allowed: Any) -> Any:
+    """The additive form of a boolean mask: float32 ``(batch, 1, length, length)``, 0 where ``allowed`` and
+    ``-inf`` elsewhere (every row keeps at least its own token, so no softmax row is all ``-inf``)."""
+    return torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device).masked_fill(
+        ~allowed, float("-inf"))[:, None]
+
+
+def onnx_attention() -> Any:
+    """``torch.onnx.ops.attention`` (exported as ONNX's opset-23 ``Attention`` operator), or ``None`` where this
+    torch has none (then the export keeps ``scaled_dot_product_attention``)."""
+    return getattr(getattr(torch.onnx, "ops", None), "attention", None)
+
+
 class _EncoderLayer(nn.Module):
     """Pre-norm Transformer encoder layer (attention, then a GELU feed-forward), with plain ``nn.Linear``
     projections (dynamic int8 quantization replaces every one of them)."""
@@ -64,11 +85,16 @@ class _EncoderLayer(nn.Module):
         self.ff2 = nn.Linear(dim_feedforward, d_model)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, h: Any, allowed: Any) -> Any:
+    def forward(self, h: Any, allowed: Any, bias: Any = None) -> Any:
         b, n, d = h.shape
-        q, k, v = self.qkv(self.norm1(h)).view(b, n, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
-        att = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None])
-        h = h + self.dropout(self.out(att.transpose(1, 2).reshape(b, n, d)))
+        qkv = self.qkv(self.norm1(h))
+        if bias is not None:  # exporting: one Attention operator on (batch, length, d_model) q, k, v
+            q, k, v = qkv.split(d, dim=-1)
+            att = onnx_attention()(q, k, v, bias, q_num_heads=self.num_heads, kv_num_heads=self.num_heads)[0]
+        else:
+            q, k, v = qkv.view(b, n, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
+            att = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None]).transpose(1, 2).reshape(b, n, d)
+        h = h + self.dropout(self.out(att))
         return h + self.dropout(self.ff2(F.gelu(self.ff1(self.norm2(h)))))
 
 
@@ -93,6 +119,9 @@ class PackedTextClassifier(nn.Module):
     """
 
     slots: torch.Tensor  # the segment slots 1 .. max_segments (a buffer: register_buffer)
+    fused_export_attention = True
+    """Exported, the attention is ONNX's ``Attention`` operator (module docstring); ``False`` (on an instance) exports
+    ``scaled_dot_product_attention`` as it is (``bench/text_int8.py`` times both exports)."""
 
     def __init__(self, vocab_size: int, num_classes: int, *, sequence_length: int, max_segments: int,
                  d_model: int = 128, num_heads: int = 4, num_layers: int = 2, dim_feedforward: int | None = None,
@@ -118,8 +147,11 @@ class PackedTextClassifier(nn.Module):
         tokens, segment_ids, positions = rows[:, 0], rows[:, 1], rows[:, 2]
         h = self.tokens(tokens) + self.positions(positions)
         allowed = segment_attention_mask(segment_ids)
+        # exported (ONNX, int8): ONNX's Attention operator, the mask as one additive bias shared by the layers
+        fused = self.fused_export_attention and torch.compiler.is_exporting() and onnx_attention() is not None
+        bias = attention_bias(allowed) if fused else None
         for layer in self.layers:
-            h = layer(h, allowed)
+            h = layer(h, allowed, bias)
         h = self.norm(h)
         member = (segment_ids[:, None, :] == self.slots.to(segment_ids.dtype)[None, :, None]).to(h.dtype)
         pooled = (member @ h) / member.sum(-1, keepdim=True).clamp(min=1.0)  # (batch, slots, d_model)
@@ -166,4 +198,5 @@ def segment_examples(max_segments: int) -> Callable[..., tuple[np.ndarray, np.nd
     return to_example
 
 
-__all__ = ["IGNORE", "PackedTextClassifier", "segment_attention_mask", "segment_cross_entropy", "segment_examples"]
+__all__ = ["IGNORE", "PackedTextClassifier", "attention_bias", "onnx_attention", "segment_attention_mask",
+           "segment_cross_entropy", "segment_examples"]
