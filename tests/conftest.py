@@ -164,10 +164,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         return (yield)
     shared = Path(basetemp).parent
     alone = _is_alone(item)
-    machine = _EXCLUSIVE.pop("machine", None)
-    if machine is not None and not alone:  # (not kept for a test that is not alone: released, taken shared)
-        machine.close()
-        machine = None
+    machine = _EXCLUSIVE.pop("machine", None)  # (kept only when this test was the last one's alone nextitem)
     if machine is None:
         machine = (shared / "alone.lock").open("a")
         with (shared / "turnstile.lock").open("a") as turnstile:
