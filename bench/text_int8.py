@@ -2,20 +2,20 @@
 Runtime (``headrace.compress.quantize(method="dynamic")``), beside both fp32 runtimes.
 
 The model is ``headrace demo --text``'s (:class:`headrace.train.text.PackedTextClassifier` with the demo's
-sizes: vocabulary 2,000, 2 layers, d_model 128, rows of 128 tokens, 24 segment slots), untrained (latency and
-size do not depend on the weights' values), on rows of random tokens in 6 segments. Both ONNX exports are
-timed: the model's own (each layer's attention one ONNX ``Attention`` operator, which ONNX Runtime fuses) and,
-as ``*-sdpa`` rows, ``scaled_dot_product_attention`` exported as it is (``fused_export_attention = False``: a
-dozen unfused operators per layer); the fastest fp32 row of all is the baseline. Latency: alternating
-rounds of timed calls per runtime at batch 32 (and 1), every runtime with the same intra-op threads
-(``--threads``, default ``torch.get_num_threads()``; ONNX Runtime sessions as ``headrace.compress`` makes
-them: ``ORT_ENABLE_ALL``, spinning off); the median (what ``headrace demo --text --compress`` reports and
-judges), the best of N (the figure least disturbed by other processes) and the median CPU time per call (what
-a call costs whatever share of the cores other processes leave it); a third int8 row with per-tensor
-(not per-channel) weight scales. The operators of the graphs ONNX Runtime runs after its optimizations are
-printed (whether it fused the attention). Sizes: the saved ``state_dict``
-(PyTorch) and the ONNX file. The load average before and after is printed: on a shared machine the spread
-between runs is larger than the difference between the int8 routes.
+sizes, read from ``TextDemoConfig``: vocabulary 2,000, 2 layers, d_model 256, rows of 128 tokens, 24 segment
+slots), untrained (latency and size do not depend on the weights' values), on rows of random tokens in 6
+segments. Both ONNX exports are timed: the model's own (each layer's attention one ONNX ``Attention`` operator,
+which ONNX Runtime fuses) and, as ``*-sdpa`` rows, ``scaled_dot_product_attention`` exported as it is
+(``fused_export_attention = False``: a dozen unfused operators per layer); the fastest fp32 row of all is the
+baseline. Latency: alternating rounds of timed calls per runtime at batch 32 (and 1), every runtime with the
+same intra-op threads (``--threads``, default ``torch.get_num_threads()``; ONNX Runtime sessions as
+``headrace.compress`` makes them: ``ORT_ENABLE_ALL``, spinning off); the median (what ``headrace demo --text
+--compress`` reports and judges), the best of N (the figure least disturbed by other processes) and the median
+CPU time per call (what a call costs whatever share of the cores other processes leave it); a third int8 row
+with per-tensor (not per-channel) weight scales. The operators of the graphs ONNX Runtime runs after its
+optimizations are printed (whether it fused the attention). Sizes: the saved ``state_dict`` (PyTorch) and the
+ONNX file. The load average before and after is printed: on a shared machine the spread between runs is larger
+than the difference between the int8 routes.
 
 Targets (issue: the compressed text model): int8 >= 2x smaller and >= 1.5x faster at batch 32 (median) than
 the fastest fp32 row. The faster int8 route here is the one ``headrace demo --text --compress`` uses (ONNX
@@ -41,6 +41,7 @@ from headrace._machine import machine_line
 from headrace.compress import quantize
 from headrace.compress.measure import interleaved_latency
 from headrace.compress.report import int8_isa, machine
+from headrace.text_demo import TextDemoConfig
 from headrace.train.text import PackedTextClassifier
 
 SIZE_TARGET, SPEED_TARGET = 2.0, 1.5
@@ -91,7 +92,9 @@ def main() -> None:
     print(machine_line(), flush=True)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = PackedTextClassifier(2000, 8, sequence_length=128, max_segments=24, d_model=128, num_layers=2).eval()
+    cfg = TextDemoConfig()
+    model = PackedTextClassifier(cfg.vocab_size, 8, sequence_length=cfg.sequence_length, max_segments=cfg.max_segments,
+                                 d_model=cfg.d_model, num_layers=cfg.num_layers).eval()
     batch = _rows(32)
     from headrace.compress._export import onnx_fp32
 
