@@ -82,6 +82,48 @@ def image_dataloader(p: dict[str, Any]) -> dict[str, Any]:
     return {**ip._timed_epoch(loader), "workers": cpu_count()}
 
 
+def folder_headrace(p: dict[str, Any]) -> dict[str, Any]:
+    """``image_folder(image_size=224)`` (its parallel read + ``decode_and_resize``) -> normalize -> shuffle ->
+    batch -> prefetch, the seed pipeline's work over the class-folder tree."""
+    return _image_pipeline().run_image_folder(p["info"])
+
+
+def _folder_dataloader(p: dict[str, Any], workers: int) -> dict[str, Any]:
+    """The same work in a DataLoader: a map-style dataset over the files (read, ``decode_and_resize`` 224,
+    ``normalize``; the label from the class folder), ``shuffle=True``, batch 64, ``workers`` worker processes."""
+    from pathlib import Path
+
+    import torch
+    import torch.utils.data as tud
+
+    from headrace import image as himg
+
+    ip = _image_pipeline()
+    paths = sorted(Path(p["info"]["folder"]).rglob("*.jpg"))
+    classes = {c: i for i, c in enumerate(sorted({q.parent.name for q in paths}))}
+
+    class Files(tud.Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return len(paths)
+
+        def __getitem__(self, i: int) -> Any:
+            image = himg.decode_and_resize(paths[i].read_bytes(), ip.SIZE)
+            return himg.normalize(image), classes[paths[i].parent.name]
+
+    torch.set_num_threads(1)
+    loader = tud.DataLoader(Files(), batch_size=ip.BATCH, shuffle=True, num_workers=workers,
+                            generator=torch.Generator().manual_seed(0))
+    return {**ip._timed_epoch(loader), "workers": workers}
+
+
+def folder_dataloader2(p: dict[str, Any]) -> dict[str, Any]:
+    return _folder_dataloader(p, 2)
+
+
+def folder_dataloader3(p: dict[str, Any]) -> dict[str, Any]:
+    return _folder_dataloader(p, 3)
+
+
 def image_grain(p: dict[str, Any]) -> dict[str, Any]:
     import grain
 
