@@ -73,7 +73,17 @@ class StageAccount:
         # the units of all such open accounts are held at the same time (headrace._budget.refusals).
         self.holds_between = False
         self.keeps = False   # keeps what it holds until the iterator closes (a memory cache): see refusals
+        self.pulling = 0     # inside a pull from its input, holding its buffer until it returns (pull_begins)
         self.nested = False  # of a dataset made while the pipeline runs (an interleave's slot): see shares
+
+    def pull_begins(self) -> None:
+        """Its stage pulls from its input while it holds its buffer (a shuffle refilling): what it holds cannot be
+        given back before the pull returns, so a refusal at a stall counts it (``refusals.refuse_infeasible``).
+        Paired with :meth:`pull_ends` (in a ``finally``); nests."""
+        self.pulling += 1
+
+    def pull_ends(self) -> None:
+        self.pulling -= 1
 
     # estimates ----------------------------------------------------------------------------------------
     def unit_bytes(self) -> int:

@@ -53,19 +53,21 @@ def refuse_infeasible(acc: StageAccount, nbytes: int) -> None:
     """At a stall (nothing released for ``STALL_S``, the consumer waiting): ``MemoryBudgetError`` if this
     reservation and what every other stage of the pipeline needs at once cannot fit the budget, instead of
     overdrawing it. Each other stage counts what it cannot give back before this reservation is served:
-    a stage that keeps its bytes (``keeps``: an in-memory cache) or holds them between reads
-    (``holds_between``) what it holds, a mandatory stage the larger of what it holds and its minimum, any
-    other its minimum (those whose elements are sized). The stall breaker overdrew whenever the stage
+    a stage that keeps its bytes (``keeps``: an in-memory cache), holds them between reads
+    (``holds_between``) or is inside a pull from its input (``pulling``: a shuffle refilling its buffer, which
+    gives nothing back before the pull returns) what it holds, a mandatory stage the larger of what it holds and
+    its minimum, any other its minimum (those whose elements are sized). The stall breaker overdrew whenever the stage
     itself, alone, fitted: a memory cache holding 15 MiB of 16 left no room for the window's batch below
     it (stall after stall, 12 MiB overdrawn, then the cache's own refusal); a Parquet reader's 40 MiB of
     buffers, a process map's call and its first worker went 17 MiB over 96 MiB (sweep seeds 121
-    and 65; docs/design/budget.md)."""
+    and 65), a shuffle's 4 MiB counted at its minimum while its refill waited on this reservation went 4 MiB
+    over 64 MiB (seed 653; docs/design/budget.md)."""
     needs = [(acc.stage, nbytes + (acc.held_bytes if acc.mandatory else 0))]
     for a in acc.budget.accounts:
         if a is acc or a.owner is not acc.owner:
             continue
         least = a.min_bytes() if a.seen else 0.0
-        if a.keeps or a.holds_between or a.mandatory:
+        if a.keeps or a.holds_between or a.mandatory or a.pulling:
             least = max(float(a.held_bytes), least)
         if least > 0:
             needs.append((a.stage, int(least)))

@@ -159,19 +159,23 @@ class _ShuffleIterator(Stage):
         # the consumer waits for this fill (or the pool worker's pull it serves is urgent): it may use the
         # budget's reserve, and breaks a stall as the element the consumer waits for
         urgent = _always if restoring else (waiter_urgency() or _always)
-        while self._room_for_more():
-            self._checkpoint()
-            est = acc.estimate()
-            # an input that delivers its element charged (a prefetch, a shuffle) hands it into this
-            # reservation (headrace._handoff): it counts against this stage's share, not the budget again
-            # (shuffle(4).shuffle(4) of 2 MiB elements under 3 MiB counted each element twice: 1 s stalls)
-            charged = est if delivers_charged(self._source) else 0
-            est -= charged
-            # within the byte capacity (ByteCapacity.fit): wait for room in the budget as a whole; what the other
-            # stages hold now never changes what the buffer holds, so never the order
-            reservation = acc.reserve(est, stop, UNCAPPED, urgent=urgent, charged_in=charged)
-            if self._pull_into_buffer(reservation, len(self._buf)):  # the largest element grew: fitted again
-                self._capacity.fit(acc, self._below, self._buffer_size)
+        acc.pull_begins()  # the buffer is held until the fill returns: a refusal at a stall counts it
+        try:
+            while self._room_for_more():
+                self._checkpoint()
+                est = acc.estimate()
+                # an input that delivers its element charged (a prefetch, a shuffle) hands it into this
+                # reservation (headrace._handoff): it counts against this stage's share, not the budget again
+                # (shuffle(4).shuffle(4) of 2 MiB elements under 3 MiB counted each element twice: 1 s stalls)
+                charged = est if delivers_charged(self._source) else 0
+                est -= charged
+                # within the byte capacity (ByteCapacity.fit): wait for room in the budget as a whole; what the
+                # other stages hold now never changes what the buffer holds, so never the order
+                reservation = acc.reserve(est, stop, UNCAPPED, urgent=urgent, charged_in=charged)
+                if self._pull_into_buffer(reservation, len(self._buf)):  # the largest element grew: fitted again
+                    self._capacity.fit(acc, self._below, self._buffer_size)
+        finally:
+            acc.pull_ends()
         if self._capacity.stopped(self._held, len(self._buf), self._buffer_size, self._input_done):
             acc.warn_shrunk()  # the first fill this capacity stops: an event (replay_epoch), warned once
 
