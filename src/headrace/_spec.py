@@ -497,9 +497,16 @@ class NotTraceable(HeadraceError):
     tracing catches it and falls back to reading the first element."""
 
 
+STRING_EXAMPLE_BYTES = 17
+"""Bytes per unit of ``fill`` in a string example: two traces (fill 1 and 2) see 17 and 34 bytes, so a function that
+cuts a header of up to 16 bytes off a record still sees two lengths (with 1 and 2 bytes, ``np.frombuffer(b[8:])`` was
+empty in both, traced as a fully known shape ``(0,)``, and ``ragged_batch`` refused the real records)."""
+
+
 def example(spec: Any, unknown_size: int, fill: int = 0, dataset: Callable[[Any], Any] | None = None) -> Any:
-    """A spec-shaped value filled with ``fill`` (numbers; ``bool(fill)``; ``b"a" * fill`` for strings),
-    unknown dimensions of size ``unknown_size``; ``dataset(spec)`` makes the example of a ``DatasetSpec``."""
+    """A spec-shaped value filled with ``fill`` (numbers; ``bool(fill)``; ``STRING_EXAMPLE_BYTES * fill`` bytes
+    ``b"a"`` for strings), unknown dimensions of size ``unknown_size``; ``dataset(spec)`` makes the example of a
+    ``DatasetSpec``."""
 
     def one(s: Any) -> Any:
         if isinstance(s, NoneTensorSpec):
@@ -510,10 +517,11 @@ def example(spec: Any, unknown_size: int, fill: int = 0, dataset: Callable[[Any]
             raise NotTraceable(repr(s))
         shape = tuple(unknown_size if d is None else d for d in s.shape.dims)
         if s.dtype == STRING:
+            text = b"a" * (STRING_EXAMPLE_BYTES * fill)
             if not shape:
-                return b"a" * fill
+                return text
             out = np.empty(shape, dtype=object)
-            out[...] = b"a" * fill
+            out[...] = text
             return out
         arr = np.full(shape, fill, dtype=s.dtype)
         return arr[()] if arr.ndim == 0 else arr

@@ -297,16 +297,16 @@ class _ElementsIterator(Stage):
 
 
 def trace(call: Callable[[Any], Any], input_spec: Any, to_spec: Callable[[Any], Any] = spec_of) -> Any:
-    """The spec of ``call(x)`` for spec-shaped examples ``x`` of ``input_spec`` (zeros, ``False``, ``b""``);
+    """The spec of ``call(x)`` for spec-shaped examples ``x`` of ``input_spec`` (``_spec.example``);
     ``None`` when that is not safe to say: an unknown input spec or rank, a function that raises on the
     example, or outputs whose structure or dtypes differ between examples.
 
     Like tf.data, which traces a function once when the dataset is built, this calls the function when the
-    spec is asked for, twice: on examples filled with 1 and unknown dimensions of size 2, then filled with
-    2 and sizes 3; what differs between the two results (a size that depends on a value, ``np.arange(x)``)
-    becomes unknown. A function whose output shapes depend on values in ways two examples do not show is
-    caught when its elements arrive (``map`` checks them against a traced spec that was used). Warnings and
-    floating-point errors are silenced while it runs.
+    spec is asked for, twice: on examples filled with 1 (strings of 17 bytes) and unknown dimensions of size 2,
+    then filled with 2 (34 bytes) and sizes 3; what differs between the two results (a size that depends on a
+    value, ``np.arange(x)``) becomes unknown. A function whose output shapes depend on values in ways two
+    examples do not show is caught when its elements arrive (``map`` checks them against a traced spec that was
+    used). Warnings and floating-point errors are silenced while it runs.
     """
     if input_spec is None:
         return None
