@@ -49,8 +49,10 @@ def test_the_expected_order_of_an_interleave_is_headraces(cycle, block, copies):
 # groups -> sample_from_datasets; image_folder -> scan -> filter -> shuffle -> padded_batch -> scan; tensor_slices ->
 # pack (headrace's addition) -> prefetch -> cache -> ignore_errors; (slow: worker processes start) TFRecord
 # damaged + ignore_errors -> pack -> map -> process map; CSV (GZIP) damaged + ignore_errors -> batch; CSV records
-# of 1.3 MiB under 8 MiB -> sample_from_datasets.
-SMOKE = [11, 10, 24, 17, 14, pytest.param(16, marks=pytest.mark.slow), 358, 7]
+# of 1.3 MiB under 8 MiB -> sample_from_datasets; HDF5 with a damaged gzip chunk of ~21 bytes + ignore_errors ->
+# interleave -> pack -> file cache -> prefetch (seed 934: the damage, 16 bytes from the chunk's middle, reached
+# into the next chunk, so the reader rightly lost both; the harness now damages the one chunk it counts).
+SMOKE = [11, 10, 24, 17, 14, pytest.param(16, marks=pytest.mark.slow), 358, 7, 934]
 
 
 @pytest.mark.parametrize("seed", SMOKE)
