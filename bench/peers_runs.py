@@ -61,7 +61,6 @@ def _indexed_records(info: dict[str, Any]) -> Any:
 
 
 def image_dataloader(p: dict[str, Any]) -> dict[str, Any]:
-    import torch
     import torch.utils.data as tud
 
     from headrace._machine import cpu_count
@@ -76,10 +75,20 @@ def image_dataloader(p: dict[str, Any]) -> dict[str, Any]:
         def __getitem__(self, i: int) -> Any:
             return fn(source[i])
 
+    return _timed_loader(Records(), cpu_count())
+
+
+def _timed_loader(dataset: Any, workers: int) -> dict[str, Any]:
+    """``dataset`` through a DataLoader (``shuffle=True``, seeded, batch 64, ``workers`` worker processes, one
+    torch thread each), timed as every image contender is (``image_pipeline._timed_epoch``)."""
+    import torch
+    import torch.utils.data as tud
+
+    ip = _image_pipeline()
     torch.set_num_threads(1)
-    loader = tud.DataLoader(Records(), batch_size=ip.BATCH, shuffle=True, num_workers=cpu_count(),
+    loader = tud.DataLoader(dataset, batch_size=ip.BATCH, shuffle=True, num_workers=workers,
                             generator=torch.Generator().manual_seed(0))
-    return {**ip._timed_epoch(loader), "workers": cpu_count()}
+    return {**ip._timed_epoch(loader), "workers": workers}
 
 
 def folder_headrace(p: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +102,6 @@ def _folder_dataloader(p: dict[str, Any], workers: int) -> dict[str, Any]:
     ``normalize``; the label from the class folder), ``shuffle=True``, batch 64, ``workers`` worker processes."""
     from pathlib import Path
 
-    import torch
     import torch.utils.data as tud
 
     from headrace import image as himg
@@ -110,10 +118,7 @@ def _folder_dataloader(p: dict[str, Any], workers: int) -> dict[str, Any]:
             image = himg.decode_and_resize(paths[i].read_bytes(), ip.SIZE)
             return himg.normalize(image), classes[paths[i].parent.name]
 
-    torch.set_num_threads(1)
-    loader = tud.DataLoader(Files(), batch_size=ip.BATCH, shuffle=True, num_workers=workers,
-                            generator=torch.Generator().manual_seed(0))
-    return {**ip._timed_epoch(loader), "workers": workers}
+    return _timed_loader(Files(), workers)
 
 
 def folder_dataloader2(p: dict[str, Any]) -> dict[str, Any]:
