@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -88,6 +89,9 @@ def _concatenated(runs: list[Any], held: int, count: int) -> tuple[Any, int]:
     if type(runs[0]) is np.ndarray:
         out = np.concatenate(runs)
         return out, held + (8 * count if out.dtype.hasobject else 0)
+    if type(runs[0]) is dict:  # (a map's dict results: ``_MapIterator.fill_columns``)
+        batch = {k: np.concatenate([run[k] for run in runs]) for k in runs[0]}
+        return batch, held + 8 * count * sum(c.dtype.hasobject for c in batch.values())
     cols = tuple(np.concatenate([run[k] for run in runs]) for k in range(len(runs[0])))
     return cols, held + 8 * count * sum(c.dtype.hasobject for c in cols)
 
@@ -231,19 +235,21 @@ class _BatchIterator(Stage):
         return True
 
     def _gather_columns(self, stop: Any) -> bool:
-        """Fill the batch with the source's column runs; True when it is full. An error or the end turns the runs
-        gathered into rows (``_items``): the row loop of ``_gather`` goes on from there, as after any error."""
+        """Fill the batch with the source's column runs; True when it is full. An error, the end or a source with no
+        runs to give (0 elements) turns the runs gathered into rows (``_items``): the row loop of ``_gather`` goes on
+        from there, as after any error."""
         while self._run_rows < self._bs:
             try:
                 n, size, largest = self._columns(self._runs, self._bs - self._run_rows, self._per)  # type: ignore[misc]
             except BaseException as e:
-                for run in self._runs:  # (a scalar element's run is one array)
-                    self._items.extend(list(run) if type(run) is np.ndarray else zip(*[list(col) for col in run]))
-                self._runs, self._run_rows = [], 0
+                self._runs_to_items()
                 if isinstance(e, StopIteration):
                     return False
                 self._pulled += 1  # the position that raised
                 raise
+            if n == 0:
+                self._runs_to_items()
+                return False
             self._run_rows += n
             self._pulled += n
             self._held += size
@@ -252,6 +258,17 @@ class _BatchIterator(Stage):
                 if largest > self._per:
                     self._room(stop)
         return True
+
+    def _runs_to_items(self) -> None:
+        """The column runs gathered, as the rows they hold (numpy scalars; a scalar element's run is one array)."""
+        for run in self._runs:
+            if type(run) is np.ndarray:
+                self._items.extend(list(run))
+            elif type(run) is dict:
+                self._items.extend(map(dict, map(zip, repeat(tuple(run)), zip(*[list(c) for c in run.values()]))))
+            else:
+                self._items.extend(zip(*[list(col) for col in run]))
+        self._runs, self._run_rows = [], 0
 
     def __next__(self) -> Any:
         if self._done:

@@ -22,7 +22,10 @@ from worker processes are converted to ``output_signature`` / checked against a 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
+from itertools import chain, count, islice, starmap
+from operator import itemgetter
 from typing import Any
 
 from .._args import parallel_calls_arg
@@ -43,13 +46,31 @@ from .._engine.stage import FillTally, Stage, UnaryIterator
 from .._engine.stage_support import fn_name, note_error
 from .._engine.tuning.starting_values import MAP_WINDOW_PER_WORKER, parallelism
 from .._engine.tuning.static_optimizations import FusedMapIterator, optimizing
+from .._errors import StateError
 from .._options import AUTOTUNE
 from .._spec import from_user
-from .._structure import SCALAR_TYPES, normalize, normalize_sized
+from .._structure import SCALAR_NBYTES, SCALAR_TYPES, normalize, normalize_rows, normalize_sized, scalar_columns
 from .in_memory import convert_to_spec
 
 _END = object()
+_AHEAD = object()  # (in place of an input element: the result was computed ahead)
 _NOTHING_READY: Any = iter(())
+
+
+class _Raised:
+    """The exception a function raised on an element whose result was computed ahead (``_MapIterator._fill_run``):
+    raised when that element's turn comes."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _scalar_row(y: Any) -> bool:
+    """Whether ``y`` (normalized) is a flat ``dict`` / ``tuple`` of fixed-size numpy scalars."""
+    return (type(y) is dict or type(y) is tuple) and all(
+        type(v) in SCALAR_NBYTES for v in (y.values() if type(y) is dict else y))
 
 
 class MapNode(DatasetNode):
@@ -152,8 +173,13 @@ class _MapIterator(UnaryIterator):
         self._stage = stage
         self._index = 0
         self._finish = finish
+        self._ahead: deque[Any] = deque()  # results computed ahead of an error (``fill``), not yet handed out
 
     def __next__(self) -> Any:
+        if self._ahead:
+            out: list[Any] = []
+            self._fill_rows(out, 1, 1 << 62)
+            return out[0]
         x = self._next_input()
         i = self._index
         self._index = i + 1
@@ -171,23 +197,134 @@ class _MapIterator(UnaryIterator):
     def fill(self, items: list[Any], k: int, per: int) -> tuple[int, int]:
         """``Stage.fill`` with ``__next__``'s calling convention fused into its loop (tf.data's map-and-batch
         fusion: a sequential ``batch`` right after this ``map`` makes one call per batch, not one per element;
-        ``bench/overhead.py``). Same results, errors, notes and index as ``__next__``."""
+        ``bench/overhead.py``). Same results, errors, notes and index as ``__next__``.
+
+        Rows of a reader's run (``elements_ready``) whose results are flat rows of scalars go faster: the function
+        is called on the rest of the run by ``map`` (no Python loop around it) and the results are normalized a
+        column at a time (``normalize_rows``); results that are not such rows are normalized one by one after
+        it, those computed past one that raised kept for the next call (``_ahead``)."""
+        start = len(items)
+        held = largest = 0
+        while self._finish is None and not self._ahead and largest <= per and len(items) - start < k:
+            got = self._fill_run(items, k - (len(items) - start), per)
+            if got is None:
+                break
+            held, largest = held + got[0], max(largest, got[1])
+        left = k - (len(items) - start)
+        if left <= 0 or largest > per:
+            return held, largest
+        more, big = self._fill_rows(items, left, per)
+        return held + more, max(largest, big)
+
+    def _fill_run(self, items: list[Any], k: int, per: int) -> tuple[int, int] | None:
+        """Up to ``k`` elements from the input's run (``_run_results``) appended as rows; None when no run is
+        ready."""
+        got = self._run_results(items, k, per)
+        if got is None:
+            return None
+        held, largest, ys, error = got
+        done = normalize_rows(ys) if ys else ([], 0, 0)
+        if done is None:  # normalized one by one (by _fill_rows: the next call), the error after them
+            self._ahead.extend(ys)
+            if error is not None:
+                self._ahead.append(_Raised(error))
+            return held, largest
+        items.extend(done[0])
+        self._index += len(ys)
+        if error is not None:
+            self._index += 1
+            raise note_error(error, self._stage, self._index - 1)
+        return held + done[1], max(largest, done[2])
+
+    def fill_columns(self, runs: list[Any], k: int, per: int) -> tuple[int, int, int]:
+        """``Stage.fill_columns`` for results that are flat rows of scalars (``_run_results``): runs of their
+        components as arrays (a dict of them for dict results), the function called by ``map`` over the input's
+        run. ``(0, 0, 0)`` where there are none (no run ready, another kind of result: those are computed ahead,
+        ``_ahead``, and the caller goes on with ``fill``)."""
+        if self._finish is not None or self._ahead:
+            return 0, 0, 0
+        taken = held = largest = 0
+        while taken < k and largest <= per:
+            rows: list[Any] = []
+            got = self._run_results(rows, k - taken, per)
+            if got is None:
+                break
+            ys, error = rows + got[2], got[3]
+            columns = scalar_columns(ys) if ys else None
+            if columns is None:  # (the first row, normalized and counted by _fill_rows, goes there too)
+                self._index -= len(rows)
+                self._ahead.extend(ys)
+                if error is not None:
+                    self._ahead.append(_Raised(error))
+                break
+            names, arrays, _ = columns
+            runs.append(arrays if names is None else dict(zip(names, arrays)))
+            self._index += len(ys) - len(rows)  # (the first row's counted by _fill_rows)
+            size = sum(a.itemsize for a in arrays)
+            taken, held, largest = taken + len(ys), held + size * len(ys), max(largest, size)
+            if error is not None:
+                self._index += 1
+                raise note_error(error, self._stage, self._index - 1)
+        return taken, held, largest
+
+    def _run_results(self, items: list[Any], k: int, per: int) -> tuple[int, int, list[Any], Exception | None] | None:
+        """Up to ``k`` results from the input's run: the first through ``_fill_rows`` (appended to ``items``), and
+        when that one is a flat row of scalars, those of the rest of the run by ``map`` over it (no Python loop
+        around the function; results not yet normalized nor counted in the index): ``(the first's bytes, the
+        largest, the rest's results, the exception the function raised on the element after them or None)``.
+        None when no run is ready."""
+        run = self._source.elements_ready()
+        if run is None:
+            return None
+        before = len(items)
+        held, largest = self._fill_rows(items, 1, per, run)
+        if len(items) == before or not _scalar_row(items[-1]) or k == 1 or largest > per:
+            return held, largest, [], None
+        x = next(run, _END)
+        if x is _END:
+            return held, largest, [], None
+        fn = self._fn
+        pulled = count()  # the rows taken from the run (the one that raised included)
+        rows = map(itemgetter(0), zip(chain((x,), islice(run, k - 2)), pulled))
+        ys: list[Any] = []
+        error: Exception | None = None
+        try:
+            ys.extend(starmap(fn, rows) if type(x) is tuple else map(fn, rows))
+        except Exception as e:
+            error = e
+        if error is None and next(pulled) > len(ys):  # (map ends at a StopIteration from the function)
+            error = stop_iteration_error(self._stage)
+        return held, largest, ys, error
+
+    def _fill_rows(self, items: list[Any], k: int, per: int, run: Any = None) -> tuple[int, int]:
+        """Up to ``k`` elements one by one: results computed ahead first, then the input's ready elements, then its
+        ``__next__``."""
         nxt, fn, finish, stage, append = self._next_input, self._fn, self._finish, self._stage, items.append
+        ahead = self._ahead
         ready = self._source.elements_ready
-        run = ready() or _NOTHING_READY  # the input's ready elements, pulled without a Python call each
+        if run is None and not ahead:
+            run = ready()
+        run = run or _NOTHING_READY  # the input's ready elements, pulled without a Python call each
         i = self._index
         start = len(items)
         tally = FillTally(per, scalars=finish is None)  # results appended as they are when there is no finish
         fast = None
         try:
             for _ in range(k):
-                x = next(run, _END)
-                if x is _END:  # none ready: the input's own __next__ (which may make more ready)
-                    x = nxt()
-                    run = ready() or _NOTHING_READY
+                if ahead:  # a result computed ahead (``_fill_run``), or the error its function raised
+                    y = ahead.popleft()
+                    x = _AHEAD
+                else:
+                    x = next(run, _END)
+                    if x is _END:  # none ready: the input's own __next__ (which may make more ready)
+                        x = nxt()
+                        run = ready() or _NOTHING_READY
                 i += 1
                 try:
-                    y = fn(*x) if type(x) is tuple else fn(x)
+                    if x is not _AHEAD:
+                        y = fn(*x) if type(x) is tuple else fn(x)
+                    elif type(y) is _Raised:
+                        raise y.error
                     if type(y) is fast:
                         append(y)
                         continue
@@ -220,10 +357,17 @@ class _MapIterator(UnaryIterator):
 
     def get_state(self) -> dict[str, Any]:
         # UnaryIterator's layout written out (a sequential batch takes its input's state once per batch)
-        return {"kind": "map", "index": self._index, "input": self._source.get_state()}
+        state = {"kind": "map", "index": self._index, "input": self._source.get_state()}
+        if self._ahead:  # (the input is past them: a batch gathering them keeps its own start instead)
+            state["ahead"] = len(self._ahead)
+        return state
 
     def _counters(self) -> dict[str, Any]:
         return {"index": self._index}
 
     def _restore_counters(self, state: dict[str, Any]) -> None:
+        if state.get("ahead"):
+            raise StateError(f"{self._stage}: this state was taken while {state['ahead']} results computed ahead "
+                             "were held (inside a batch, whose own state restores them); restore the batch's state")
+        self._ahead.clear()
         self._index = int(state["index"])
