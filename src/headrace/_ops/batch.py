@@ -216,15 +216,10 @@ class _BatchIterator(Stage):
             try:
                 n, largest = fill(items, bs - before, self._per)
             except BaseException as e:
-                sizes = [nbytes(x) for x in items[before:]]  # (fill's own tally went with the exception)
-                self._pulled += len(sizes) + (not isinstance(e, StopIteration))  # a position that raised counts
-                self._held += sum(sizes)
-                self._largest = max(self._largest, *sizes, 0)
-                r = self._reservation
-                if r is not None and self._held > r.nbytes:  # kept for the next call: charged now
-                    r.force(self._held - r.nbytes)
+                self._count_kept(items[before:])  # (fill's own tally went with the exception)
                 if isinstance(e, StopIteration):
                     return False
+                self._pulled += 1  # a position that raised counts
                 raise
             self._pulled += len(items) - before
             self._held += n
@@ -259,8 +254,21 @@ class _BatchIterator(Stage):
                     self._room(stop)
         return True
 
+    def _count_kept(self, kept: list[Any]) -> None:
+        """Count elements a call appended before it raised (its own count went with the exception): positions pulled
+        and bytes held, charged at once (they are kept for the next call)."""
+        sizes = [nbytes(x) for x in kept]
+        self._pulled += len(sizes)
+        self._held += sum(sizes)
+        self._largest = max(self._largest, *sizes, 0)
+        r = self._reservation
+        if r is not None and self._held > r.nbytes:
+            r.force(self._held - r.nbytes)
+
     def _runs_to_items(self) -> None:
-        """The column runs gathered, as the rows they hold (numpy scalars; a scalar element's run is one array)."""
+        """The column runs gathered, as the rows they hold (numpy scalars; a scalar element's run is one array); those
+        of the runs a call appended before it raised are counted here."""
+        counted, start = self._run_rows, len(self._items)
         for run in self._runs:
             if type(run) is np.ndarray:
                 self._items.extend(list(run))
@@ -269,6 +277,7 @@ class _BatchIterator(Stage):
             else:
                 self._items.extend(zip(*[list(col) for col in run]))
         self._runs, self._run_rows = [], 0
+        self._count_kept(self._items[start + counted:])
 
     def __next__(self) -> Any:
         if self._done:
