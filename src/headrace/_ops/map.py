@@ -162,7 +162,8 @@ class _MapIterator(UnaryIterator):
     """``map`` in the consumer's thread: the calling convention of ``calls.element_caller`` written out in
     ``__next__`` (a call less per element than calling it: ``bench/overhead.py``'s path; the StopIteration
     and no-component tests of ``tests/ops/test_user_functions.py`` cover both), then ``finish`` (the
-    ``output_signature`` conversion or the traced-spec check)."""
+    ``output_signature`` conversion or the traced-spec check). Inside a sequential ``batch`` it runs over its input's
+    runs (``fill``, ``fill_columns``; see docs/design/rows.md)."""
 
     kind = "map"
 
