@@ -207,9 +207,8 @@ def scalar_columns(ys: list[Any]) -> tuple[tuple[Any, ...] | None, list[np.ndarr
     names: tuple[Any, ...] | None = None
     if t is dict:
         names = tuple(first)
-        get = itemgetter(*names)
         try:  # (as many keys as the first, every one of its keys: the same keys)
-            columns = list(zip(*map(get, ys))) if len(names) > 1 else [list(map(get, ys))]
+            columns = [list(map(itemgetter(k), ys)) for k in names]
         except KeyError:
             return None
     else:
@@ -226,7 +225,7 @@ def scalar_columns(ys: list[Any]) -> tuple[tuple[Any, ...] | None, list[np.ndarr
             return None
         python = python or kind in _COLUMN_DTYPES
         try:
-            arrays.append(np.array(col, dtype))
+            arrays.append(np.fromiter(col, dtype, len(col)))
         except OverflowError:  # an int outside int64: normalize names it
             return None
     return names, arrays, python
