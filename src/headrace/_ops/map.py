@@ -67,6 +67,13 @@ class _Raised:
         self.error = error
 
 
+def _same_columns(a: Any, b: Any) -> bool:
+    """Whether two column runs (``fill_columns``) hold the same components with the same dtypes."""
+    if type(a) is dict:
+        return type(b) is dict and a.keys() == b.keys() and all(a[k].dtype == b[k].dtype for k in a)
+    return type(b) is list and len(a) == len(b) and all(x.dtype == y.dtype for x, y in zip(a, b))
+
+
 def _scalar_row(y: Any) -> bool:
     """Whether ``y`` (normalized) is a flat ``dict`` / ``tuple`` of fixed-size numpy scalars."""
     return (type(y) is dict or type(y) is tuple) and all(
@@ -175,6 +182,7 @@ class _MapIterator(UnaryIterator):
         self._index = 0
         self._finish = finish
         self._ahead: deque[Any] = deque()  # results computed ahead of an error (``fill``), not yet handed out
+        self._by_runs = True  # while results are flat rows of scalars: calls by map() over the input's runs
 
     def __next__(self) -> Any:
         if self._ahead:
@@ -206,10 +214,8 @@ class _MapIterator(UnaryIterator):
         it, those computed past one that raised kept for the next call (``_ahead``)."""
         start = len(items)
         held = largest = 0
-        while self._finish is None and not self._ahead and largest <= per and len(items) - start < k:
+        while self._by_runs and self._finish is None and not self._ahead and largest <= per and len(items) - start < k:
             got = self._fill_run(items, k - (len(items) - start), per)
-            if got is None:
-                break
             held, largest = held + got[0], max(largest, got[1])
         left = k - (len(items) - start)
         if left <= 0 or largest > per:
@@ -217,13 +223,9 @@ class _MapIterator(UnaryIterator):
         more, big = self._fill_rows(items, left, per)
         return held + more, max(largest, big)
 
-    def _fill_run(self, items: list[Any], k: int, per: int) -> tuple[int, int] | None:
-        """Up to ``k`` elements from the input's run (``_run_results``) appended as rows; None when no run is
-        ready."""
-        got = self._run_results(items, k, per)
-        if got is None:
-            return None
-        held, largest, ys, error = got
+    def _fill_run(self, items: list[Any], k: int, per: int) -> tuple[int, int]:
+        """Up to ``k`` elements from the input's run (``_run_results``) appended as rows."""
+        held, largest, ys, error = self._run_results(items, k, per)
         done = normalize_rows(ys) if ys else ([], 0, 0)
         if done is None:  # normalized one by one (by _fill_rows: the next call), the error after them
             self._ahead.extend(ys)
@@ -242,24 +244,23 @@ class _MapIterator(UnaryIterator):
         components as arrays (a dict of them for dict results), the function called by ``map`` over the input's
         run. ``(0, 0, 0)`` where there are none (no run ready, another kind of result: those are computed ahead,
         ``_ahead``, and the caller goes on with ``fill``)."""
-        if self._finish is not None or self._ahead:
+        if self._finish is not None or self._ahead or not self._by_runs:
             return 0, 0, 0
         taken = held = largest = 0
         while taken < k and largest <= per:
             rows: list[Any] = []
             got = self._run_results(rows, k - taken, per)
-            if got is None:
-                break
             ys, error = rows + got[2], got[3]
             columns = scalar_columns(ys) if ys else None
-            if columns is None:  # (the first row, normalized and counted by _fill_rows, goes there too)
-                self._index -= len(rows)
+            run = None if columns is None else columns[1] if columns[0] is None else dict(zip(columns[0], columns[1]))
+            if run is None or (runs and not _same_columns(runs[0], run)):  # (one by one: the batch stacks them and
+                self._index -= len(rows)  # names a mismatch; the first row, counted by _fill_rows, goes there too)
                 self._ahead.extend(ys)
                 if error is not None:
                     self._ahead.append(_Raised(error))
                 break
-            names, arrays, _ = columns
-            runs.append(arrays if names is None else dict(zip(names, arrays)))
+            arrays = columns[1]  # type: ignore[index]
+            runs.append(run)
             self._index += len(ys) - len(rows)  # (the first row's counted by _fill_rows)
             size = sum(a.itemsize for a in arrays)
             taken, held, largest = taken + len(ys), held + size * len(ys), max(largest, size)
@@ -268,18 +269,18 @@ class _MapIterator(UnaryIterator):
                 raise note_error(error, self._stage, self._index - 1)
         return taken, held, largest
 
-    def _run_results(self, items: list[Any], k: int, per: int) -> tuple[int, int, list[Any], Exception | None] | None:
+    def _run_results(self, items: list[Any], k: int, per: int) -> tuple[int, int, list[Any], Exception | None]:
         """Up to ``k`` results from the input's run: the first through ``_fill_rows`` (appended to ``items``), and
         when that one is a flat row of scalars, those of the rest of the run by ``map`` over it (no Python loop
         around the function; results not yet normalized nor counted in the index): ``(the first's bytes, the
-        largest, the rest's results, the exception the function raised on the element after them or None)``.
-        None when no run is ready."""
+        largest, the rest's results, the exception the function raised on the element after them or None)``. A first
+        result of another kind turns these runs off for this iterator (``_by_runs``: the one-by-one loop it was)."""
+        held, largest = self._fill_rows(items, 1, per)  # (the input's __next__ when no run is ready: the next block)
+        if not _scalar_row(items[-1]):
+            self._by_runs = False
+            return held, largest, [], None
         run = self._source.elements_ready()
-        if run is None:
-            return None
-        before = len(items)
-        held, largest = self._fill_rows(items, 1, per, run)
-        if len(items) == before or not _scalar_row(items[-1]) or k == 1 or largest > per:
+        if run is None or k == 1 or largest > per:
             return held, largest, [], None
         x = next(run, _END)
         if x is _END:
