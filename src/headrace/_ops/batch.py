@@ -242,7 +242,8 @@ class _BatchIterator(Stage):
                     return False
                 self._pulled += 1  # the position that raised
                 raise
-            if n == 0:
+            if n == 0:  # (none as columns: the source is not asked again in this iteration)
+                self._columns = None
                 self._runs_to_items()
                 return False
             self._run_rows += n
