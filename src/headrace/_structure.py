@@ -205,6 +205,7 @@ def scalar_columns(ys: list[Any]) -> tuple[tuple[Any, ...] | None, list[np.ndarr
             len(first)}:
         return None
     names: tuple[Any, ...] | None = None
+    columns: list[Any]
     if t is dict:
         names = tuple(first)
         try:  # (as many keys as the first, every one of its keys: the same keys)
@@ -213,7 +214,7 @@ def scalar_columns(ys: list[Any]) -> tuple[tuple[Any, ...] | None, list[np.ndarr
             return None
     else:
         columns = list(zip(*ys))
-    arrays = []
+    arrays: list[np.ndarray] = []
     python = False
     for col in columns:
         kinds = set(map(type, col))
