@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from headrace._structure import nbytes, normalize, normalize_sized
+from headrace._structure import nbytes, normalize, normalize_rows, normalize_sized, scalar_columns
 
 LEAVES = [
     lambda r: r.randint(-5, 5), lambda r: r.random(), lambda r: r.random() < 0.5, lambda r: "s" * r.randint(0, 4),
@@ -55,3 +55,46 @@ def test_nbytes_of_object_arrays_counts_the_strings() -> None:
     assert nbytes(a) == a.nbytes + 5
     mixed = np.array([b"abc", 7, None], dtype=object)  # only bytes / str items have a length counted
     assert nbytes(mixed) == mixed.nbytes + 3
+
+
+# ---- a run of results a column at a time (``normalize_rows`` / ``scalar_columns``: a map handing rows to batch) ----
+SCALARS = [lambda r, i: i * r.randint(-3, 3), lambda r, i: i / 7, lambda r, i: i % 3 == 0, lambda r, i: np.int32(i),
+           lambda r, i: np.float64(i) / 3, lambda r, i: np.float32(i), lambda r, i: np.uint8(i % 256),
+           lambda r, i: np.bool_(i % 2), lambda r, i: np.int64(i) if i % 2 else i]  # (the last: int64 both ways)
+OTHERS = [lambda r, i: b"x" * (i % 3), lambda r, i: np.zeros(2), lambda r, i: None, lambda r, i: (i, i),
+          lambda r, i: np.int64(i) if i else np.int32(i), lambda r, i: 2**63 + i if i == 1 else i,
+          lambda r, i: "s" if i == 1 else i]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_run_a_column_at_a_time_equals_normalize_one_by_one(seed: int) -> None:
+    r = random.Random(seed)
+    n = r.randint(2, 12)  # (every one of OTHERS shows in two elements)
+    makers = [r.choice(SCALARS) for _ in range(r.randint(1, 5))]
+    scalar = r.random() < 0.6  # every component fixed-size scalars (columns), else one of another kind
+    if not scalar:
+        makers[r.randrange(len(makers))] = r.choice(OTHERS)
+    as_dict = r.random() < 0.5
+    ys = [{f"k{c}": m(r, i) for c, m in enumerate(makers)} if as_dict else tuple(m(r, i) for m in makers)
+          for i in range(n)]
+    got = normalize_rows(list(ys))
+    if not scalar:
+        assert got is None and scalar_columns(list(ys)) is None, ys
+        return
+    assert got is not None, ys
+    rows, total, largest = got
+    want = [normalize(y) for y in ys]
+    assert len(rows) == n and all(_same(g, w) for g, w in zip(rows, want)), (ys, rows)
+    assert total == sum(map(nbytes, want)) and largest == max(map(nbytes, want))
+    names, arrays, _ = scalar_columns(list(ys))
+    assert names == (tuple(ys[0]) if as_dict else None)
+    columns = [list(y.values()) if as_dict else list(y) for y in want]
+    for k, a in enumerate(arrays):  # the arrays a batch concatenates: what stacking the normalized elements gives
+        stacked = np.array([c[k] for c in columns])
+        assert a.dtype == stacked.dtype and a.tolist() == stacked.tolist()
+
+
+def test_runs_that_are_not_one_kind_of_flat_row_are_left_to_normalize() -> None:
+    for ys in ([{"a": 1}, {"b": 1}], [{"a": 1}, {"a": 1, "b": 2}], [(1, 2), (1,)], [{}], [()], [{"a": 1}, (1,)],
+               [[1, 2]], [1, 2], [{"a": {"b": 1}}]):
+        assert normalize_rows(ys) is None, ys

@@ -31,6 +31,8 @@ may have different shapes and dtypes (``normalize``). Batches of ``bytes`` are n
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -184,6 +186,71 @@ def normalize_sized(x: dict[Any, Any] | tuple[Any, ...], where: str) -> tuple[An
         values.append(v)
         total += n
     return (dict(zip(x, values)) if type(x) is dict else tuple(values)), total
+
+
+_COLUMN_DTYPES = {int: np.int64, float: np.float32, bool: np.bool_}  # the table above, a column at a time
+
+
+def scalar_columns(ys: list[Any]) -> tuple[tuple[Any, ...] | None, list[np.ndarray], bool] | None:
+    """The components of ``ys`` as 1-D arrays, where ``ys`` is a run of plain ``dict`` s with one set of keys (or
+    plain ``tuple`` s of one length) whose values are fixed-size scalars, one type per component: numpy's (the
+    array of their dtype), or Python ``int`` / ``float`` / ``bool`` (int64 / float32 / bool, as :func:`normalize`
+    converts each: the same values; beside numpy values of that type too). ``(the dict keys in the first one's
+    order, or None for tuples; the arrays; whether a component was of Python values)``. None for any other run
+    (mixed types in a component, ``bytes``, arrays, nesting, an integer outside int64): the caller normalizes
+    those one by one, raising as ``normalize``."""
+    first = ys[0]
+    t = type(first)
+    if (t is not dict and t is not tuple) or not first or set(map(type, ys)) != {t} or set(map(len, ys)) != {
+            len(first)}:
+        return None
+    names: tuple[Any, ...] | None = None
+    columns: list[Any]
+    if t is dict:
+        names = tuple(first)
+        try:  # (as many keys as the first, every one of its keys: the same keys)
+            columns = [list(map(itemgetter(k), ys)) for k in names]
+        except KeyError:
+            return None
+    else:
+        columns = list(zip(*ys))
+    arrays: list[np.ndarray] = []
+    python = False
+    for col in columns:
+        kinds = set(map(type, col))
+        kind = next(iter(kinds)) if len(kinds) == 1 else next((p for p in kinds if p in _COLUMN_DTYPES), None)
+        if kind is None or len(kinds) > 2 or (len(kinds) == 2 and kinds != {kind, _COLUMN_DTYPES[kind]}):
+            return None  # (Python values beside the numpy type they normalize to are one column)
+        dtype = kind if kind in SCALAR_NBYTES else _COLUMN_DTYPES.get(kind)
+        if dtype is None:
+            return None
+        python = python or kind in _COLUMN_DTYPES
+        try:
+            arrays.append(np.fromiter(col, dtype, len(col)))
+        except OverflowError:  # an int outside int64: normalize names it
+            return None
+    return names, arrays, python
+
+
+def scalar_row(y: Any) -> bool:
+    """Whether ``y`` (normalized) is a flat ``dict`` / ``tuple`` of fixed-size numpy scalars (what
+    :func:`scalar_columns` takes a run of)."""
+    return (type(y) is dict or type(y) is tuple) and all(
+        type(v) in SCALAR_NBYTES for v in (y.values() if type(y) is dict else y))
+
+
+def normalize_rows(ys: list[Any]) -> tuple[list[Any], int, int] | None:
+    """``normalize`` of each of ``ys``, a run of flat rows of scalars (:func:`scalar_columns`; None for another
+    run), a column at a time: ``(the normalized elements, their bytes, the largest)``."""
+    got = scalar_columns(ys)
+    if got is None:
+        return None
+    names, arrays, python = got
+    if python:  # (rebuilt from the arrays' values: numpy scalars)
+        rows = zip(*map(list, arrays))
+        ys = list(map(dict, map(zip, repeat(names), rows))) if names is not None else list(rows)
+    size = sum(a.itemsize for a in arrays)
+    return ys, size * len(ys), size
 
 
 def flatten(x: Any) -> list[Any]:

@@ -119,3 +119,63 @@ def test_a_run_not_used_up_is_handed_out_again(tmp_path: Path) -> None:
         assert stage.elements_ready() is run and stage._offset == 4
         assert [int(r["id"]) for r in taken] == [1, 2, 3] and int(next(it)["id"]) == 4  # __next__ goes on
         assert stage.elements_ready() is not run and int(next(stage.elements_ready())["id"]) == 5
+
+
+def _scalars_fn(r: dict) -> dict:
+    """A row -> a flat row of scalars, Python's among them (handed to batch as columns: ``fill_columns``)."""
+    return {"f": r["x"] * 2.0 + r["y"], "n": len(r["name"]), "id": int(r["id"]), "half": float(r["label"]) / 2,
+            "big": bool(r["id"] % 2), "label": r["label"]}
+
+
+@pytest.mark.parametrize("batch", [1, 7, 256, READY_ROWS + 3])
+def test_scalar_results_in_a_batch_are_the_results_one_by_one(tmp_path: Path, batch: int) -> None:
+    path = _parquet(tmp_path / "t.parquet", 3 * READY_ROWS + 11, group=READY_ROWS + 100)
+    got = list(ParquetDataset(path).map(_scalars_fn).batch(batch))
+    want = list(ParquetDataset(path).map(_scalars_fn).filter(lambda r: True).batch(batch))  # (no fusion)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert list(g) == list(w) == ["f", "n", "id", "half", "big", "label"]
+        for k in g:
+            assert g[k].dtype == w[k].dtype and g[k].tolist() == w[k].tolist(), k
+    dtypes = {k: str(v.dtype) for k, v in got[0].items()}  # Python int -> int64, float -> float32, bool -> bool
+    assert dtypes == {"f": "float64", "n": "int64", "id": "int64", "half": "float32", "big": "bool", "label": "int32"}
+
+
+def _raising_fn(r: dict) -> dict:
+    i = int(r["id"])
+    if i % 97 == 41:
+        raise ValueError(f"bad row {i}")
+    return {"id": i, "n": len(r["name"])}
+
+
+@pytest.mark.filterwarnings("ignore::headrace.IgnoredErrorsWarning")
+@pytest.mark.parametrize("seed", range(6))
+def test_restores_after_errors_inside_runs_give_exactly_the_rest(tmp_path: Path, seed: int) -> None:
+    """Errors raised by the function inside a run (columns made by map over the run): each reported once with its
+    element, the batch goes on with what it had, and a chain of restores anywhere gives exactly the rest."""
+    rng = random.Random(seed)
+    n = rng.randint(READY_ROWS, 3 * READY_ROWS)
+    path = _parquet(tmp_path / "t.parquet", n, group=rng.choice([100, READY_ROWS]))
+    batch = rng.choice([3, 64, 200])
+
+    def make() -> hr.Dataset:
+        return ParquetDataset(path).map(_raising_fn).batch(batch).ignore_errors()
+
+    want = [i for b in make() for i in b["id"].tolist()]
+    assert want == [i for i in range(n) if i % 97 != 41]
+    chain = [rng.randint(0, n // batch) for _ in range(rng.randint(1, 3))]
+    got = [i for b in read_through_restores(make, chain) for i in b["id"].tolist()]
+    assert got == want, (seed, chain, batch)
+
+
+def test_csv_records_reach_the_function_as_arguments_in_runs(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("".join(f"{i},{i / 4},w{i % 7}\n" for i in range(2 * READY_ROWS + 9)))
+
+    def make() -> hr.Dataset:
+        return hr.io.CsvDataset(str(path), [np.int32, np.float32, bytes]).map(lambda a, b, c: (a, b * 2, len(c)))
+
+    got = list(make().batch(100))
+    want = list(make().filter(lambda *r: True).batch(100))
+    assert [c.dtype for c in got[0]] == [np.int32, np.float32, np.int64]
+    assert [[c.tolist() for c in b] for b in got] == [[c.tolist() for c in b] for b in want]

@@ -16,7 +16,9 @@ import pytest
 import headrace as hr
 from headrace._ops.in_memory import _RangeIterator
 
-KINDS = ["int64", "float32", "uint8", "pyint", "growing", "tuple", "dict", "bytes", "mixed_scalars"]
+KINDS = ["int64", "float32", "uint8", "pyint", "growing", "tuple", "dict", "bytes", "mixed_scalars",
+         # flat rows of scalars (a map's results handed to batch as columns, ``MapAndBatch.fill_columns``):
+         "pydict", "pytuple", "row_then_array", "row_dtypes_mixed", "row_overflow", "row_stop"]
 
 
 def _fn(kind: str, fail: frozenset[int]):
@@ -40,6 +42,20 @@ def _fn(kind: str, fail: frozenset[int]):
             return {"a": np.int32(i), "b": np.zeros(i % 3 + 1, np.float64)}
         if kind == "bytes":
             return b"x" * (i % 5)
+        if kind == "pydict":  # Python values: int64, float32, bool columns
+            return {"n": i * 3, "half": i / 2, "even": i % 2 == 0, "np": np.float64(i)}
+        if kind == "pytuple":
+            return i, np.int32(i), float(i)
+        if kind == "row_then_array":  # another kind of result inside a run: the rest one by one
+            return {"a": i, "b": np.zeros(2, np.uint8) if i % 13 == 6 else np.uint8(i)}
+        if kind == "row_dtypes_mixed":  # batching refuses it, as for the elements one by one
+            return {"a": np.int64(i) if i % 9 else np.int32(i), "b": i}
+        if kind == "row_overflow":  # an int outside int64: normalize's error at that element
+            return {"a": 2**63 + i if i % 17 == 12 else i}
+        if kind == "row_stop":  # StopIteration from the function: RuntimeError at that element
+            if i % 19 == 14:
+                raise StopIteration
+            return i, i
         return np.int64(i) if i % 5 else np.int32(i)  # mixed scalar dtypes: batching refuses it
     return f
 
@@ -83,7 +99,7 @@ def _plain(b) -> object:
     return (b.dtype.str, b.shape, b.tolist())
 
 
-@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("seed", range(90))
 def test_fused_fill_matches_the_per_element_path(seed: int) -> None:
     fused, _ = _pipeline(seed, fused=True)
     plain, _ = _pipeline(seed, fused=False)

@@ -12,7 +12,9 @@
 - One fast copy: the convention is written out only here, in the callables :func:`element_caller` makes once
   per stage (one element a call: ``map`` in the consumer's thread, each map of a fused chain, a parallel map's
   workers, a worker process) and :func:`run_caller` (a run of elements a call: ``map_and_batch_fusion``, one
-  call per batch, no Python call per element); the stages add the element's index to an error's note.
+  call per batch, no Python call per element), and in :func:`call_over_run` (the function called by ``map()``
+  over a reader's run, no Python loop around it: results left to the caller to normalize, see
+  ``docs/design/rows.md``); the stages add the element's index to an error's note.
 - Results: ``map``'s are normalized (:func:`element_caller` with ``normalize_result``) and must have a
   component: ``None``, ``()``, ``[]``, ``{}`` or containers of only those raise ``ValueError``
   (:func:`refuse_empty`), when the traced spec
@@ -28,7 +30,10 @@ process loads this file alone, by its location (``headrace._engine.pool.process_
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from itertools import chain, count, islice, starmap
+from operator import itemgetter
 from typing import Any, Protocol
 
 if __package__:  # (not in a worker process, which loads this file alone: see the module docstring)
@@ -38,6 +43,7 @@ if __package__:  # (not in a worker process, which loads this file alone: see th
     from .stage_support import note_error
 
 _END = object()
+_AHEAD = object()  # (in place of an input element: its result was computed ahead)
 _NOTHING_READY: Any = iter(())
 
 
@@ -94,11 +100,23 @@ def element_caller(fn: Callable[..., Any], stage: str, *, normalize_result: bool
     return call_normalized
 
 
+class Raised:
+    """The exception a function raised on an element whose result was computed ahead (:func:`call_over_run`):
+    raised when that element's turn comes (``Counted.ahead``)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
 class Counted(Protocol):
     """What :func:`run_caller`'s loop counts the elements it calls ``fn`` on in (a map's stage: the index of
-    its error notes and its state)."""
+    its error notes and its state), and where it finds results computed ahead (``ahead``: results of ``fn`` not
+    yet normalized nor counted, or a :class:`Raised` last), handed out before any input element."""
 
     index: int
+    ahead: deque[Any]
 
 
 RunCall = Callable[[Counted, Callable[[], Any], Callable[[], Any], list[Any], int, int], tuple[int, int]]
@@ -110,28 +128,36 @@ def run_caller(fn: Callable[..., Any], stage: str, finish: Callable[[Any], Any] 
     ``items`` (``runs.RowRuns.fill``'s contract: stops after a result of more than ``per`` bytes, returns the
     bytes appended and the largest), taking the elements from the iterator ``ready()`` gives (the input's
     ``runs.ReadyElements``, C-level where it can be) and, when it has none, from ``pull()`` (the input's
-    ``__next__``); ``counted.index`` counts the elements called, and an error's note names the element's index
-    (``in <stage> at element <i>``). ``map_and_batch_fusion``'s loop
+    ``__next__``), after the results ``counted.ahead`` holds; ``counted.index`` counts the elements called, and an
+    error's note names the element's index (``in <stage> at element <i>``). ``map_and_batch_fusion``'s loop
     (``headrace._engine.tuning.static_optimizations.MapAndBatch``): no Python call per element of its own, and a
     plain ``dict`` or ``tuple`` result (without ``finish``) normalized and sized in one pass over its values."""
 
     def fill(counted: Counted, pull: Callable[[], Any], ready: Callable[[], Any], items: list[Any], k: int,
              per: int) -> tuple[int, int]:
         append = items.append
-        run = ready() or _NOTHING_READY
+        ahead = counted.ahead
+        run = _NOTHING_READY if ahead else ready() or _NOTHING_READY
         i = counted.index
         start = len(items)
         tally = FillTally(per, scalars=finish is None)  # results appended as they are when there is no finish
-        fast = None
+        fast = y = None
         try:
             for _ in range(k):
-                x = next(run, _END)
-                if x is _END:  # none ready: the input's own __next__ (which may make more ready)
-                    x = pull()
-                    run = ready() or _NOTHING_READY
+                if ahead:  # a result computed ahead (call_over_run), or the error its function raised
+                    y = ahead.popleft()
+                    x = _AHEAD
+                else:
+                    x = next(run, _END)
+                    if x is _END:  # none ready: the input's own __next__ (which may make more ready)
+                        x = pull()
+                        run = ready() or _NOTHING_READY
                 i += 1
                 try:
-                    y = fn(*x) if type(x) is tuple else fn(x)
+                    if x is not _AHEAD:
+                        y = fn(*x) if type(x) is tuple else fn(x)
+                    elif type(y) is Raised:
+                        raise y.error
                     if type(y) is fast:
                         append(y)
                         continue
@@ -158,6 +184,27 @@ def run_caller(fn: Callable[..., Any], stage: str, finish: Callable[[Any], Any] 
             counted.index = i
         return tally.result(len(items) - start)
     return fill
+
+
+def call_over_run(fn: Callable[..., Any], stage: str, run: Iterator[Any], k: int) -> tuple[list[Any], Exception | None]:
+    """``fn`` on up to ``k`` elements of ``run`` (tuples unpacked, as the first one is) by ``map()``: no Python loop
+    around the function, results as it returns them (not normalized). ``(the results, the exception it raised on
+    the element after them or None)``; a ``StopIteration`` from ``fn`` (which ends ``map()``) is told from the run's
+    end by counting the elements taken, and is :func:`stop_iteration_error`."""
+    x = next(run, _END)
+    if x is _END:
+        return [], None
+    pulled = count()  # the elements taken from the run (the one that raised included)
+    elements = map(itemgetter(0), zip(chain((x,), islice(run, k - 1)), pulled))
+    ys: list[Any] = []
+    error: Exception | None = None
+    try:
+        ys.extend(starmap(fn, elements) if type(x) is tuple else map(fn, elements))
+    except Exception as e:
+        error = e
+    if error is None and next(pulled) > len(ys):  # (map ends at a StopIteration from the function)
+        error = stop_iteration_error(stage)
+    return ys, error
 
 
 _CONTAINERS = (tuple, list, dict)

@@ -8,7 +8,8 @@ sequential ``batch`` looks each up once, when it is built, and only under the st
 - :class:`RowRuns` (``fill``): append up to ``k`` elements to a list in one call (a text or CSV reader's rows
   cut by slices; ``map_and_batch_fusion``'s loop, ``static_optimizations.MapAndBatch``);
 - :class:`ColumnRuns` (``fill_columns``): the elements as runs of 1-D columns, concatenated by ``batch`` into its
-  batch (no tuple per row is made or stacked);
+  batch (no tuple per row is made or stacked): a table or text reader's, and ``MapAndBatch``'s for a map whose
+  results are flat rows of scalars (``docs/design/rows.md``);
 - :class:`ReadyElements` (``elements_ready``): an iterator, C-level where it can be, over the elements
   ``__next__`` would give next (``range``'s chunk, a columnar reader's rows): what the fused map-and-batch loop
   pulls from without a Python call per element.
@@ -41,14 +42,15 @@ class RowRuns(Protocol):
 @runtime_checkable
 class ColumnRuns(Protocol):
     """A stage whose elements are flat tuples of scalars held as columns (a table reader), or scalars (a text
-    reader's lines)."""
+    reader's lines); or ``map_and_batch_fusion``'s loop, whose map returns flat rows of scalars."""
 
     def fill_columns(self, runs: list[Any], k: int, per: int) -> tuple[int, int, int]:
         """Append up to ``k`` elements to ``runs`` as runs, each a list of one 1-D numpy array per tuple component,
-        or for scalar elements one array (views are fine: a sequential ``batch`` concatenates them into its batch,
-        in the same call), stopping early after an element of more than ``per`` bytes; returns ``(elements,
-        bytes, largest)``, the bytes exactly the elements' ``nbytes``. An error or ``StopIteration`` leaves the
-        runs appended before it."""
+        a dict of them for dict elements, or for scalar elements one array (views are fine: a sequential ``batch``
+        concatenates them into its batch, in the same call), stopping early after an element of more than ``per``
+        bytes; returns ``(elements, bytes, largest)``, the bytes exactly the elements' ``nbytes``. An error or
+        ``StopIteration`` leaves the runs appended before it. ``(0, 0, 0)``: none to give as columns (the batch goes
+        on with its row loop and does not ask again in this iteration)."""
         ...
 
 
@@ -71,6 +73,14 @@ def row_runs(stage: object) -> Fill | None:
 def column_runs(stage: object) -> Callable[[list[Any], int, int], tuple[int, int, int]] | None:
     """``stage``'s :meth:`ColumnRuns.fill_columns`, or None."""
     return stage.fill_columns if isinstance(stage, ColumnRuns) else None
+
+
+def same_columns(a: Any, b: Any) -> bool:
+    """Whether two column runs (:meth:`ColumnRuns.fill_columns`: a list of arrays, or a dict of them) hold the same
+    components with the same dtypes (``np.concatenate`` would cast int32 and int64 runs to int64)."""
+    if type(a) is dict:
+        return type(b) is dict and a.keys() == b.keys() and all(a[k].dtype == b[k].dtype for k in a)
+    return type(b) is list and len(a) == len(b) and all(x.dtype == y.dtype for x, y in zip(a, b))
 
 
 def _nothing_ready() -> None:

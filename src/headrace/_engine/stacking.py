@@ -107,15 +107,16 @@ def _flat_columns(items: Sequence[Any], first: Any) -> list[list[Any]] | None:
     below, which names a mismatch)."""
     t = type(first)
     if t is dict:
-        keys = first.keys()
-        for x in items:
-            if type(x) is not dict or x.keys() != keys:
-                return None
+        if set(map(type, items)) != {dict} or set(map(len, items)) != {len(first)}:
+            return None
         order = sorted(first)
-        if len(order) == 1:
-            columns = [[x[order[0]] for x in items]]
-        else:
-            columns = [list(col) for col in zip(*map(itemgetter(*order), items))]
+        try:  # (the same number of keys, and every one of the first's: the same keys)
+            if len(order) == 1:
+                columns = [[x[order[0]] for x in items]]
+            else:
+                columns = [list(col) for col in zip(*map(itemgetter(*order), items))]
+        except KeyError:
+            return None
     elif t is tuple:
         if set(map(type, items)) != {tuple} or set(map(len, items)) != {len(first)}:
             return None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -101,6 +102,9 @@ def _concatenated(runs: list[Any], held: int, count: int) -> tuple[Any, int]:
     if type(runs[0]) is np.ndarray:
         out = np.concatenate(runs)
         return out, held + (8 * count if out.dtype.hasobject else 0)
+    if type(runs[0]) is dict:  # (a map's dict results: ``static_optimizations.MapAndBatch.fill_columns``)
+        batch = {k: np.concatenate([run[k] for run in runs]) for k in runs[0]}
+        return batch, held + 8 * count * sum(c.dtype.hasobject for c in batch.values())
     cols = tuple(np.concatenate([run[k] for run in runs]) for k in range(len(runs[0])))
     return cols, held + 8 * count * sum(c.dtype.hasobject for c in cols)
 
@@ -165,8 +169,9 @@ class _BatchIterator(Stage):
             rows = source  # a reader's runs
         self._rows = rows
         self._fill = self._rows.fill if self._rows is not None else partial(fill_one_by_one, source.__next__)
-        # a table reader's rows as column runs, concatenated into the batch (no tuple per row is stacked)
-        self._columns = column_runs(source) if columnar and optimized else None
+        # a table reader's rows (or map_and_batch_fusion's flat rows of scalars) as column runs, concatenated into
+        # the batch (no tuple per row is stacked)
+        self._columns = column_runs(source if rows is None else rows) if columnar and optimized else None
         self._account = account
         self._bs = batch_size
         self._drop = drop_remainder
@@ -229,15 +234,10 @@ class _BatchIterator(Stage):
             try:
                 n, largest = fill(items, bs - before, self._per)
             except BaseException as e:
-                sizes = [nbytes(x) for x in items[before:]]  # (fill's own tally went with the exception)
-                self._pulled += len(sizes) + (not isinstance(e, StopIteration))  # a position that raised counts
-                self._held += sum(sizes)
-                self._largest = max(self._largest, *sizes, 0)
-                r = self._reservation
-                if r is not None and self._held > r.nbytes:  # kept for the next call: charged now
-                    r.force(self._held - r.nbytes)
+                self._count_kept(items[before:])  # (fill's own tally went with the exception)
                 if isinstance(e, StopIteration):
                     return False
+                self._pulled += 1  # a position that raised counts
                 raise
             self._pulled += len(items) - before
             self._held += n
@@ -248,19 +248,22 @@ class _BatchIterator(Stage):
         return True
 
     def _gather_columns(self, stop: Any) -> bool:
-        """Fill the batch with the source's column runs; True when it is full. An error or the end turns the runs
-        gathered into rows (``_items``): the row loop of ``_gather`` goes on from there, as after any error."""
+        """Fill the batch with the source's column runs; True when it is full. An error, the end or a source with no
+        runs to give (0 elements) turns the runs gathered into rows (``_items``): the row loop of ``_gather`` goes on
+        from there, as after any error."""
         while self._run_rows < self._bs:
             try:
                 n, size, largest = self._columns(self._runs, self._bs - self._run_rows, self._per)  # type: ignore[misc]
             except BaseException as e:
-                for run in self._runs:  # (a scalar element's run is one array)
-                    self._items.extend(list(run) if type(run) is np.ndarray else zip(*[list(col) for col in run]))
-                self._runs, self._run_rows = [], 0
+                self._runs_to_items()
                 if isinstance(e, StopIteration):
                     return False
                 self._pulled += 1  # the position that raised
                 raise
+            if n == 0:  # (none as columns: the source is not asked again in this iteration)
+                self._columns = None
+                self._runs_to_items()
+                return False
             self._run_rows += n
             self._pulled += n
             self._held += size
@@ -269,6 +272,31 @@ class _BatchIterator(Stage):
                 if largest > self._per:
                     self._room(stop)
         return True
+
+    def _count_kept(self, kept: list[Any]) -> None:
+        """Count elements a call appended before it raised (its own count went with the exception): positions pulled
+        and bytes held, charged at once (they are kept for the next call)."""
+        sizes = [nbytes(x) for x in kept]
+        self._pulled += len(sizes)
+        self._held += sum(sizes)
+        self._largest = max(self._largest, *sizes, 0)
+        r = self._reservation
+        if r is not None and self._held > r.nbytes:
+            r.force(self._held - r.nbytes)
+
+    def _runs_to_items(self) -> None:
+        """The column runs gathered, as the rows they hold (numpy scalars; a scalar element's run is one array); those
+        of the runs a call appended before it raised are counted here."""
+        counted, start = self._run_rows, len(self._items)
+        for run in self._runs:
+            if type(run) is np.ndarray:
+                self._items.extend(list(run))
+            elif type(run) is dict:
+                self._items.extend(map(dict, map(zip, repeat(tuple(run)), zip(*[list(c) for c in run.values()]))))
+            else:
+                self._items.extend(zip(*[list(col) for col in run]))
+        self._runs, self._run_rows = [], 0
+        self._count_kept(self._items[start + counted:])
 
     def __next__(self) -> Any:
         if self._done:

@@ -22,6 +22,7 @@ from worker processes are converted to ``output_signature`` / checked against a 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,7 @@ from .._engine.calls import (
     empty_element_error,
     no_component,
     refuse_empty,
+    run_caller,
     traced_guard,
 )
 from .._engine.context import IteratorContext
@@ -42,6 +44,7 @@ from .._engine.stage import Stage, UnaryIterator
 from .._engine.stage_support import fn_name, note_error
 from .._engine.tuning.starting_values import MAP_WINDOW_PER_WORKER, parallelism
 from .._engine.tuning.static_optimizations import FusedMapIterator, optimizing
+from .._errors import StateError
 from .._options import AUTOTUNE
 from .._spec import from_user
 from .._structure import normalize
@@ -140,7 +143,8 @@ class _MapIterator(UnaryIterator):
     """``map`` in the consumer's thread: ``calls.element_caller``'s callable (normalized, then ``finish``: the
     ``output_signature`` conversion or the traced-spec check) on each element, its error noted with the element's
     index. Below a ``batch`` the recipe holds ``map_and_batch_fusion``'s node instead
-    (``static_optimizations.MapAndBatch``), whose loop counts this stage's ``index``."""
+    (``static_optimizations.MapAndBatch``), whose loop counts this stage's ``index`` and keeps in its ``ahead`` the
+    results it computed ahead over a run (docs/design/rows.md)."""
 
     kind = "map"
 
@@ -150,10 +154,16 @@ class _MapIterator(UnaryIterator):
         self._fn = fn
         self._stage = stage
         self.index = 0  # elements the function was called on (the note's "element i", the state's "index")
+        # results (or a calls.Raised) map_and_batch_fusion's loop computed ahead over a run, not yet handed out
+        self.ahead: deque[Any] = deque()
         self._finish = finish
         self._call = element_caller(fn, stage, normalize_result=True, finish=finish)
 
     def __next__(self) -> Any:
+        if self.ahead:  # (handed out as the fused loop hands them out: normalized, counted, an error noted)
+            out: list[Any] = []
+            run_caller(self._fn, self._stage, self._finish)(self, self._next_input, _no_run, out, 1, 1 << 62)
+            return out[0]
         x = self._next_input()
         i = self.index
         self.index = i + 1
@@ -169,10 +179,22 @@ class _MapIterator(UnaryIterator):
 
     def get_state(self) -> dict[str, Any]:
         # UnaryIterator's layout written out (a sequential batch takes its input's state once per batch)
-        return {"kind": "map", "index": self.index, "input": self._source.get_state()}
+        state = {"kind": "map", "index": self.index, "input": self._source.get_state()}
+        if self.ahead:  # (the input is past them: a batch gathering them keeps its own start instead)
+            state["ahead"] = len(self.ahead)
+        return state
 
     def _counters(self) -> dict[str, Any]:
         return {"index": self.index}
 
     def _restore_counters(self, state: dict[str, Any]) -> None:
+        if state.get("ahead"):
+            raise StateError(f"{self._stage}: this state was taken while {state['ahead']} results computed ahead "
+                             "were held (inside a batch, whose own state restores them); restore the batch's state")
+        self.ahead.clear()
         self.index = int(state["index"])
+
+
+def _no_run() -> None:
+    """No ready elements (``runs.ReadyElements``): what ``_MapIterator.__next__`` hands the fused loop."""
+    return None

@@ -17,9 +17,9 @@ the fix, before anything is read.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
-from itertools import repeat
 from operator import length_hint
 from typing import Any
 
@@ -114,6 +114,18 @@ def state_error(kind: str, msg: str) -> StateError:
 def adopt_seed(state: dict[str, Any], seed: int, seed_given: bool, kind: str) -> int:
     """The shuffling seed to continue with: the state's, unless the user fixed another one."""
     return check_seed(kind, state, seed, seed_given)
+
+
+@functools.lru_cache(maxsize=64)
+def dict_rows(keys: tuple[str, ...]) -> Callable[[Iterator[tuple[Any, ...]]], Iterator[dict[str, Any]]]:
+    """A function turning an iterator of value tuples into one of dicts with ``keys`` (lazily, in step with it): a
+    generator expression with a dict display made for these keys (``{k0: v0, k1: v1} for v0, v1 in rows``), twice
+    as fast per row as ``dict(zip(keys, values))``; the source names the keys only through variables."""
+    names = [f"k{i}" for i in range(len(keys))]
+    values = [f"v{i}" for i in range(len(keys))]
+    pairs = ", ".join(f"{k}: {v}" for k, v in zip(names, values))
+    source = f"lambda rows: ({{{pairs}}} for {', '.join(values)}, in rows)"
+    return eval(source, dict(zip(names, keys)))
 
 
 def row_of(block: dict[str, np.ndarray], i: int) -> dict[str, Any]:
@@ -310,7 +322,7 @@ class BlockRowIterator(Stage):
             track = iter(columns[0])
             rows = zip(track, *columns[1:])
             if not self.row_tuples:
-                rows = map(dict, map(zip, repeat(tuple(block)), rows))
+                rows = dict_rows(tuple(block))(rows)
         self._run = (rows, track, start, stop - start)
         return rows
 

@@ -139,10 +139,13 @@ class ParquetDataset(Dataset):
             list of them (``bytes`` from ``Dataset.list_files`` work too). Files are read in the given order.
         columns: column names to read (projection: other columns are never decoded); default all columns
             of the first file. Every file must have them.
-        batch_size: ``None``: one element per row, a dict ``{column: value}`` (numpy scalar, ``bytes`` or
-            array). An int: one element per record batch, a dict ``{column: array of n rows}`` - the fast
-            path (no per-row Python work). A batch never spans two row groups, so the last batch of each
-            row group may have fewer rows (like ``pyarrow``'s ``iter_batches`` on one row group).
+        batch_size: ``None``: one element per row, a dict ``{column: value}`` in the file's column order (or
+            ``columns``'): the column's numpy scalar type (``np.int64``, ``np.float32``, ``np.bool_``, ...; never
+            a Python number), ``bytes`` or a numpy array (the table above). A ``map`` of these rows into a
+            ``batch`` runs over them in runs (docs/design/rows.md). An int: one element per record batch, a dict
+            ``{column: array of n rows}`` - the fast path (no per-row Python work). A batch never spans two row
+            groups, so the last batch of each row group may have fewer rows (like ``pyarrow``'s ``iter_batches``
+            on one row group).
         shuffle_row_groups: read the row groups (of all files) in a random order, a new order for each
             iteration (epoch); rows inside a row group keep their order - add ``.shuffle(n)`` to mix them.
         seed: seed of that order (``None``: random, drawn once when the dataset is created).
