@@ -134,6 +134,16 @@ class ResultsWindow:
             self.next_seq += 1
             return self.next_seq - 1
 
+    def claim_if_room(self, index: int) -> int:
+        """Input lock held (worker ``index``, extending a run): the next sequence number if the window has room
+        now, else ``PARK`` (never waits)."""
+        with self.cv:
+            if (self.end_seq is not None or index >= self.pool.active
+                    or self.next_seq - self.prefix - len(self.beyond) >= self.size):
+                return PARK
+            self.next_seq += 1
+            return self.next_seq - 1
+
     def claim_inline(self) -> int:
         """Input lock held, the consumer's thread, nothing in flight: the next number, or ``StopIteration``."""
         if self.end_seq is not None:

@@ -1,8 +1,9 @@
 """Worker processes for ``map`` functions that hold the GIL: start, call, crash detection, shutdown.
 
 The coordinator stays :class:`~headrace._engine.pool.parallel.ParallelApplier` (ordering, window, reservations,
-state, stop flags): each of its worker threads hands its element to a worker process checked out of
-:class:`ProcessWorkers` and waits, in timed slices, for the result. This module is the function side.
+state, stop flags): each of its worker threads hands its element, or a run of consecutive elements in one
+message (:meth:`_Proc.run`), to a worker process checked out of :class:`ProcessWorkers` and waits, in timed
+slices, for the results. This module is the function side.
 
 Processes
 ---------
@@ -30,9 +31,9 @@ workers' RSS stays inside the budget.
 Reliability
 -----------
 - A call waits for its result in ``WAIT_SLICE_S`` slices, checking the stop flag and whether the process
-  is alive: a worker that dies raises :class:`~headrace.WorkerError` naming the stage, the element and the
-  signal (or exit status) within a slice or two of the death, never a hang. The dead worker is reaped and
-  replaced on the next call.
+  is alive: a worker that dies raises :class:`~headrace.WorkerError` naming the stage, the element (in a run:
+  the one its progress word names) and the signal (or exit status) within a slice or two of the death, never
+  a hang. The dead worker is reaped and replaced on the next call.
 - An exception in the function comes back as the same type (``cloudpickle``; else ``RuntimeError`` with
   its type and message) with the worker's traceback as ``__cause__`` (:class:`~headrace.RemoteTraceback`).
 - A call abandoned by ``close()`` / ``set_state()`` kills its worker (its answer would be out of step).
@@ -61,7 +62,7 @@ import psutil
 from ..._errors import MemoryBudgetError, RemoteTraceback, WorkerError
 from ..._memory import WAIT_SLICE_S, Cancelled, MemoryBudget, Reservation
 from ..._sync import Condition
-from .process_child import child_command, encode, receive_frames, send_value
+from .process_child import PROGRESS_BYTES, child_command, encode, receive_frames, send_value
 from .process_memory import REMEASURE_S, WorkerMemory, create_segment, read_into, segment_size, write_all
 
 START_TIMEOUT_S = 60.0
@@ -79,6 +80,27 @@ def _signal_text(code: int) -> tuple[str, int | None, int | None]:
             name = f"signal {-code}"
         return f"killed by {name}", -code, None
     return f"exited with status {code}", None, code
+
+
+class RunFault(Exception):
+    """(Internal, never raised to the user.) The element at ``position`` of a run lost the run: the worker died
+    computing it (``error``: its ``WorkerError``), or it could not be sent (``error``: why). The run's other
+    elements were not lost by their own doing: the executor computes them again."""
+
+    def __init__(self, position: int, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.position = position
+        self.error = error
+
+
+def _unpicklable(xs: list[Any]) -> int:
+    """The position of the first element of ``xs`` that does not pickle (0 if each does alone)."""
+    for j, x in enumerate(xs):
+        try:
+            pickle.dumps(x, protocol=5)
+        except Exception:
+            return j
+    return 0
 
 
 def rebuild_exception(payload: bytes, type_name: str, message: str, text: str) -> BaseException:
@@ -104,6 +126,9 @@ class _Proc:
         parent, child = socket.socketpair()
         self.sock = parent
         self.conn = Connection(os.dup(parent.fileno()))
+        # the progress word (process_child): where in its run the worker is, read after it died
+        self.progress_fd = os.memfd_create("headrace-progress", os.MFD_CLOEXEC)
+        os.ftruncate(self.progress_fd, PROGRESS_BYTES)
         env = dict(os.environ)
         if env.get("HEADRACE_MALLOC", "").lower() not in ("keep", "0", "off", "no"):
             env.setdefault("MALLOC_MMAP_THRESHOLD_", str(4 << 20))
@@ -112,8 +137,12 @@ class _Proc:
         try:
             # a process group of its own: a Ctrl-C in the terminal (SIGINT to the foreground group) reaches the
             # parent, which decides, and never a worker still importing (which would die with a traceback)
-            self.popen = subprocess.Popen(child_command(child.fileno()), pass_fds=[child.fileno()],
+            self.popen = subprocess.Popen(child_command(child.fileno(), self.progress_fd),
+                                          pass_fds=[child.fileno(), self.progress_fd],
                                           stdin=subprocess.DEVNULL, env=env, close_fds=True, process_group=0)
+        except BaseException:
+            os.close(self.progress_fd)
+            raise
         finally:
             child.close()
         self.pid = self.popen.pid
@@ -132,20 +161,35 @@ class _Proc:
             pass  # it died while starting (killed, OOM): wait_ready's receive sees the EOF and says how
 
     # -- messages -------------------------------------------------------------------------------------
-    def _recv(self, stop: Any, index: int | None, deadline: float | None = None) -> Any:
+    def _recv(self, stop: Any, index: int | None, deadline: float | None = None,
+              run: list[int] | None = None) -> Any:
+        """The next message; a death raises ``WorkerError`` for element ``index`` (in a ``run``: the element it
+        was computing, as ``RunFault``)."""
         while True:
             try:
                 if self.conn.poll(WAIT_SLICE_S):
                     return pickle.loads(self.conn.recv_bytes())
             except (EOFError, OSError):
-                raise self._died(index) from None
+                raise self._crash(index, run) from None
             if stop is not None and stop.is_set():
                 raise Cancelled()
             if self.popen.poll() is not None:
-                raise self._died(index)
+                raise self._crash(index, run)
             if deadline is not None and time.monotonic() > deadline:
                 raise WorkerError(f"{self.owner.stage}: worker process {self.pid} did not load the function within "
                                   f"{START_TIMEOUT_S:.0f} s", stage=self.owner.stage, index=index)
+
+    def _crash(self, index: int | None, run: list[int] | None) -> BaseException:
+        """The death as ``WorkerError`` (outside a run), or as ``RunFault`` naming the element of ``run`` the
+        worker was computing (its progress word)."""
+        if run is None:
+            return self._died(index)
+        try:
+            pos = min(max(0, int.from_bytes(os.pread(self.progress_fd, PROGRESS_BYTES, 0), sys.byteorder, signed=True)),
+                      len(run) - 1)
+        except OSError:
+            pos = 0
+        return RunFault(pos, self._died(run[pos]))
 
     def _died(self, index: int | None) -> WorkerError:
         try:
@@ -171,9 +215,9 @@ class _Proc:
                               stage=self.owner.stage)
         self.ready = True
 
-    def send_segment(self, role: str, size: int, stop: Any, index: int) -> None:
+    def send_segment(self, role: str, size: int, stop: Any, run: list[int]) -> None:
         """Replace the ``role`` segment by a new one of ``size`` bytes (reserved first); a worker that died
-        meanwhile raises its WorkerError (for element ``index``)."""
+        meanwhile raises its ``RunFault`` (computing an element of ``run``)."""
         old = self.segments.get(role)
         grow = self.owner.memory.segment_need(self, size - (old[1] if old else 0))
         self.owner.charge(self, grow, stop)
@@ -188,48 +232,57 @@ class _Proc:
         except OSError:
             os.close(fd)
             self.owner.uncharge(self, grow)
-            raise self._died(index) from None
+            raise self._crash(None, run) from None
         self.segments[role] = (fd, size)
         if old is not None:
             os.close(old[0])
 
-    # -- a call ---------------------------------------------------------------------------------------
-    def call(self, x: Any, index: int, stop: Any) -> Any:
-        header, places, frames, parts, need = encode(x)
+    # -- a run --------------------------------------------------------------------------------------
+    def run(self, xs: list[Any], indices: list[int], stop: Any) -> tuple[list[Any], dict[int, BaseException]]:
+        """``fn`` of each element of ``xs`` (numbers ``indices``) in one message each way: ``(results,
+        errors)``, ``errors`` by position (the function raised; None in ``results`` there). A death raises
+        ``RunFault`` naming the element being computed."""
+        try:
+            header, places, frames, parts, need = encode(xs)
+        except Exception as e:
+            raise RunFault(_unpicklable(xs), e) from e
         seg = self.segments.get("in")
         if need and (seg is None or seg[1] < need):
-            self.send_segment("in", segment_size(need), stop, index)
+            self.send_segment("in", segment_size(need), stop, indices)
             seg = self.segments["in"]
         for off, data in parts:
             write_all(seg[0], data, off)  # type: ignore[index]
         del parts
         try:
-            send_value(self.conn, ("call", header, places), frames)
+            os.pwrite(self.progress_fd, bytes(PROGRESS_BYTES), 0)
+            send_value(self.conn, ("run", header, places), frames)
         except OSError:
-            raise self._died(index) from None
+            raise self._crash(None, indices) from None
         del frames, header
         while True:
-            msg = self._recv(stop, index)
+            msg = self._recv(stop, None, run=indices)
             tag = msg[0]
             if tag == "grow":
-                self.send_segment("out", segment_size(msg[1]), stop, index)
+                self.send_segment("out", segment_size(msg[1]), stop, indices)
                 continue
-            if tag == "error":
-                self._account_cpu(msg[5])
-                raise rebuild_exception(msg[1], msg[2], msg[3], msg[4])
-            _tag, out_header, out_places, cpu = msg
-            self._account_cpu(cpu)
+            if tag == "error":  # the run's elements could not be read: each element's error
+                self._account_cpu(msg[5], len(xs))
+                return [None] * len(xs), {j: rebuild_exception(*msg[1:5]) for j in range(len(xs))}
+            _tag, out_header, out_places, cpu, errors = msg
+            self._account_cpu(cpu, len(xs))
             out_fd = self.segments["out"][0] if "out" in self.segments else -1
             try:
                 buffers = receive_frames(self.conn, out_places,
                                          lambda off, n, fd=out_fd: read_into(fd, n, off))
             except (EOFError, OSError):
-                raise self._died(index) from None
-            return pickle.loads(out_header, buffers=buffers)
+                raise self._crash(None, indices) from None
+            return pickle.loads(out_header, buffers=buffers), {j: rebuild_exception(*e) for j, e in errors.items()}
 
-    def _account_cpu(self, cpu: float) -> None:
+    def _account_cpu(self, cpu: float, elements: int) -> None:
         self.cpu_s += cpu
         self.owner.cpu_s += cpu
+        self.owner.elements += elements
+        self.owner.runs += 1
 
     def rss(self) -> int:
         try:
@@ -265,6 +318,9 @@ class _Proc:
                 f.close()
             except OSError:
                 pass
+        if self.progress_fd >= 0:
+            os.close(self.progress_fd)
+            self.progress_fd = -1
 
 
 def _reap(proc: _Proc, grace_s: float = 0.0) -> None:
@@ -312,6 +368,8 @@ class ProcessWorkers:
         self.started = 0
         self.crashes = 0
         self.cpu_s = 0.0
+        self.elements = 0  # computed (their CPU time is cpu_s)
+        self.runs = 0      # messages that carried them
         self.start_s: list[float] = []
 
     # -- memory ---------------------------------------------------------------------------------------
@@ -505,28 +563,30 @@ class ProcessWorkers:
         proc = self.checkout(stop)
         if proc is None:  # draining: only an "auto" executor drains, and it does not call this
             raise Cancelled()
-        return self.call_on(proc, x, index, stop)
+        values, errors = self.run_on(proc, [x], [index], stop)
+        if errors:
+            raise errors[0]
+        return values[0]
 
-    def call_on(self, proc: _Proc, x: Any, index: int, stop: Any) -> Any:
+    def run_on(self, proc: _Proc, xs: list[Any], indices: list[int], stop: Any
+               ) -> tuple[list[Any], dict[int, BaseException]]:
+        """``proc.run`` on a checked-out worker, which is checked in again (or discarded: it died, the call was
+        abandoned, or it grew past the budget)."""
         try:
-            value = proc.call(x, index, stop)
-        except WorkerError:
-            self.crashes += 1
-            self.discard(proc)
-            raise
-        except Cancelled:
-            self.discard(proc)
-            raise
-        except BaseException as e:
-            if isinstance(e.__cause__, RemoteTraceback):
-                self._remeasure(proc)
-                self.checkin(proc)  # the function raised: the worker is fine
-            else:
+            out = proc.run(xs, indices, stop)
+        except RunFault as fault:
+            if isinstance(fault.error, WorkerError):
+                self.crashes += 1
                 self.discard(proc)
+            else:  # nothing was sent: the worker is fine
+                self.checkin(proc)
+            raise
+        except BaseException:
+            self.discard(proc)
             raise
         self._remeasure(proc)
         self.checkin(proc)
-        return value
+        return out
 
     def _remeasure(self, proc: _Proc) -> None:
         """``proc.remeasure()``; a worker grown past what the budget can hold (``MemoryBudgetError``) is ended."""

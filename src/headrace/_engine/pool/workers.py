@@ -38,6 +38,11 @@ if TYPE_CHECKING:
     from .steps import ElementSteps
 
 
+Taken = tuple[int, Any, "BaseException | None", Reservation]
+"""An element a worker took: its sequence number, the element (None if pulling it raised), the error, its
+reservation."""
+
+
 class WorkerThreads:
     """The worker threads of one :class:`~headrace._engine.pool.parallel.ParallelApplier`: this generation's
     threads and stop flag, the largest input seen, the workers' kinds of reservation and their counters."""
@@ -186,6 +191,9 @@ class WorkerThreads:
                 if ended:
                     reservation.cancel()
                     return
+                run = None
+                if ready is None and charged is None and error is None and not self.inline.direct:
+                    run = self._extend_run(gen, stop, index, (seq, x, error, reservation), estimate)
             except BaseException:
                 if reservation is not None:
                     reservation.cancel()
@@ -196,8 +204,11 @@ class WorkerThreads:
             stats.room_s += t2 - t1
             stats.budget_s += t3 - t2
             stats.input_s += (t1 - t0) + (t4 - t3)
-            self._finish(gen, stop, seq, x, error, reservation, stats, ready)
-            x = error = None  # no reference to the element while this worker waits for room
+            if run is None:
+                self._finish(gen, stop, seq, x, error, reservation, stats, ready)
+            else:
+                self._finish_run(gen, stop, run, stats)
+            x = error = run = None  # no reference to the elements while this worker waits for room
 
     def _topping_up(self, reservation: Reservation, charged: int, stop: Flag, urgent: Any
                     ) -> Callable[[bool], bool]:
@@ -239,27 +250,99 @@ class WorkerThreads:
             snapshots.snapshot_after_replay_event(gen, seq)
         return x, None, False
 
+    def _extend_run(self, gen: int, stop: Flag, index: int, first: Taken, estimate: int) -> list[Taken] | None:
+        """Input lock held, ``first`` pulled: on an executor that takes runs (worker processes), more elements
+        for the same message, each claimed, reserved and pulled as ``first`` was, as long as the window has room
+        and the budget admits them now (nothing waits): at most the executor's ``run_length`` and this worker's
+        part of the window. None: ``first`` goes alone."""
+        pool, window = self.pool, self.window
+        k = min(pool.executor.run_length(estimate), max(1, window.size // max(1, pool.active)))
+        run = [first]
+        try:
+            while len(run) < k and not stop.is_set():
+                reservation = pool.account.try_reserve(estimate, self._policy)
+                if reservation is None:
+                    break
+                seq = window.claim_if_room(index)
+                if seq < 0:
+                    reservation.cancel()
+                    break
+                x, error, ended = self._pull(gen, seq)
+                if ended:
+                    reservation.cancel()
+                    break
+                run.append((seq, x, error, reservation))
+        except BaseException:
+            for _seq, _x, _error, reservation in run[1:]:
+                reservation.cancel()
+            raise
+        return run if len(run) > 1 else None
+
     def _finish(self, gen: int, stop: Flag, seq: int, x: Any, error: BaseException | None,
                 reservation: Reservation, stats: PoolStats, ready: Callable[[bool], bool] | None = None) -> None:
-        pool, window = self.pool, self.window
-        if seq in window.skip:  # delivered before the state this run was restored from
-            reservation.cancel()
-            if error is None and pool.release_input is not None:
-                pool.release_input(x)
-            window.drop_skipped(seq)
+        if self._skipped(seq, x, error, reservation):
             return
         value, n = None, 0
         if error is None:
-            if not (pool.identity or pool.input_charged):
-                n_in = nbytes(x)
-                if n_in > self._in_max:
-                    self._in_max = n_in
+            self._note_input(x)
             try:
                 value, n, error = self.steps.apply(x, seq, stop, stats, ready=ready)
             except (Cancelled, MemoryBudgetError):
                 reservation.cancel()
                 raise
             x = None
+        self._store(gen, stop, seq, value, n, error, reservation)
+
+    def _finish_run(self, gen: int, stop: Flag, run: list[Taken], stats: PoolStats) -> None:
+        """``_finish`` of a run's elements with one executor call for those that pulled without an error."""
+        todo: list[Taken] = []
+        for seq, x, error, reservation in run:
+            if self._skipped(seq, x, error, reservation):
+                continue
+            if error is None:
+                self._note_input(x)
+                todo.append((seq, x, None, reservation))
+            else:
+                self._store(gen, stop, seq, None, 0, error, reservation)
+        if not todo:
+            return
+        try:
+            outs = self.steps.apply_run([x for _s, x, _e, _r in todo], [seq for seq, _x, _e, _r in todo], stop, stats)
+        except BaseException:
+            for _seq, _x, _error, reservation in todo:
+                reservation.cancel()
+            raise
+        for i, ((seq, _x, _e, reservation), (value, n, error)) in enumerate(zip(todo, outs, strict=True)):
+            try:
+                self._store(gen, stop, seq, value, n, error, reservation)
+            except BaseException:
+                for _seq, _x2, _e2, rest in todo[i + 1:]:
+                    rest.cancel()
+                raise
+
+    def _skipped(self, seq: int, x: Any, error: BaseException | None, reservation: Reservation) -> bool:
+        """Element ``seq`` was delivered before the state this run was restored from: dropped (True)."""
+        window = self.window
+        if seq not in window.skip:
+            return False
+        reservation.cancel()
+        if error is None and self.pool.release_input is not None:
+            self.pool.release_input(x)
+        window.drop_skipped(seq)
+        return True
+
+    def _note_input(self, x: Any) -> None:
+        """The largest input seen (the reservation's input part)."""
+        pool = self.pool
+        if not (pool.identity or pool.input_charged):
+            n_in = nbytes(x)
+            if n_in > self._in_max:
+                self._in_max = n_in
+
+    def _store(self, gen: int, stop: Flag, seq: int, value: Any, n: int, error: BaseException | None,
+               reservation: Reservation) -> None:
+        """Settle (or cancel, for an error) element ``seq``'s reservation and store its result."""
+        pool, window = self.pool, self.window
         if error is None:
             try:  # a call that needs more than the whole budget is refused before its excess is charged
                 reservation.settle(n, need=self._need(n))
