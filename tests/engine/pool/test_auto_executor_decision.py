@@ -22,6 +22,9 @@ from headrace._engine.pool import auto_executor
 from headrace._engine.pool.auto_executor import MAX_SWITCHES, PAIR_CALLS, SOLO_CALLS, AutoExecutor
 from headrace._engine.pool.executor import ExecutorKind, run_delay_s
 from headrace._engine.pool.executor_choice import (
+    Call,
+    CallLog,
+    Run,
     Solo,
     concurrency,
     covered,
@@ -38,25 +41,24 @@ def _solo(cpu: float = CALL_S, wall: float = CALL_S, runnable: float = CALL_S) -
     return Solo([(wall, cpu, runnable)] * SOLO_CALLS)
 
 
-def _serialized(n: int = PAIR_CALLS, gap_s: float = 20e-6) -> list[tuple[float, float, float, float]]:
+def _serialized(n: int = PAIR_CALLS, gap_s: float = 20e-6, gap_delay_s: float = 0.0) -> list[Call]:
     """Two threads' calls of a GIL-bound function shorter than the switch interval: back to back, each at full
-    CPU (``(start, end, cpu, run_delay)``)."""
+    CPU, ``gap_s`` apart, ``gap_delay_s`` of each gap waiting for a core."""
     out, t = [], 0.0
     for _ in range(n):
-        out.append((t, t + CALL_S, CALL_S, 0.0))
+        out.append((t, t + CALL_S, CALL_S, 0.0, gap_delay_s))
         t += CALL_S + gap_s
     return out
 
 
-def _overlapping(n: int = PAIR_CALLS, cpu_share: float = 0.5, delay_share: float = 0.0
-                 ) -> list[tuple[float, float, float, float]]:
+def _overlapping(n: int = PAIR_CALLS, cpu_share: float = 0.5, delay_share: float = 0.0) -> list[Call]:
     """Pairs of calls that ran at once, each ``2 * CALL_S`` long; ``cpu_share`` of it on the CPU and
     ``delay_share`` waiting for a core (the rest: waiting for the GIL)."""
     out = []
     for i in range(n // 2):
         s = i * 2 * CALL_S
         for _ in range(2):
-            out.append((s, s + 2 * CALL_S, 2 * CALL_S * cpu_share, 2 * CALL_S * delay_share))
+            out.append((s, s + 2 * CALL_S, 2 * CALL_S * cpu_share, 2 * CALL_S * delay_share, 0.0))
     return out
 
 
@@ -89,6 +91,12 @@ def test_calls_with_gaps_between_them_wait_for_a_slow_input():
     assert kind == "thread" and "input is slower" in why, why
 
 
+def test_gaps_spent_waiting_for_a_core_are_the_machines_load_not_a_slow_input():
+    # serialized calls on a loaded machine: between calls the threads waited for a core (busy 58% uncorrected)
+    kind, why, figures = first_verdict(_solo(), _serialized(gap_s=CALL_S, gap_delay_s=0.9 * CALL_S))
+    assert kind == "process" and figures["busy"] >= 0.9, why
+
+
 def test_waiting_or_short_calls_stay_on_threads_before_any_pair_is_timed():
     kind, why, _ = first_verdict(_solo(cpu=CALL_S / 20), [])
     assert kind == "thread" and "CPU" in why, why
@@ -101,6 +109,17 @@ def test_the_cpu_share_leaves_out_the_time_spent_waiting_for_a_core():
     solo = _solo(cpu=CALL_S, wall=8 * CALL_S, runnable=CALL_S)  # preempted 7/8 of the time by other processes
     assert solo.cpu_share() == pytest.approx(1.0)
     assert first_verdict(solo, [])[0] is None  # not "it waits": the pair phase comes next
+
+
+def test_the_call_log_splits_a_threads_waits_for_a_core_into_inside_and_between_calls():
+    log = CallLog("test")
+    log.add(0.0, 1.0, 0.5, 10.0, 10.25, thread=1)  # its first call: no gap before it
+    log.add(1.5, 2.0, 0.5, 10.5, 10.5, thread=1)   # waited 0.25 s for a core between the calls
+    log.add(0.0, 1.0, 0.9, 3.0, 3.5, thread=2)     # a delay longer than wall - cpu is capped at it
+    calls, threads = log.take()
+    assert threads == 2 and calls == [(0.0, 1.0, 0.5, 0.25, 0.0), (1.5, 2.0, 0.5, 0.0, 0.25),
+                                      (0.0, 1.0, 0.9, pytest.approx(0.1), 0.0)]
+    assert log.take() == ([], 0)
 
 
 def test_concurrency_figures_of_two_serialized_threads():
@@ -116,20 +135,24 @@ def test_a_check_on_threads_finds_them_serialized_or_scaling():
     assert not wrong, why
 
 
-def _runs(n: int, elements: int, run_s: float, in_flight: int) -> list[tuple[float, float, int]]:
-    """``n`` runs of ``elements`` each taking ``run_s``, ``in_flight`` at a time."""
-    return [((i // in_flight) * run_s, (i // in_flight + 1) * run_s, elements) for i in range(n)]
+def _runs(n: int, run_s: float, in_flight: int, cpu_s: float, delay_s: float = 0.0) -> list[Run]:
+    """``n`` runs of 8 elements each taking ``run_s`` (the worker computing ``cpu_s`` of it and waiting
+    ``delay_s`` for a core), ``in_flight`` at a time."""
+    return [((i // in_flight) * run_s, (i // in_flight + 1) * run_s, 8, cpu_s, delay_s) for i in range(n)]
 
 
-def test_processes_slower_than_one_thread_are_wrong_only_while_they_set_the_pace():
-    # 2 runs of 8 at once, each 20 ms: 800 elements/s against one thread's 714/s: right
-    wrong, why, figures = processes_wrong(_runs(10, 8, 0.020, 2), CALL_S)
-    assert not wrong and figures["process_rate"] == pytest.approx(800.0), why
-    # each run 40 ms: 400 elements/s, below one thread: wrong
-    wrong, why, _ = processes_wrong(_runs(10, 8, 0.040, 2), CALL_S)
-    assert wrong and "below one thread alone" in why, why
+def test_processes_that_computed_less_than_one_core_together_were_wrong():
+    # 2 runs at once, the workers computing 18 of every 20 ms: 1.8 cores' worth
+    wrong, why, figures = processes_wrong(_runs(10, 0.020, 2, cpu_s=0.018), CALL_S)
+    assert not wrong and figures["process_cores"] == pytest.approx(1.8), why
+    # the round trips took most of each run: 0.4 cores' worth, less than one thread computes
+    wrong, why, figures = processes_wrong(_runs(10, 0.040, 2, cpu_s=0.008), CALL_S)
+    assert wrong and "0.40 cores" in why and figures["process_rate"] == pytest.approx(400.0), why
+    # the same runs on a loaded machine, the workers waiting 30 ms for a core: the load, not processes
+    wrong, why, _ = processes_wrong(_runs(10, 0.040, 2, cpu_s=0.008, delay_s=0.030), CALL_S)
+    assert not wrong, why
     # one run at a time (the consumer or the input set the pace): not judged
-    wrong, why, _ = processes_wrong(_runs(10, 8, 0.040, 1), CALL_S)
+    wrong, why, _ = processes_wrong(_runs(10, 0.040, 1, cpu_s=0.008), CALL_S)
     assert not wrong, why
 
 
@@ -140,10 +163,9 @@ def _auto(monkeypatch, started: list[str]) -> AutoExecutor:
     return ex
 
 
-def _decide(ex: AutoExecutor, pair: list[tuple[float, float, float, float]]) -> None:
+def _decide(ex: AutoExecutor, pair: list[Call]) -> None:
     ex._solo.calls[:] = _solo().calls
-    for s, e, c, d in pair:
-        ex._pair.add(s, e, c, d, 1)
+    ex._pair.calls[:] = pair
     with ex._cv:
         ex._maybe_decide()
 
@@ -182,7 +204,7 @@ def test_processes_proved_slower_than_one_thread_go_back_and_the_moves_stop(monk
 
     class Runs:  # a process executor's run log (what _maybe_check reads)
         recording = False
-        runs = _runs(10, 8, 0.040, 2)
+        runs = _runs(10, 0.040, 2, cpu_s=0.008)
 
         def take(self):
             return list(self.runs)
@@ -200,7 +222,7 @@ def test_processes_proved_slower_than_one_thread_go_back_and_the_moves_stop(monk
     ex._check_from = 0.0
     ex._maybe_check(procs)  # opens the window
     assert procs.runs.recording
-    procs.runs.runs = _runs(10, 8, 0.040, 2)
+    procs.runs.runs = _runs(10, 0.040, 2, cpu_s=0.008)
     ex._maybe_check(procs)  # judges it
     assert ex.kind is ExecutorKind.THREAD and procs.drained and "moved back to threads" in ex.why
     assert len(ex.moves) == 1 and not ex.final

@@ -35,7 +35,7 @@ from ..._sync import Condition, Flag
 from ..context import IteratorContext
 from ..stage_support import join_threads, start_thread
 from .executor import ExecutorKind, Finish, Outcome, ProcessExecutor, Ready, finished, outcome, run_delay_s
-from .executor_choice import CallLog, Solo, first_verdict, processes_wrong, threads_wrong
+from .executor_choice import Call, CallLog, Solo, first_verdict, processes_wrong, threads_wrong
 from .process_memory import WORKER_ESTIMATE_BYTES, process_extra_bytes
 
 SOLO_CALLS = 4
@@ -119,11 +119,11 @@ class AutoExecutor:
         try:
             return self.thread_fn(x)
         finally:
-            w1, cpu, delay = time.perf_counter(), time.thread_time() - c0, max(0.0, run_delay_s() - d0)
+            w1, cpu, d1 = time.perf_counter(), time.thread_time() - c0, run_delay_s()
             if log is not None:
-                log.add(w0, w1, cpu, min(delay, w1 - w0 - cpu), threading.get_ident())
+                log.add(w0, w1, cpu, d0, d1, threading.get_ident())
             else:  # the wall time the thread could run: without the time it waited for a core (machine load)
-                self._solo.calls.append((w1 - w0, cpu, w1 - w0 - min(w1 - w0 - cpu, delay)))
+                self._solo.calls.append((w1 - w0, cpu, w1 - w0 - min(w1 - w0 - cpu, max(0.0, d1 - d0))))
 
     def _measured_call(self, x: Any, stop: Any) -> Any:
         cv = self._cv
@@ -187,7 +187,7 @@ class AutoExecutor:
     def _next_check(self) -> float:
         return time.perf_counter() + RECHECK_S if self._switches < MAX_SWITCHES else float("inf")
 
-    def _judge_threads(self, calls: list[tuple[float, float, float, float]], threads: int) -> None:
+    def _judge_threads(self, calls: list[Call], threads: int) -> None:
         """Lock held: a check window on threads is over (``threads``: how many threads made the ``calls``;
         one, e.g. the consumer's on the inline path, has nothing to scale)."""
         if threads < 2 or len(calls) < CHECK_MIN:

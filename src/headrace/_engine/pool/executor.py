@@ -32,7 +32,7 @@ from ..._memory import Cancelled
 from ..._structure import normalize
 from ..._sync import Flag, Lock
 from ..context import IteratorContext
-from .executor_choice import CPU_BOUND_SHARE
+from .executor_choice import CPU_BOUND_SHARE, Run
 from .process_memory import process_extra_bytes
 from .process_pool import ProcessWorkers, RunFault
 
@@ -91,20 +91,20 @@ Outcome = tuple[Any, BaseException | None]
 
 
 class RunLog:
-    """The runs a process executor completed while ``recording``: ``(start, end, elements)`` each (what
+    """The runs a process executor completed while ``recording`` (``executor_choice.Run`` each: what
     ``executor_choice.processes_wrong`` judges). Thread-safe."""
 
     def __init__(self, name: str) -> None:
         self._lock = Lock(name)
         self.recording = False
-        self.runs: list[tuple[float, float, int]] = []
+        self.runs: list[Run] = []
 
-    def note(self, start: float, end: float, elements: int) -> None:
+    def note(self, run: Run) -> None:
         if self.recording:
             with self._lock:
-                self.runs.append((start, end, elements))
+                self.runs.append(run)
 
-    def take(self) -> list[tuple[float, float, int]]:
+    def take(self) -> list[Run]:
         """The runs noted so far (the log starts empty again)."""
         with self._lock:
             runs, self.runs = self.runs, []
@@ -308,13 +308,13 @@ class ProcessExecutor:
         or it does not pickle): it gets that error, the others are computed again (they were not at fault)."""
         t0 = time.perf_counter()
         try:
-            values, errors = self.workers.run_on(proc, xs, indices, stop)
+            values, errors, (cpu, delay) = self.workers.run_on(proc, xs, indices, stop)
         except RunFault as fault:
             j = fault.position
             rest = [i for i in range(len(xs)) if i != j]
             again = self.compute_run([xs[i] for i in rest], [indices[i] for i in rest], stop, fallback) if rest else []
             return [*again[:j], (None, fault.error), *again[j:]]
-        self.runs.note(t0, time.perf_counter(), len(xs))
+        self.runs.note((t0, time.perf_counter(), len(xs), cpu, delay))
         stage = self.stage
         outs: list[Outcome] = []
         for j, y in enumerate(values):

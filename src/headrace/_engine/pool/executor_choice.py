@@ -8,8 +8,9 @@ thread waited for a core (``run_delay_s``: other processes loading the machine).
 waited for a core waited for something else: for a CPU-bound call (``CPU_BOUND_SHARE``), the GIL. So the
 *cores the threads used* while calls ran, ``sum(cpu + run delay) / covered time``, is ~1.0 for a function
 that holds the GIL however many threads run it (and however loaded the machine is), ~the thread count for
-one that releases it. Per run on worker processes: its wall time and element count, so the processes' rate
-while they computed (elements / covered time) is compared with one thread's (1 / a solo call's wall time).
+one that releases it. Per run on worker processes: its wall time, the worker's CPU time and the time the worker
+waited for a core, so the cores the workers used together while runs were in flight is compared with the
+one core a thread alone computes on.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ CPU_BOUND_SHARE = 0.25
 CPU-bound call shows ~1.0 however loaded the machine is (uncorrected, it fell to 0.12 beside 3 busy
 processes on 2 cores, and "auto" took a GIL-bound function for one that waits)."""
 BACK_TO_BACK = 0.8
-"""Some call ran this share of the measured span (the union of the calls' intervals): the function, not the
-input, set the pace (an input slower than the function leaves gaps between the calls: threads keep up)."""
+"""Some call ran (or a thread waited for a core between calls) this share of the measured span: the function,
+not the input, set the pace (an input slower than the function leaves gaps between the calls: threads keep
+up). Without the waits for a core, calls serialized by the GIL on a machine at load 11 covered 58%."""
 THREAD_CORES = 1.4
 """Threads that used (ran or waited for a core) fewer cores than this together while their calls ran were
 serialized by the GIL: processes. 1.0 for a GIL-bound function, 2.0 for one that releases it on 2 threads."""
@@ -35,7 +37,8 @@ MIN_PROCESS_CALL_S = 100e-6
 """Shorter calls stay on threads: a run of elements crosses to a worker in one message (~0.1-0.3 ms a
 round trip), and elements this short gain little beside the parent's own per-element work."""
 WRONG_SHARE = 0.9
-"""A stage whose calls went at less than this share of one thread's rate (a solo call's) was wrong."""
+"""Threads whose calls went at less than this share of one thread's rate (a solo call's) ran below
+sequential; worker processes that computed less than this share of a core together were wrong."""
 BUSY_WORKERS = 1.5
 """Runs on processes are judged only while this many were in flight on average (the stage, not its input
 or consumer, set the pace)."""
@@ -66,40 +69,51 @@ class Solo:
         return sum(c for _, c, _ in self.calls) / max(1e-9, sum(r for _, _, r in self.calls))
 
 
+Call = tuple[float, float, float, float, float]
+"""A call timed on a thread: ``(start, end, cpu, run_delay, gap_delay)``: the run delay inside the call, and the
+run delay of its thread since its previous timed call ended (waiting for a core between calls)."""
+
+
 class CallLog:
-    """Calls timed while several threads run them: ``(start, end, cpu, run_delay)`` each. Thread-safe."""
+    """Calls timed while several threads run them (``Call`` each). Thread-safe."""
 
     def __init__(self, name: str) -> None:
         self._lock = Lock(name)
-        self.calls: list[tuple[float, float, float, float]] = []
+        self.calls: list[Call] = []
         self.threads: set[int] = set()  # the threads that made them
+        self._last: dict[int, float] = {}  # a thread's run delay when its last timed call ended
 
-    def add(self, start: float, end: float, cpu: float, delay: float, thread: int) -> None:
-        """Note one call of thread ``thread``."""
+    def add(self, start: float, end: float, cpu: float, delay0: float, delay1: float, thread: int) -> None:
+        """Note one call of thread ``thread``; ``delay0`` / ``delay1``: the thread's run delay so far at its start
+        and end (``run_delay_s``)."""
         with self._lock:
-            self.calls.append((start, end, cpu, delay))
+            gap = max(0.0, delay0 - self._last.get(thread, delay0))
+            self._last[thread] = delay1
+            self.calls.append((start, end, cpu, max(0.0, min(delay1 - delay0, end - start - cpu)), gap))
             self.threads.add(thread)
 
-    def take(self) -> tuple[list[tuple[float, float, float, float]], int]:
+    def take(self) -> tuple[list[Call], int]:
         """The calls noted so far and how many threads made them (the log starts empty again)."""
         with self._lock:
             calls, threads, self.calls, self.threads = self.calls, self.threads, [], set()
         return calls, len(threads)
 
 
-def concurrency(calls: list[tuple[float, float, float, float]]) -> dict[str, float]:
-    """The figures of calls that threads ran at once (``CallLog``): ``busy`` (covered / span), ``overlap``
-    (sum of walls / covered: calls in flight on average), ``cores`` (sum of cpu + run delay / covered: the
-    cores they used or waited for together) and ``rate`` (calls per second of covered time)."""
-    t0 = min(s for s, _, _, _ in calls)
-    t1 = max(e for _, e, _, _ in calls)
-    cov = max(1e-9, covered([(s, e) for s, e, _, _ in calls]))
-    return {"busy": cov / max(1e-9, t1 - t0), "overlap": sum(e - s for s, e, _, _ in calls) / cov,
-            "cores": sum(c + d for _, _, c, d in calls) / cov, "rate": len(calls) / cov}
+def concurrency(calls: list[Call]) -> dict[str, float]:
+    """The figures of calls that threads ran at once (``CallLog``): ``busy`` (covered / span; the time the
+    threads waited for a core between calls counts as busy: the machine's load, not a slow input, kept them
+    from the next call), ``overlap`` (sum of walls / covered: calls in flight on average), ``cores`` (sum of
+    cpu + run delay / covered: the cores they used or waited for together) and ``rate`` (calls per second of
+    covered time)."""
+    t0 = min(c[0] for c in calls)
+    t1 = max(c[1] for c in calls)
+    cov = max(1e-9, covered([(c[0], c[1]) for c in calls]))
+    gaps = sum(c[4] for c in calls)
+    return {"busy": min(1.0, (cov + gaps) / max(1e-9, t1 - t0)), "overlap": sum(c[1] - c[0] for c in calls) / cov,
+            "cores": sum(c[2] + c[3] for c in calls) / cov, "rate": len(calls) / cov}
 
 
-def first_verdict(solo: Solo, pair: list[tuple[float, float, float, float]]
-                  ) -> tuple[str | None, str, dict[str, Any]]:
+def first_verdict(solo: Solo, pair: list[Call]) -> tuple[str | None, str, dict[str, Any]]:
     """From calls timed one at a time (``solo``) and two at a time (``pair``, None while too few): ``("thread"
     | "process" | None (not yet), why, figures)``."""
     wall1, share = solo.wall(), solo.cpu_share()
@@ -114,7 +128,7 @@ def first_verdict(solo: Solo, pair: list[tuple[float, float, float, float]]
     return _threads_verdict(pair, wall1, figures, "2 threads")
 
 
-def _threads_verdict(calls: list[tuple[float, float, float, float]], wall1: float, figures: dict[str, Any],
+def _threads_verdict(calls: list[Call], wall1: float, figures: dict[str, Any],
                      who: str) -> tuple[str, str, dict[str, Any]]:
     c = concurrency(calls)
     seq_rate = 1.0 / max(1e-9, wall1)
@@ -131,8 +145,7 @@ def _threads_verdict(calls: list[tuple[float, float, float, float]], wall1: floa
                        f"time (it holds the GIL){slower}"), figures
 
 
-def threads_wrong(calls: list[tuple[float, float, float, float]], wall1: float
-                  ) -> tuple[bool, str, dict[str, Any]]:
+def threads_wrong(calls: list[Call], wall1: float) -> tuple[bool, str, dict[str, Any]]:
     """A check of a stage on threads (``calls`` of all its threads over a window): ``(wrong, why, figures)``,
     wrong when they were serialized by the GIL while the function set the pace."""
     figures: dict[str, Any] = {}
@@ -140,16 +153,24 @@ def threads_wrong(calls: list[tuple[float, float, float, float]], wall1: float
     return kind == "process", why, figures
 
 
-def processes_wrong(runs: list[tuple[float, float, int]], wall1: float) -> tuple[bool, str, dict[str, Any]]:
-    """A check of a stage on worker processes (``runs``: ``(start, end, elements)`` over a window):
-    ``(wrong, why, figures)``, wrong when, with ``BUSY_WORKERS`` runs in flight, they computed fewer elements
-    per second than one thread alone (``WRONG_SHARE`` of ``1 / wall1``)."""
-    cov = max(1e-9, covered([(s, e) for s, e, _ in runs]))
-    rate = sum(n for _, _, n in runs) / cov
-    busy = sum(e - s for s, e, _ in runs) / cov
+Run = tuple[float, float, int, float, float]
+"""A run on a worker process: ``(start, end, elements, cpu_s, delay_s)``: its wall interval in the parent, its
+elements, the worker's CPU time for it and the time the worker waited for a core meanwhile."""
+
+
+def processes_wrong(runs: list[Run], wall1: float) -> tuple[bool, str, dict[str, Any]]:
+    """A check of a stage on worker processes (``runs`` over a window): ``(wrong, why, figures)``. With
+    ``BUSY_WORKERS`` runs in flight (the stage set the pace), the workers that computed (or waited for a core)
+    less than ``WRONG_SHARE`` of a core together computed fewer elements than one thread alone would have:
+    the round trips cost more than the second interpreter gained. Load-corrected, as the threads' cores are."""
+    cov = max(1e-9, covered([(r[0], r[1]) for r in runs]))
+    rate = sum(r[2] for r in runs) / cov
+    busy = sum(r[1] - r[0] for r in runs) / cov
+    cores = sum(r[3] + r[4] for r in runs) / cov
     seq_rate = 1.0 / max(1e-9, wall1)
-    figures = {"process_rate": round(rate, 1), "runs_in_flight": round(busy, 2), "sequential_rate": round(seq_rate, 1)}
-    if busy >= BUSY_WORKERS and rate < WRONG_SHARE * seq_rate:
-        return True, (f"worker processes computed {rate:.0f} elements/s with {busy:.1f} runs in flight, below one "
-                      f"thread alone ({seq_rate:.0f}/s)"), figures
-    return False, f"worker processes computed {rate:.0f} elements/s (one thread alone {seq_rate:.0f}/s)", figures
+    figures = {"process_rate": round(rate, 1), "runs_in_flight": round(busy, 2), "process_cores": round(cores, 2),
+               "sequential_rate": round(seq_rate, 1)}
+    if busy >= BUSY_WORKERS and cores < WRONG_SHARE:
+        return True, (f"{busy:.1f} runs in flight on worker processes computed only {cores:.2f} cores' worth "
+                      f"({rate:.0f} elements/s; one thread alone computes a whole core's: {seq_rate:.0f}/s)"), figures
+    return False, f"worker processes computed {cores:.2f} cores' worth ({rate:.0f} elements/s)", figures

@@ -39,10 +39,11 @@ map, passed at start): a worker that dies mid-run is known to have died on that 
 
 Messages, parent -> worker: ``("init", sys_path, sys_argv, fn_bytes, stage)``; ``("seg", role, size)`` + one fd;
 ``("run", header, places)`` + frames (a list of elements); ``("exit",)``. Worker -> parent: ``("ready", pid)``,
-``("init_error", text)``, ``("grow", nbytes)``, ``("ok", header, places, cpu_s, errors)`` + frames (the list of
+``("init_error", text)``, ``("grow", nbytes)``, ``("ok", header, places, cpu_s, delay_s, errors)`` + frames (the list of
 results; ``errors``: position -> ``(exc_bytes, type_name, message, traceback_text)``, None at those positions
 in the list), ``("error", exc_bytes, type_name, message, traceback_text, cpu_s)`` (the run's elements could not
-be read: every element's error) (``cpu_s``: the run's CPU time).
+be read: every element's error) (``cpu_s``: the run's CPU time; ``delay_s``: the time the worker waited for a
+core meanwhile).
 
 The worker exits when the parent closes the socket, sends ``exit``, or dies (its parent pid changes).
 It ignores ``SIGINT`` (a Ctrl-C in the terminal reaches the whole process group; the parent decides).
@@ -213,7 +214,7 @@ class _Worker:
         self.conn.send_bytes(pickle.dumps(("ready", os.getpid())))
 
     def run(self, header: bytes, places: list[tuple[Any, ...]]) -> None:
-        cpu0 = time.thread_time()
+        cpu0, delay0 = time.thread_time(), _run_delay_s()
         seg = self.segments.get("in")
         buffers = receive_frames(self.conn, places, lambda off, n: seg.view[off:off + n])  # type: ignore[union-attr]
         try:
@@ -248,7 +249,8 @@ class _Worker:
         # Every reference to the output goes before the answer: the parent measures this process's RSS once it
         # has the answer, and an output still alive then (a loop variable here kept it) was charged as growth.
         del parts, ys
-        send_value(self.conn, ("ok", out_header, out_places, time.thread_time() - cpu0, errors), frames)
+        send_value(self.conn, ("ok", out_header, out_places, time.thread_time() - cpu0, _run_delay_s() - delay0,
+                               errors), frames)
 
     def apply(self, x: Any) -> Any:
         """The function's result for one element (tuples unpacked into arguments, as threads call it)."""
@@ -274,6 +276,15 @@ class _Worker:
 
     def send_error(self, e: BaseException, cpu_s: float) -> None:
         self.conn.send_bytes(pickle.dumps(("error", *error_payload(e), cpu_s)))
+
+
+def _run_delay_s() -> float:
+    """(The worker imports nothing from headrace: ``executor.run_delay_s``'s rule, for the worker's thread.)"""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def error_payload(e: BaseException) -> tuple[bytes, str, str, str]:

@@ -82,6 +82,10 @@ def _signal_text(code: int) -> tuple[str, int | None, int | None]:
     return f"exited with status {code}", None, code
 
 
+RunResult = tuple[list[Any], dict[int, BaseException], tuple[float, float]]
+"""A run's results, its errors by position, and the worker's ``(cpu_s, delay_s)`` for it (``_Proc.run``)."""
+
+
 class RunFault(Exception):
     """(Internal, never raised to the user.) The element at ``position`` of a run lost the run: the worker died
     computing it (``error``: its ``WorkerError``), or it could not be sent (``error``: why). The run's other
@@ -238,9 +242,10 @@ class _Proc:
             os.close(old[0])
 
     # -- a run --------------------------------------------------------------------------------------
-    def run(self, xs: list[Any], indices: list[int], stop: Any) -> tuple[list[Any], dict[int, BaseException]]:
+    def run(self, xs: list[Any], indices: list[int], stop: Any) -> RunResult:
         """``fn`` of each element of ``xs`` (numbers ``indices``) in one message each way: ``(results,
-        errors)``, ``errors`` by position (the function raised; None in ``results`` there). A death raises
+        errors, (cpu_s, delay_s))``, ``errors`` by position (the function raised; None in ``results`` there),
+        the worker's CPU time for the run and the time it waited for a core meanwhile. A death raises
         ``RunFault`` naming the element being computed."""
         try:
             header, places, frames, parts, need = encode(xs)
@@ -267,8 +272,8 @@ class _Proc:
                 continue
             if tag == "error":  # the run's elements could not be read: each element's error
                 self._account_cpu(msg[5], len(xs))
-                return [None] * len(xs), {j: rebuild_exception(*msg[1:5]) for j in range(len(xs))}
-            _tag, out_header, out_places, cpu, errors = msg
+                return [None] * len(xs), {j: rebuild_exception(*msg[1:5]) for j in range(len(xs))}, (msg[5], 0.0)
+            _tag, out_header, out_places, cpu, delay, errors = msg
             self._account_cpu(cpu, len(xs))
             out_fd = self.segments["out"][0] if "out" in self.segments else -1
             try:
@@ -276,7 +281,8 @@ class _Proc:
                                          lambda off, n, fd=out_fd: read_into(fd, n, off))
             except (EOFError, OSError):
                 raise self._crash(None, indices) from None
-            return pickle.loads(out_header, buffers=buffers), {j: rebuild_exception(*e) for j, e in errors.items()}
+            return (pickle.loads(out_header, buffers=buffers), {j: rebuild_exception(*e) for j, e in errors.items()},
+                    (cpu, delay))
 
     def _account_cpu(self, cpu: float, elements: int) -> None:
         self.cpu_s += cpu
@@ -563,13 +569,12 @@ class ProcessWorkers:
         proc = self.checkout(stop)
         if proc is None:  # draining: only an "auto" executor drains, and it does not call this
             raise Cancelled()
-        values, errors = self.run_on(proc, [x], [index], stop)
+        values, errors, _times = self.run_on(proc, [x], [index], stop)
         if errors:
             raise errors[0]
         return values[0]
 
-    def run_on(self, proc: _Proc, xs: list[Any], indices: list[int], stop: Any
-               ) -> tuple[list[Any], dict[int, BaseException]]:
+    def run_on(self, proc: _Proc, xs: list[Any], indices: list[int], stop: Any) -> RunResult:
         """``proc.run`` on a checked-out worker, which is checked in again (or discarded: it died, the call was
         abandoned, or it grew past the budget)."""
         try:
