@@ -180,6 +180,14 @@ def test_the_auto_executor_moves_a_serialized_function_to_processes_and_explains
     assert report["measured"]["sequential_rate"] == pytest.approx(1 / CALL_S, rel=0.01)
 
 
+def test_threads_for_a_call_that_waits_or_is_short_are_final_and_never_checked(monkeypatch):
+    ex = _auto(monkeypatch, [])
+    ex._solo.calls[:] = _solo(cpu=50e-6, wall=50e-6, runnable=50e-6).calls
+    with ex._cv:
+        ex._maybe_decide()
+    assert ex.kind is ExecutorKind.THREAD and ex.final and ex._check_from == float("inf")
+
+
 def test_a_thread_decision_proved_wrong_by_a_check_moves_to_processes_once_and_says_so(monkeypatch):
     started: list[str] = []
     ex = _auto(monkeypatch, started)

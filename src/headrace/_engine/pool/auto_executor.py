@@ -212,7 +212,8 @@ class AutoExecutor:
                 self._decide(ExecutorKind.THREAD, "two calls never ran at once while measuring (the input is "
                                                   "slower than the function)")
             return
-        self._switches = 0  # a measured decision: checked while the stage runs
+        if pair:  # decided on how threads ran it: checked while the stage runs (a call that waits, or one too
+            self._switches = 0  # short for a process, stays on threads for good: its calls go direct, lean)
         if kind == "thread":
             self._decide(ExecutorKind.THREAD, why)
         else:
