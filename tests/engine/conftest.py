@@ -14,5 +14,5 @@ def auto_picks_processes(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for name in ("CPU_BOUND_SHARE", "BACK_TO_BACK", "MIN_PROCESS_CALL_S"):
         monkeypatch.setattr(executor_choice, name, 0.0)
-    monkeypatch.setattr(executor_choice, "THREAD_CORES", float("inf"))
+    monkeypatch.setattr(executor_choice, "THREAD_SCALING", float("inf"))
     monkeypatch.setattr(auto_executor, "RECHECK_S", 1e9)  # and no check moves it back

@@ -86,9 +86,28 @@ def test_time_waiting_for_a_core_counts_as_running_so_load_does_not_look_like_th
     assert kind == "thread" and figures["thread_cores"] == pytest.approx(2.0), why
 
 
+def test_the_cores_of_two_threads_are_judged_against_those_of_one_call_alone():
+    # the parent's other threads held the GIL 40% of the time: one call alone used 0.6 cores, two 0.6 together
+    solo = Solo([(CALL_S, 0.6 * CALL_S, CALL_S)] * SOLO_CALLS)
+    pair = [(s, e, 0.6 * c, d, g) for s, e, c, d, g in _serialized()]
+    kind, why, figures = first_verdict(solo, pair)
+    assert kind == "process" and figures["thread_scaling"] == pytest.approx(1.0, abs=0.05), why
+    # the same share on two threads that each used it: 2x, it releases the GIL
+    kind, why, figures = first_verdict(solo, _overlapping(cpu_share=0.6))
+    assert kind == "thread" and figures["thread_scaling"] == pytest.approx(2.0), why
+
+
 def test_calls_with_gaps_between_them_wait_for_a_slow_input():
     kind, why, _ = first_verdict(_solo(), _serialized(gap_s=CALL_S))
     assert kind == "thread" and "input is slower" in why, why
+
+
+def test_overlapping_calls_with_gaps_between_the_pairs_are_not_starved_by_the_input():
+    # calls longer than the switch interval, staggered in slices: two at once, a gap after each pair
+    pairs = [(3 * i * CALL_S, (3 * i + 2) * CALL_S, CALL_S, 0.0, 0.0) for i in range(PAIR_CALLS // 2) for _ in (0, 1)]
+    kind, why, figures = first_verdict(_solo(), pairs)
+    assert figures["busy"] < 0.8 and figures["overlap"] == pytest.approx(2.0)
+    assert kind == "process" and "holds the GIL" in why, why
 
 
 def test_gaps_spent_waiting_for_a_core_are_the_machines_load_not_a_slow_input():
@@ -129,9 +148,9 @@ def test_concurrency_figures_of_two_serialized_threads():
 
 
 def test_a_check_on_threads_finds_them_serialized_or_scaling():
-    wrong, why, figures = threads_wrong(_serialized(n=16), CALL_S)
+    wrong, why, figures = threads_wrong(_serialized(n=16), _solo())
     assert wrong and "holds the GIL" in why and figures["thread_cores"] < 1.4, why
-    wrong, why, _ = threads_wrong(_overlapping(n=16, cpu_share=1.0), CALL_S)
+    wrong, why, _ = threads_wrong(_overlapping(n=16, cpu_share=1.0), _solo())
     assert not wrong, why
 
 
@@ -143,16 +162,16 @@ def _runs(n: int, run_s: float, in_flight: int, cpu_s: float, delay_s: float = 0
 
 def test_processes_that_computed_less_than_one_core_together_were_wrong():
     # 2 runs at once, the workers computing 18 of every 20 ms: 1.8 cores' worth
-    wrong, why, figures = processes_wrong(_runs(10, 0.020, 2, cpu_s=0.018), CALL_S)
+    wrong, why, figures = processes_wrong(_runs(10, 0.020, 2, cpu_s=0.018), _solo())
     assert not wrong and figures["process_cores"] == pytest.approx(1.8), why
     # the round trips took most of each run: 0.4 cores' worth, less than one thread computes
-    wrong, why, figures = processes_wrong(_runs(10, 0.040, 2, cpu_s=0.008), CALL_S)
+    wrong, why, figures = processes_wrong(_runs(10, 0.040, 2, cpu_s=0.008), _solo())
     assert wrong and "0.40 cores" in why and figures["process_rate"] == pytest.approx(400.0), why
     # the same runs on a loaded machine, the workers waiting 30 ms for a core: the load, not processes
-    wrong, why, _ = processes_wrong(_runs(10, 0.040, 2, cpu_s=0.008, delay_s=0.030), CALL_S)
+    wrong, why, _ = processes_wrong(_runs(10, 0.040, 2, cpu_s=0.008, delay_s=0.030), _solo())
     assert not wrong, why
     # one run at a time (the consumer or the input set the pace): not judged
-    wrong, why, _ = processes_wrong(_runs(10, 0.040, 1, cpu_s=0.008), CALL_S)
+    wrong, why, _ = processes_wrong(_runs(10, 0.040, 1, cpu_s=0.008), _solo())
     assert not wrong, why
 
 

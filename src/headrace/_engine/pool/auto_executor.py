@@ -6,7 +6,8 @@ while the stage runs and undone when it proved wrong. The figures and rules: :mo
 The first measurement, on the first elements the stage computes anyway (after one warm-up call, not
 counted): ``SOLO_CALLS`` calls one at a time, then ``PAIR_CALLS`` two at a time (``first_verdict``). Processes
 are chosen when the stage has at least 2 workers and ``Options(cpu_budget)`` is at least 2, a call is CPU work
-and long enough, two threads used fewer than ``THREAD_CORES`` cores together while calls ran back to back
+and long enough, two threads used less than ``THREAD_SCALING`` times the cores one call alone used while calls
+ran back to back
 (the GIL serialized them), the function pickles (cloudpickle) and a worker process fits the memory budget
 (half of it for the estimate before a worker started; once one has computed, it and one call must fit the
 budget beside one worker of every other process stage, else the stage goes back to threads for good).
@@ -179,7 +180,7 @@ class AutoExecutor:
             log.recording = False
             runs = log.take()
             self._check_from = self._next_check()
-            wrong, why, figures = processes_wrong(runs, self._solo.wall())
+            wrong, why, figures = processes_wrong(runs, self._solo)
             self.measured["last_check"] = figures
             if wrong:
                 self._to_threads(f"moved back to threads: {why}")
@@ -192,7 +193,7 @@ class AutoExecutor:
         one, e.g. the consumer's on the inline path, has nothing to scale)."""
         if threads < 2 or len(calls) < CHECK_MIN:
             return
-        wrong, why, figures = threads_wrong(calls, self._solo.wall())
+        wrong, why, figures = threads_wrong(calls, self._solo)
         self.measured["last_check"] = figures
         if wrong:
             self._to_processes(f"moved to processes: {why}")

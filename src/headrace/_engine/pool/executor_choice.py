@@ -30,15 +30,23 @@ BACK_TO_BACK = 0.8
 """Some call ran (or a thread waited for a core between calls) this share of the measured span: the function,
 not the input, set the pace (an input slower than the function leaves gaps between the calls: threads keep
 up). Without the waits for a core, calls serialized by the GIL on a machine at load 11 covered 58%."""
-THREAD_CORES = 1.4
-"""Threads that used (ran or waited for a core) fewer cores than this together while their calls ran were
-serialized by the GIL: processes. 1.0 for a GIL-bound function, 2.0 for one that releases it on 2 threads."""
+MIN_OVERLAP = 1.3
+"""Calls that overlapped this much (sum of walls / covered time) were not starved by the input, whatever the gaps
+between them (calls of a GIL-bound function longer than the switch interval run in 5 ms slices, staggered)."""
+THREAD_SCALING = 1.4
+"""Threads that used (ran or waited for a core) together fewer than this many times the cores one call alone
+used were serialized by the GIL: processes. ~1.0 for a GIL-bound function, ~2.0 for one that releases it on
+2 threads. Relative to a solo call, as the parent's other threads (the consumer's, the pool's machinery) hold
+the GIL part of the time for both: at load 12 two threads of a GIL-bound loop used 0.42 cores."""
 MIN_PROCESS_CALL_S = 100e-6
 """Shorter calls stay on threads: a run of elements crosses to a worker in one message (~0.1-0.3 ms a
 round trip), and elements this short gain little beside the parent's own per-element work."""
 WRONG_SHARE = 0.9
 """Threads whose calls went at less than this share of one thread's rate (a solo call's) ran below
-sequential; worker processes that computed less than this share of a core together were wrong."""
+sequential (said in ``explain()``)."""
+PROCESS_WRONG_SHARE = 0.75
+"""Worker processes that computed together less than this share of what one call alone did on a thread were
+wrong (with margin: at load 11, 2 workers of a 0.2 ms loop measured 0.82 of a core, which still beat threads)."""
 BUSY_WORKERS = 1.5
 """Runs on processes are judged only while this many were in flight on average (the stage, not its input
 or consumer, set the pace)."""
@@ -66,7 +74,15 @@ class Solo:
         return statistics.median(w for w, _, _ in self.calls)
 
     def cpu_share(self) -> float:
-        return sum(c for _, c, _ in self.calls) / max(1e-9, sum(r for _, _, r in self.calls))
+        """CPU time over the time the thread could run (wall less the time it waited for a core), of the call
+        with the most: a call that waits does so every time, a CPU-bound one shows it in one call at least
+        (at load 11, a regex tokenizer's 4 calls averaged 13%, with the parent's other threads holding the GIL)."""
+        return max(c / max(1e-9, r) for _, c, r in self.calls)
+
+    def cores(self) -> float:
+        """The cores one call used or waited for: cpu + time waiting for a core, over wall time (of the call with
+        the most, as ``cpu_share``)."""
+        return max((c + w - r) / max(1e-9, w) for w, c, r in self.calls)
 
 
 Call = tuple[float, float, float, float, float]
@@ -125,31 +141,33 @@ def first_verdict(solo: Solo, pair: list[Call]) -> tuple[str | None, str, dict[s
                           f"(~{MIN_PROCESS_CALL_S * 1e6:.0f} us)"), figures
     if not pair:
         return None, "", figures
-    return _threads_verdict(pair, wall1, figures, "2 threads")
+    return _threads_verdict(pair, solo, figures, "2 threads")
 
 
-def _threads_verdict(calls: list[Call], wall1: float, figures: dict[str, Any],
+def _threads_verdict(calls: list[Call], solo: Solo, figures: dict[str, Any],
                      who: str) -> tuple[str, str, dict[str, Any]]:
     c = concurrency(calls)
-    seq_rate = 1.0 / max(1e-9, wall1)
+    seq_rate, one = 1.0 / max(1e-9, solo.wall()), solo.cores()
+    scaling = c["cores"] / max(1e-9, one)
     figures.update(busy=round(c["busy"], 2), overlap=round(c["overlap"], 2), thread_cores=round(c["cores"], 2),
-                   thread_rate=round(c["rate"], 1), sequential_rate=round(seq_rate, 1))
-    if c["busy"] < BACK_TO_BACK:
-        return "thread", (f"the calls ran only {c['busy']:.0%} of the time while {who} took elements (the input "
-                          "is slower than the function)"), figures
-    if c["cores"] >= THREAD_CORES:
-        return "thread", f"{who} used {c['cores']:.2f} cores together (it releases the GIL)", figures
+                   solo_cores=round(one, 2), thread_scaling=round(scaling, 2), thread_rate=round(c["rate"], 1),
+                   sequential_rate=round(seq_rate, 1))
+    if c["busy"] < BACK_TO_BACK and c["overlap"] < MIN_OVERLAP:
+        return "thread", (f"the calls ran only {c['busy']:.0%} of the time, {c['overlap']:.2f} at once, while {who} "
+                          "took elements (the input is slower than the function)"), figures
+    used = f"{who} used {c['cores']:.2f} cores together, {scaling:.2f}x what one call alone used"
+    if scaling >= THREAD_SCALING:
+        return "thread", f"{used} (it releases the GIL)", figures
     below = "below " if c["rate"] < WRONG_SHARE * seq_rate else ""
-    slower = f"; {c['rate']:.0f} calls/s, {below}one thread alone {seq_rate:.0f}/s"
-    return "process", (f"{who} used only {c['cores']:.2f} cores together while calls ran {c['busy']:.0%} of the "
-                       f"time (it holds the GIL){slower}"), figures
+    return "process", (f"{used}, while calls ran {c['busy']:.0%} of the time (it holds the GIL); {c['rate']:.0f} "
+                       f"calls/s, {below}one thread alone {seq_rate:.0f}/s"), figures
 
 
-def threads_wrong(calls: list[Call], wall1: float) -> tuple[bool, str, dict[str, Any]]:
-    """A check of a stage on threads (``calls`` of all its threads over a window): ``(wrong, why, figures)``,
-    wrong when they were serialized by the GIL while the function set the pace."""
-    figures: dict[str, Any] = {}
-    kind, why, figures = _threads_verdict(calls, wall1, figures, "the threads")
+def threads_wrong(calls: list[Call], solo: Solo) -> tuple[bool, str, dict[str, Any]]:
+    """A check of a stage on threads (``calls`` of all its threads over a window; ``solo``: the first solo
+    calls): ``(wrong, why, figures)``, wrong when they were serialized by the GIL while the function set the
+    pace."""
+    kind, why, figures = _threads_verdict(calls, solo, {}, "the threads")
     return kind == "process", why, figures
 
 
@@ -158,11 +176,13 @@ Run = tuple[float, float, int, float, float]
 elements, the worker's CPU time for it and the time the worker waited for a core meanwhile."""
 
 
-def processes_wrong(runs: list[Run], wall1: float) -> tuple[bool, str, dict[str, Any]]:
-    """A check of a stage on worker processes (``runs`` over a window): ``(wrong, why, figures)``. With
-    ``BUSY_WORKERS`` runs in flight (the stage set the pace), the workers that computed (or waited for a core)
-    less than ``WRONG_SHARE`` of a core together computed fewer elements than one thread alone would have:
-    the round trips cost more than the second interpreter gained. Load-corrected, as the threads' cores are."""
+def processes_wrong(runs: list[Run], solo: Solo) -> tuple[bool, str, dict[str, Any]]:
+    """A check of a stage on worker processes (``runs`` over a window; ``solo``: the first solo calls):
+    ``(wrong, why, figures)``. With ``BUSY_WORKERS`` runs in flight (the stage set the pace), workers that
+    computed (or waited for a core) together less than ``PROCESS_WRONG_SHARE`` of the cores one call alone used
+    on a thread computed fewer elements than one thread alone would have: the round trips cost more than the
+    second interpreter gained. Load-corrected, as the threads' cores are."""
+    wall1 = solo.wall()
     cov = max(1e-9, covered([(r[0], r[1]) for r in runs]))
     rate = sum(r[2] for r in runs) / cov
     busy = sum(r[1] - r[0] for r in runs) / cov
@@ -170,7 +190,9 @@ def processes_wrong(runs: list[Run], wall1: float) -> tuple[bool, str, dict[str,
     seq_rate = 1.0 / max(1e-9, wall1)
     figures = {"process_rate": round(rate, 1), "runs_in_flight": round(busy, 2), "process_cores": round(cores, 2),
                "sequential_rate": round(seq_rate, 1)}
-    if busy >= BUSY_WORKERS and cores < WRONG_SHARE:
-        return True, (f"{busy:.1f} runs in flight on worker processes computed only {cores:.2f} cores' worth "
-                      f"({rate:.0f} elements/s; one thread alone computes a whole core's: {seq_rate:.0f}/s)"), figures
+    one = solo.cores()
+    if busy >= BUSY_WORKERS and cores < PROCESS_WRONG_SHARE * one:
+        why = (f"{busy:.1f} runs in flight on worker processes computed only {cores:.2f} cores' worth ({rate:.0f} "
+               f"elements/s; one call alone on a thread: {one:.2f} cores, {seq_rate:.0f}/s)")
+        return True, why, figures
     return False, f"worker processes computed {cores:.2f} cores' worth ({rate:.0f} elements/s)", figures
