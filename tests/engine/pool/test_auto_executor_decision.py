@@ -154,6 +154,13 @@ def test_a_check_on_threads_finds_them_serialized_or_scaling():
     assert not wrong, why
 
 
+def test_threads_checked_below_one_threads_rate_are_wrong_whatever_the_cause():
+    # gaps (taken for a slow input) and only 1 call per 3 CALL_S: a third of one thread's rate
+    wrong, why, figures = threads_wrong(_serialized(n=16, gap_s=2 * CALL_S), _solo())
+    assert wrong and "below one thread alone" in why
+    assert figures["stage_rate"] == pytest.approx(1 / (3 * CALL_S), rel=0.05)
+
+
 def _runs(n: int, run_s: float, in_flight: int, cpu_s: float, delay_s: float = 0.0) -> list[Run]:
     """``n`` runs of 8 elements each taking ``run_s`` (the worker computing ``cpu_s`` of it and waiting
     ``delay_s`` for a core), ``in_flight`` at a time."""

@@ -43,7 +43,7 @@ MIN_PROCESS_CALL_S = 100e-6
 round trip), and elements this short gain little beside the parent's own per-element work."""
 WRONG_SHARE = 0.9
 """Threads whose calls went at less than this share of one thread's rate (a solo call's) ran below
-sequential (said in ``explain()``)."""
+sequential: in a check, wrong whatever the figures say of the GIL."""
 PROCESS_WRONG_SHARE = 0.75
 """Worker processes that computed together less than this share of what one call alone did on a thread were
 wrong (with margin: at load 11, 2 workers of a 0.2 ms loop measured 0.82 of a core, which still beat threads)."""
@@ -166,8 +166,14 @@ def _threads_verdict(calls: list[Call], solo: Solo, figures: dict[str, Any],
 def threads_wrong(calls: list[Call], solo: Solo) -> tuple[bool, str, dict[str, Any]]:
     """A check of a stage on threads (``calls`` of all its threads over a window; ``solo``: the first solo
     calls): ``(wrong, why, figures)``, wrong when they were serialized by the GIL while the function set the
-    pace."""
+    pace, or computed fewer elements per second over the window than one thread alone (``WRONG_SHARE``)."""
     kind, why, figures = _threads_verdict(calls, solo, {}, "the threads")
+    span = max(1e-9, max(c[1] for c in calls) - min(c[0] for c in calls))
+    rate, seq_rate = len(calls) / span, 1.0 / max(1e-9, solo.wall())
+    figures["stage_rate"] = round(rate, 1)
+    if kind == "thread" and rate < WRONG_SHARE * seq_rate:  # whatever the cause: below sequential is wrong
+        return True, (f"the threads computed {rate:.0f} elements/s, below one thread alone ({seq_rate:.0f}/s) "
+                      f"({why})"), figures
     return kind == "process", why, figures
 
 
