@@ -80,10 +80,14 @@ def test_a_function_that_releases_the_gil_stays_on_threads():
     assert kind == "thread" and "releases the GIL" in why and figures["thread_cores"] == pytest.approx(2.0), why
 
 
-def test_time_waiting_for_a_core_counts_as_running_so_load_does_not_look_like_the_gil():
-    # two threads that release the GIL on a machine whose other processes took half of each call's time
-    kind, why, figures = first_verdict(_solo(), _overlapping(cpu_share=0.5, delay_share=0.5))
-    assert kind == "thread" and figures["thread_cores"] == pytest.approx(2.0), why
+def test_the_load_takes_the_same_share_of_a_solo_call_and_of_two_threads():
+    # other processes took half of each call's time, alone and two at once: threads that release the GIL
+    solo = _solo(cpu=CALL_S, wall=2 * CALL_S, runnable=CALL_S)
+    kind, why, figures = first_verdict(solo, _overlapping(cpu_share=0.5, delay_share=0.5))
+    assert kind == "thread" and figures["thread_scaling"] == pytest.approx(2.0), why
+    # a GIL-bound function there: one thread on the CPU at a time, the other waiting for the GIL or a core
+    kind, why, figures = first_verdict(solo, _overlapping(cpu_share=0.25, delay_share=0.5))
+    assert kind == "process" and figures["thread_scaling"] == pytest.approx(1.0), why
 
 
 def test_the_cores_of_two_threads_are_judged_against_those_of_one_call_alone():

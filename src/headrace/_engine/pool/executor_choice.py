@@ -4,11 +4,12 @@ wrong. Pure functions of timed calls (no clock is read here: the tests hand them
 docs/design/pool.md (threads or processes).
 
 What is measured, per call on a thread: its wall time, the CPU time of the calling thread and the time that
-thread waited for a core (``run_delay_s``: other processes loading the machine). A thread that neither ran nor
-waited for a core waited for something else: for a CPU-bound call (``CPU_BOUND_SHARE``), the GIL. So the
-*cores the threads used* while calls ran, ``sum(cpu + run delay) / covered time``, is ~1.0 for a function
-that holds the GIL however many threads run it (and however loaded the machine is), ~the thread count for
-one that releases it. Per run on worker processes: its wall time, the worker's CPU time and the time the worker
+thread waited for a core (``run_delay_s``: other processes loading the machine). The *CPU the threads got
+together* while calls ran, ``sum(cpu) / covered time``, over the CPU one call alone got (``cpu / wall``), is
+~1.0 for a function that holds the GIL however many threads run it, ~the thread count for one that releases
+it (the machine's load takes the same share of each runnable thread). The run delay tells a call that waits
+(I/O) from a CPU-bound one on a loaded machine, and gaps between calls spent waiting for a core from a slow
+input. Per run on worker processes: its wall time, the worker's CPU time and the time the worker
 waited for a core, so the cores the workers used together while runs were in flight is compared with the
 one core a thread alone computes on.
 """
@@ -34,10 +35,11 @@ MIN_OVERLAP = 1.3
 """Calls that overlapped this much (sum of walls / covered time) were not starved by the input, whatever the gaps
 between them (calls of a GIL-bound function longer than the switch interval run in 5 ms slices, staggered)."""
 THREAD_SCALING = 1.4
-"""Threads that used (ran or waited for a core) together fewer than this many times the cores one call alone
-used were serialized by the GIL: processes. ~1.0 for a GIL-bound function, ~2.0 for one that releases it on
-2 threads. Relative to a solo call, as the parent's other threads (the consumer's, the pool's machinery) hold
-the GIL part of the time for both: at load 12 two threads of a GIL-bound loop used 0.42 cores."""
+"""Threads that got together less than this many times the CPU one call alone got were serialized by the GIL:
+processes. ~1.0 for a GIL-bound function, ~2.0 for one that releases it on 2 threads. Relative to a solo call,
+as the machine's load and the parent's other threads (the consumer's, the pool's machinery) take a share of
+both: at load 12 two threads of a GIL-bound loop got 0.42 cores. CPU only: counted with the time waiting for a
+core, the GIL's hand-over (the thread it goes to waits for a core meanwhile) made a GIL-bound loop 1.55x."""
 MIN_PROCESS_CALL_S = 100e-6
 """Shorter calls stay on threads: a run of elements crosses to a worker in one message (~0.1-0.3 ms a
 round trip), and elements this short gain little beside the parent's own per-element work."""
@@ -80,8 +82,12 @@ class Solo:
         return max(c / max(1e-9, r) for _, c, r in self.calls)
 
     def cores(self) -> float:
+        """The CPU one call got: cpu over wall time (of the call with the most, as ``cpu_share``)."""
+        return max(c / max(1e-9, w) for w, c, _ in self.calls)
+
+    def runnable_cores(self) -> float:
         """The cores one call used or waited for: cpu + time waiting for a core, over wall time (of the call with
-        the most, as ``cpu_share``)."""
+        the most)."""
         return max((c + w - r) / max(1e-9, w) for w, c, r in self.calls)
 
 
@@ -119,14 +125,13 @@ def concurrency(calls: list[Call]) -> dict[str, float]:
     """The figures of calls that threads ran at once (``CallLog``): ``busy`` (covered / span; the time the
     threads waited for a core between calls counts as busy: the machine's load, not a slow input, kept them
     from the next call), ``overlap`` (sum of walls / covered: calls in flight on average), ``cores`` (sum of
-    cpu + run delay / covered: the cores they used or waited for together) and ``rate`` (calls per second of
-    covered time)."""
+    cpu / covered: the CPU the threads got together) and ``rate`` (calls per second of covered time)."""
     t0 = min(c[0] for c in calls)
     t1 = max(c[1] for c in calls)
     cov = max(1e-9, covered([(c[0], c[1]) for c in calls]))
     gaps = sum(c[4] for c in calls)
     return {"busy": min(1.0, (cov + gaps) / max(1e-9, t1 - t0)), "overlap": sum(c[1] - c[0] for c in calls) / cov,
-            "cores": sum(c[2] + c[3] for c in calls) / cov, "rate": len(calls) / cov}
+            "cores": sum(c[2] for c in calls) / cov, "rate": len(calls) / cov}
 
 
 def first_verdict(solo: Solo, pair: list[Call]) -> tuple[str | None, str, dict[str, Any]]:
@@ -196,7 +201,7 @@ def processes_wrong(runs: list[Run], solo: Solo) -> tuple[bool, str, dict[str, A
     seq_rate = 1.0 / max(1e-9, wall1)
     figures = {"process_rate": round(rate, 1), "runs_in_flight": round(busy, 2), "process_cores": round(cores, 2),
                "sequential_rate": round(seq_rate, 1)}
-    one = solo.cores()
+    one = solo.runnable_cores()
     if busy >= BUSY_WORKERS and cores < PROCESS_WRONG_SHARE * one:
         why = (f"{busy:.1f} runs in flight on worker processes computed only {cores:.2f} cores' worth ({rate:.0f} "
                f"elements/s; one call alone on a thread: {one:.2f} cores, {seq_rate:.0f}/s)")
