@@ -12,7 +12,6 @@ def auto_picks_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     function can come out as threads), while ``auto``'s measuring phase still runs first."""
     from headrace._engine.pool import auto_executor, executor_choice
 
-    for name in ("CPU_BOUND_SHARE", "BACK_TO_BACK", "MIN_PROCESS_CALL_S"):
+    for name in ("CPU_BOUND_SHARE", "BACK_TO_BACK", "MIN_PROCESS_CALL_S", "GIL_WAIT_SHARE"):
         monkeypatch.setattr(executor_choice, name, 0.0)
-    monkeypatch.setattr(executor_choice, "THREAD_SCALING", float("inf"))
     monkeypatch.setattr(auto_executor, "RECHECK_S", 1e9)  # and no check moves it back

@@ -163,7 +163,7 @@ def test_auto_moves_gil_bound_functions_to_processes_and_keeps_waiting_ones_on_t
         ex = _executor(it)
     assert [r[4] for r in out] == [_spin(i)[4] for i in range(40)]
     assert ex["executor"] == "process", ex
-    assert "holds the GIL" in ex["why"] and ex["measured"]["thread_cores"] < 1.4
+    assert "holds the GIL" in ex["why"] and (ex["measured"]["gil_wait"] >= 0.12 or "back to back" in ex["why"])
     with iter(D.range(30).map(_sort, num_parallel_calls=hr.AUTOTUNE)) as it:  # CPU work in C, GIL released
         assert len(list(it)) == 30
         ex = _executor(it)

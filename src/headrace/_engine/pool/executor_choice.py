@@ -34,12 +34,12 @@ up). Without the waits for a core, calls serialized by the GIL on a machine at l
 MIN_OVERLAP = 1.3
 """Calls that overlapped this much (sum of walls / covered time) were not starved by the input, whatever the gaps
 between them (calls of a GIL-bound function longer than the switch interval run in 5 ms slices, staggered)."""
-THREAD_SCALING = 1.4
-"""Threads that got together less than this many times the CPU one call alone got were serialized by the GIL:
-processes. ~1.0 for a GIL-bound function, ~2.0 for one that releases it on 2 threads. Relative to a solo call,
-as the machine's load and the parent's other threads (the consumer's, the pool's machinery) take a share of
-both: at load 12 two threads of a GIL-bound loop got 0.42 cores. CPU only: counted with the time waiting for a
-core, the GIL's hand-over (the thread it goes to waits for a core meanwhile) made a GIL-bound loop 1.55x."""
+GIL_WAIT_SHARE = 0.12
+"""Calls that ran at once (``MIN_OVERLAP``) and spent this share of their time (more than a solo call did)
+neither on the CPU nor waiting for a core waited for the GIL: processes. ~0.5 for two threads of a GIL-bound
+function, ~0 for one that releases it, whatever the load: a thread that waits for a core is runnable and
+counted as such. (Judged by CPU alone, the load decides: where the machine's scheduler shares a core between
+a process's threads, two threads of numpy's sort got no more CPU than one, at load 12.)"""
 MIN_PROCESS_CALL_S = 100e-6
 """Shorter calls stay on threads: a run of elements crosses to a worker in one message (~0.1-0.3 ms a
 round trip), and elements this short gain little beside the parent's own per-element work."""
@@ -82,8 +82,9 @@ class Solo:
         return max(c / max(1e-9, r) for _, c, r in self.calls)
 
     def cores(self) -> float:
-        """The CPU one call got: cpu over wall time (of the call with the most, as ``cpu_share``)."""
-        return max(c / max(1e-9, w) for w, c, _ in self.calls)
+        """The CPU one call got: cpu over wall time (the median call's: the max, taken when the load dipped,
+        made two threads of numpy's sort on a loaded machine look 0.71x)."""
+        return statistics.median(c / max(1e-9, w) for w, c, _ in self.calls)
 
     def runnable_cores(self) -> float:
         """The cores one call used or waited for: cpu + time waiting for a core, over wall time (of the call with
@@ -125,13 +126,15 @@ def concurrency(calls: list[Call]) -> dict[str, float]:
     """The figures of calls that threads ran at once (``CallLog``): ``busy`` (covered / span; the time the
     threads waited for a core between calls counts as busy: the machine's load, not a slow input, kept them
     from the next call), ``overlap`` (sum of walls / covered: calls in flight on average), ``cores`` (sum of
-    cpu / covered: the CPU the threads got together) and ``rate`` (calls per second of covered time)."""
+    cpu / covered: the CPU the threads got together), ``wait`` (the share of the calls' time neither on the
+    CPU nor waiting for a core) and ``rate`` (calls per second of covered time)."""
     t0 = min(c[0] for c in calls)
     t1 = max(c[1] for c in calls)
     cov = max(1e-9, covered([(c[0], c[1]) for c in calls]))
     gaps = sum(c[4] for c in calls)
     return {"busy": min(1.0, (cov + gaps) / max(1e-9, t1 - t0)), "overlap": sum(c[1] - c[0] for c in calls) / cov,
-            "cores": sum(c[2] for c in calls) / cov, "rate": len(calls) / cov}
+            "cores": sum(c[2] for c in calls) / cov, "rate": len(calls) / cov,
+            "wait": 1.0 - sum(c[2] + c[3] for c in calls) / max(1e-9, sum(c[1] - c[0] for c in calls))}
 
 
 def first_verdict(solo: Solo, pair: list[Call]) -> tuple[str | None, str, dict[str, Any]]:
@@ -152,20 +155,23 @@ def first_verdict(solo: Solo, pair: list[Call]) -> tuple[str | None, str, dict[s
 def _threads_verdict(calls: list[Call], solo: Solo, figures: dict[str, Any],
                      who: str) -> tuple[str, str, dict[str, Any]]:
     c = concurrency(calls)
-    seq_rate, one = 1.0 / max(1e-9, solo.wall()), solo.cores()
-    scaling = c["cores"] / max(1e-9, one)
-    figures.update(busy=round(c["busy"], 2), overlap=round(c["overlap"], 2), thread_cores=round(c["cores"], 2),
-                   solo_cores=round(one, 2), thread_scaling=round(scaling, 2), thread_rate=round(c["rate"], 1),
+    seq_rate = 1.0 / max(1e-9, solo.wall())
+    wait = max(0.0, c["wait"] - (1.0 - solo.runnable_cores()))
+    figures.update(busy=round(c["busy"], 2), overlap=round(c["overlap"], 2), gil_wait=round(wait, 2),
+                   thread_cores=round(c["cores"], 2), thread_rate=round(c["rate"], 1),
                    sequential_rate=round(seq_rate, 1))
-    if c["busy"] < BACK_TO_BACK and c["overlap"] < MIN_OVERLAP:
-        return "thread", (f"the calls ran only {c['busy']:.0%} of the time, {c['overlap']:.2f} at once, while {who} "
-                          "took elements (the input is slower than the function)"), figures
-    used = f"{who} used {c['cores']:.2f} cores together, {scaling:.2f}x what one call alone used"
-    if scaling >= THREAD_SCALING:
-        return "thread", f"{used} (it releases the GIL)", figures
     below = "below " if c["rate"] < WRONG_SHARE * seq_rate else ""
-    return "process", (f"{used}, while calls ran {c['busy']:.0%} of the time (it holds the GIL); {c['rate']:.0f} "
-                       f"calls/s, {below}one thread alone {seq_rate:.0f}/s"), figures
+    rates = f"{c['rate']:.0f} calls/s, {below}one thread alone {seq_rate:.0f}/s"
+    if c["overlap"] >= MIN_OVERLAP:
+        ran = f"{who} ran {c['overlap']:.2f} calls at once, each waiting {wait:.0%} of its time for neither a core nor"
+        if wait >= GIL_WAIT_SHARE:
+            return "process", f"{ran} its own CPU work: the GIL (it holds the GIL); {rates}", figures
+        return "thread", f"{ran} its own CPU work (it releases the GIL)", figures
+    if c["busy"] >= BACK_TO_BACK:
+        return "process", (f"{who} never ran calls at once but back to back ({c['busy']:.0%} of the time): "
+                           f"serialized (it holds the GIL); {rates}"), figures
+    return "thread", (f"the calls ran only {c['busy']:.0%} of the time, {c['overlap']:.2f} at once, while {who} "
+                      "took elements (the input is slower than the function)"), figures
 
 
 def threads_wrong(calls: list[Call], solo: Solo) -> tuple[bool, str, dict[str, Any]]:
