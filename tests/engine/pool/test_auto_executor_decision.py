@@ -81,6 +81,13 @@ def test_a_function_that_releases_the_gil_stays_on_threads():
     assert kind == "thread" and "releases the GIL" in why and figures["gil_wait"] == pytest.approx(0.0), why
 
 
+def test_calls_at_once_that_got_no_more_cpu_than_one_go_to_processes_even_without_a_gil_wait():
+    # two GIL-bound calls at once on a loaded machine: counted as waiting for a core, not for the GIL
+    kind, why, figures = first_verdict(_solo(), _overlapping(cpu_share=0.5, delay_share=0.5))
+    assert figures["gil_wait"] == pytest.approx(0.0) and figures["thread_scaling"] == pytest.approx(1.0)
+    assert kind == "process" and "only 1.00x the CPU" in why, why
+
+
 def test_time_waiting_for_a_core_is_the_load_not_the_gil():
     # other processes took half of each call's time, alone and two at once: threads that release the GIL
     solo = _solo(cpu=CALL_S, wall=2 * CALL_S, runnable=CALL_S)

@@ -6,8 +6,8 @@ while the stage runs and undone when it proved wrong. The figures and rules: :mo
 The first measurement, on the first elements the stage computes anyway (after one warm-up call, not
 counted): ``SOLO_CALLS`` calls one at a time, then ``PAIR_CALLS`` two at a time (``first_verdict``). Processes
 are chosen when the stage has at least 2 workers and ``Options(cpu_budget)`` is at least 2, a call is CPU work
-and long enough, two threads used less than ``THREAD_SCALING`` times the cores one call alone used while calls
-ran back to back
+and long enough, and its calls on two threads waited for the GIL (``GIL_WAIT_SHARE``), got less than
+``THREAD_SCALING`` times the CPU one call alone got, or ran back to back
 (the GIL serialized them), the function pickles (cloudpickle) and a worker process fits the memory budget
 (half of it for the estimate before a worker started; once one has computed, it and one call must fit the
 budget beside one worker of every other process stage, else the stage goes back to threads for good).

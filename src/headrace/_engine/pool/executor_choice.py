@@ -40,6 +40,12 @@ neither on the CPU nor waiting for a core waited for the GIL: processes. ~0.5 fo
 function, ~0 for one that releases it, whatever the load: a thread that waits for a core is runnable and
 counted as such. (Judged by CPU alone, the load decides: where the machine's scheduler shares a core between
 a process's threads, two threads of numpy's sort got no more CPU than one, at load 12.)"""
+THREAD_SCALING = 1.4
+"""Calls that ran at once on threads and got together less than this many times the CPU one call alone got
+(``cpu / wall``, the median solo call's) were serialized, by the GIL or by a machine without a second core for
+them now: processes (threads are chosen only where both the GIL wait and the CPU say the GIL is released).
+~1.0 for a GIL-bound function whatever the load; at load 12 its threads, waking on a loaded machine, were
+counted waiting for a core rather than for the GIL (a GIL wait of 6%)."""
 MIN_PROCESS_CALL_S = 100e-6
 """Shorter calls stay on threads: a run of elements crosses to a worker in one message (~0.1-0.3 ms a
 round trip), and elements this short gain little beside the parent's own per-element work."""
@@ -157,16 +163,22 @@ def _threads_verdict(calls: list[Call], solo: Solo, figures: dict[str, Any],
     c = concurrency(calls)
     seq_rate = 1.0 / max(1e-9, solo.wall())
     wait = max(0.0, c["wait"] - (1.0 - solo.runnable_cores()))
+    scaling = c["cores"] / max(1e-9, solo.cores())
     figures.update(busy=round(c["busy"], 2), overlap=round(c["overlap"], 2), gil_wait=round(wait, 2),
+                   thread_scaling=round(scaling, 2),
                    thread_cores=round(c["cores"], 2), thread_rate=round(c["rate"], 1),
                    sequential_rate=round(seq_rate, 1))
     below = "below " if c["rate"] < WRONG_SHARE * seq_rate else ""
     rates = f"{c['rate']:.0f} calls/s, {below}one thread alone {seq_rate:.0f}/s"
     if c["overlap"] >= MIN_OVERLAP:
-        ran = f"{who} ran {c['overlap']:.2f} calls at once, each waiting {wait:.0%} of its time for neither a core nor"
+        ran = f"{who} ran {c['overlap']:.2f} calls at once"
         if wait >= GIL_WAIT_SHARE:
-            return "process", f"{ran} its own CPU work: the GIL (it holds the GIL); {rates}", figures
-        return "thread", f"{ran} its own CPU work (it releases the GIL)", figures
+            return "process", (f"{ran}, each waiting {wait:.0%} of its time for neither a core nor its own CPU work: "
+                               f"the GIL (it holds the GIL); {rates}"), figures
+        if scaling < THREAD_SCALING:
+            return "process", (f"{ran} but got only {scaling:.2f}x the CPU one call alone got (it holds the GIL, or "
+                               f"the machine has no second core for them now); {rates}"), figures
+        return "thread", f"{ran}, got {scaling:.2f}x the CPU one call alone got (it releases the GIL)", figures
     if c["busy"] >= BACK_TO_BACK:
         return "process", (f"{who} never ran calls at once but back to back ({c['busy']:.0%} of the time): "
                            f"serialized (it holds the GIL); {rates}"), figures
