@@ -28,6 +28,7 @@ from ..._structure import nbytes
 from ..._sync import Flag
 from ..stage_support import join_threads, mark_crash, start_thread
 from .order import DONE, Result, urgency
+from .runs import Runs
 from .stats import PoolStats
 
 if TYPE_CHECKING:
@@ -36,11 +37,6 @@ if TYPE_CHECKING:
     from .parallel import ParallelApplier
     from .snapshots import InputSnapshots
     from .steps import ElementSteps
-
-
-Taken = tuple[int, Any, "BaseException | None", Reservation]
-"""An element a worker took: its sequence number, the element (None if pulling it raised), the error, its
-reservation."""
 
 
 class WorkerThreads:
@@ -57,9 +53,10 @@ class WorkerThreads:
         self.started = False  # the threads were started (first next())
         self._in_max = 0  # the largest input seen (the reservation's input part)
         # at a stall, a process map whose worker, call and one result cannot fit is refused, not overdrawn
-        self._policy = replace(READ_AHEAD.with_headroom(pool.window.headroom), refuse=self._stall_refusal)
+        self.policy = replace(READ_AHEAD.with_headroom(pool.window.headroom), refuse=self._stall_refusal)
         self._top_up_policy = replace(TOP_UP, refuse=self._stall_refusal)
         self.stats: list[PoolStats] = []
+        self.run_steps = Runs(self)  # runs of elements per executor call (worker processes)
 
     def wire(self) -> None:
         """Bind the pool's other parts (built after this one)."""
@@ -173,7 +170,7 @@ class WorkerThreads:
                 charged = (estimate if pool.identity else self._in_max) if (
                     not pool.input_charged and delivers_charged(source)) else None
                 urgent = urgency(window, seq)
-                reservation = account.reserve(estimate - (charged or 0), stop, self._policy, urgent=urgent,
+                reservation = account.reserve(estimate - (charged or 0), stop, self.policy, urgent=urgent,
                                               charged_in=charged or 0)
                 ready = None
                 if not seen:  # taken on a guess: topped up to the probe's size once known, before the call
@@ -184,16 +181,16 @@ class WorkerThreads:
                 t3 = clock()
                 with pulling_for(urgent):
                     if charged is None:
-                        x, error, ended = self._pull(gen, seq)
+                        x, error, ended = self.pull(gen, seq)
                     else:
                         with taking(reservation, source):  # (it grows by the element handed in)
-                            x, error, ended = self._pull(gen, seq)
+                            x, error, ended = self.pull(gen, seq)
                 if ended:
                     reservation.cancel()
                     return
                 run = None
                 if ready is None and charged is None and error is None and not self.inline.direct:
-                    run = self._extend_run(gen, stop, index, (seq, x, error, reservation), estimate)
+                    run = self.run_steps.extend(gen, stop, index, (seq, x, error, reservation), estimate)
             except BaseException:
                 if reservation is not None:
                     reservation.cancel()
@@ -207,7 +204,7 @@ class WorkerThreads:
             if run is None:
                 self._finish(gen, stop, seq, x, error, reservation, stats, ready)
             else:
-                self._finish_run(gen, stop, run, stats)
+                self.run_steps.finish(gen, stop, run, stats)
             x = error = run = None  # no reference to the elements while this worker waits for room
 
     def _topping_up(self, reservation: Reservation, charged: int, stop: Flag, urgent: Any
@@ -229,7 +226,7 @@ class WorkerThreads:
             return True
         return top_up
 
-    def _pull(self, gen: int, seq: int) -> tuple[Any, BaseException | None, bool]:
+    def pull(self, gen: int, seq: int) -> tuple[Any, BaseException | None, bool]:
         """Input lock held: snapshot if due, pull element ``seq``; ``(x, error, ended)``."""
         snapshots = self.snapshots
         prepulled = seq < snapshots.prepull_end
@@ -250,77 +247,22 @@ class WorkerThreads:
             snapshots.snapshot_after_replay_event(gen, seq)
         return x, None, False
 
-    def _extend_run(self, gen: int, stop: Flag, index: int, first: Taken, estimate: int) -> list[Taken] | None:
-        """Input lock held, ``first`` pulled: on an executor that takes runs (worker processes), more elements
-        for the same message, each claimed, reserved and pulled as ``first`` was, as long as the window has room
-        and the budget admits them now (nothing waits): at most the executor's ``run_length`` and this worker's
-        part of the window. None: ``first`` goes alone."""
-        pool, window = self.pool, self.window
-        k = min(pool.executor.run_length(estimate), max(1, window.size // max(1, pool.active)))
-        run = [first]
-        try:
-            while len(run) < k and not stop.is_set():
-                reservation = pool.account.try_reserve(estimate, self._policy)
-                if reservation is None:
-                    break
-                seq = window.claim_if_room(index)
-                if seq < 0:
-                    reservation.cancel()
-                    break
-                x, error, ended = self._pull(gen, seq)
-                if ended:
-                    reservation.cancel()
-                    break
-                run.append((seq, x, error, reservation))
-        except BaseException:
-            for _seq, _x, _error, reservation in run[1:]:
-                reservation.cancel()
-            raise
-        return run if len(run) > 1 else None
-
     def _finish(self, gen: int, stop: Flag, seq: int, x: Any, error: BaseException | None,
                 reservation: Reservation, stats: PoolStats, ready: Callable[[bool], bool] | None = None) -> None:
-        if self._skipped(seq, x, error, reservation):
+        if self.skipped(seq, x, error, reservation):
             return
         value, n = None, 0
         if error is None:
-            self._note_input(x)
+            self.note_input(x)
             try:
                 value, n, error = self.steps.apply(x, seq, stop, stats, ready=ready)
             except (Cancelled, MemoryBudgetError):
                 reservation.cancel()
                 raise
             x = None
-        self._store(gen, stop, seq, value, n, error, reservation)
+        self.store(gen, stop, seq, value, n, error, reservation)
 
-    def _finish_run(self, gen: int, stop: Flag, run: list[Taken], stats: PoolStats) -> None:
-        """``_finish`` of a run's elements with one executor call for those that pulled without an error."""
-        todo: list[Taken] = []
-        for seq, x, error, reservation in run:
-            if self._skipped(seq, x, error, reservation):
-                continue
-            if error is None:
-                self._note_input(x)
-                todo.append((seq, x, None, reservation))
-            else:
-                self._store(gen, stop, seq, None, 0, error, reservation)
-        if not todo:
-            return
-        try:
-            outs = self.steps.apply_run([x for _s, x, _e, _r in todo], [seq for seq, _x, _e, _r in todo], stop, stats)
-        except BaseException:
-            for _seq, _x, _error, reservation in todo:
-                reservation.cancel()
-            raise
-        for i, ((seq, _x, _e, reservation), (value, n, error)) in enumerate(zip(todo, outs, strict=True)):
-            try:
-                self._store(gen, stop, seq, value, n, error, reservation)
-            except BaseException:
-                for _seq, _x2, _e2, rest in todo[i + 1:]:
-                    rest.cancel()
-                raise
-
-    def _skipped(self, seq: int, x: Any, error: BaseException | None, reservation: Reservation) -> bool:
+    def skipped(self, seq: int, x: Any, error: BaseException | None, reservation: Reservation) -> bool:
         """Element ``seq`` was delivered before the state this run was restored from: dropped (True)."""
         window = self.window
         if seq not in window.skip:
@@ -331,7 +273,7 @@ class WorkerThreads:
         window.drop_skipped(seq)
         return True
 
-    def _note_input(self, x: Any) -> None:
+    def note_input(self, x: Any) -> None:
         """The largest input seen (the reservation's input part)."""
         pool = self.pool
         if not (pool.identity or pool.input_charged):
@@ -339,7 +281,7 @@ class WorkerThreads:
             if n_in > self._in_max:
                 self._in_max = n_in
 
-    def _store(self, gen: int, stop: Flag, seq: int, value: Any, n: int, error: BaseException | None,
+    def store(self, gen: int, stop: Flag, seq: int, value: Any, n: int, error: BaseException | None,
                reservation: Reservation) -> None:
         """Settle (or cancel, for an error) element ``seq``'s reservation and store its result."""
         pool, window = self.pool, self.window
