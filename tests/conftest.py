@@ -77,9 +77,7 @@ def _no_leaked_threads():
     assert not leaked, f"threads left running: {[t.name for t in leaked]}"
 
 
-# ---- the suite on several workers, when asked: `python -m pytest -q -n 2` (pytest-xdist, in the test extra) -------
-# (Not the default: on the shared 2-core machine two workers measured slower than one, 175-279 s against 135-214 s
-# on the same 150 tests; worth measuring again on an idle CI machine.)
+# ---- the suite on two workers, as the README's test command runs it: `python -m pytest -q -n 2` (pytest-xdist) ---
 
 # The unit of work a worker takes is a module (its module-scoped fixture, a torchrun job, a Ray cluster, a trained
 # model, is made once, not once per worker) or one of these groups of modules: the session fixture

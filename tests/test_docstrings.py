@@ -57,8 +57,7 @@ def _public_callables() -> dict[str, ast.FunctionDef | ast.ClassDef]:
         sources.update({f"{module}.{name}": (path, name) for name in _dunder_all(_tree(path))})
     example, files = SRC / "io" / "example.py", SRC / "io" / "files.py"
     sources.update({f"io.example.{name}": (example, name) for name in _dunder_all(_tree(example))})
-    sources.update({f"io.files.{n.name}": (files, n.name) for n in _tree(files).body
-                    if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")})
+    sources.update({f"io.files.{name}": (files, name) for name in _dunder_all(_tree(files))})  # (re-exported)
     for qualified, (path, name) in sources.items():
         node = _definition(path, name)
         if node is not None:  # constants (IMAGE_EXTENSIONS, READ_AHEAD_LIMIT) are not callables
@@ -67,15 +66,17 @@ def _public_callables() -> dict[str, ast.FunctionDef | ast.ClassDef]:
 
 
 def _definition(path: Path, name: str) -> ast.FunctionDef | ast.ClassDef | None:
-    """The top-level ``def`` / ``class`` of ``name`` in ``path``, following relative ``from .x import name``."""
+    """The top-level ``def`` / ``class`` of ``name`` in ``path``, following relative imports of it
+    (``from .x import name``, ``from .._files.fs import name``: a re-export)."""
     tree = _tree(path)
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name:
             return node
     for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module and any(
+        if isinstance(node, ast.ImportFrom) and node.level >= 1 and node.module and any(
                 a.name == name and a.asname is None for a in node.names):
-            return _definition(path.parent / f"{node.module.replace('.', '/')}.py", name)
+            base = path.parents[node.level - 1]
+            return _definition(base / f"{node.module.replace('.', '/')}.py", name)
     return None
 
 
@@ -148,7 +149,8 @@ def test_the_scan_finds_the_public_api():
     assert len([n for n in names if n.startswith("Dataset.")]) >= 45, sorted(names)
     for name in ("Dataset.map", "Dataset.pack", "io.TFRecordDataset", "io.make_csv_dataset", "image.decode",
                  "torch.to_torch", "keras.adapt", "jax.to_jax", "lightning.ExactlyOnce",
-                 "io.FixedLenFeature", "io.example.encode", "image.image_format", "io.files.glob"):
+                 "io.FixedLenFeature", "io.example.encode", "image.image_format", "io.files.glob",
+                 "io.TFRecordWriter", "io.TFRecordOptions"):
         assert name in names, name
 
 

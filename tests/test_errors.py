@@ -3,6 +3,8 @@ built-in class callers catch (documented in headrace._errors)."""
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 
 import headrace as hr
@@ -111,14 +113,19 @@ _PLAIN_SUBMODULE_IMPORTS = {
     ("train/loop.py", "torch.nn.parallel"), ("compress/model.py", "torch._inductor.config"),
     ("compress/measure.py", "torch.utils.flop_counter"), ("compress/pruning.py", "torch.nn.utils"),
     ("service/_watch.py", "ray._private"),  # (ray itself came through require; its actor table)
-    ("text.py", "tokenizers"),  # (under TYPE_CHECKING only: the annotation's name)
 }
+
+
+def _typing_only(tree: ast.AST) -> set[int]:
+    """The nodes inside ``if TYPE_CHECKING:`` bodies (never run: imports there are for the type checker)."""
+    return {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for stmt in node.body for n in ast.walk(stmt)}
 
 
 def test_optional_dependencies_are_imported_through_require() -> None:
     """Every optional-dependency import in headrace goes through headrace._deps.require (the one place that
-    turns a missing module into MissingDependencyError naming the extra)."""
-    import ast
+    turns a missing module into MissingDependencyError naming the extra); an import under ``TYPE_CHECKING`` (for
+    the type checker, never run) is not one."""
     from pathlib import Path
 
     from headrace._deps import EXTRAS
@@ -126,7 +133,11 @@ def test_optional_dependencies_are_imported_through_require() -> None:
     src = Path(hr.__file__).parent
     plain = set()
     for path in src.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        typing_only = _typing_only(tree)
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -135,3 +146,10 @@ def test_optional_dependencies_are_imported_through_require() -> None:
                 continue
             plain |= {(path.relative_to(src).as_posix(), n) for n in names if n.partition(".")[0] in EXTRAS}
     assert plain - _PLAIN_SUBMODULE_IMPORTS == set()
+
+
+def test_the_require_rule_skips_only_type_checking_bodies():
+    tree = ast.parse("if TYPE_CHECKING:\n    import torch\nelse:\n    import h5py\nimport PIL\n")
+    skipped = _typing_only(tree)
+    seen = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) and id(n) not in skipped for a in n.names]
+    assert sorted(seen) == ["PIL", "h5py"]

@@ -60,7 +60,8 @@ def test_bad_settings_are_named(field: str, value: object, match: str) -> None:
 
 
 @pytest.mark.slow  # Beam conversion / ONNX export and a few epochs: tens of seconds on 2 loaded cores
-def test_compress_text_model_reports_fp32_rows_and_a_smaller_int8(tmp_path: Path) -> None:
+def test_compress_text_model_reports_fp32_rows_and_a_smaller_int8(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("onnxruntime")
     import numpy as np
     import torch
@@ -76,13 +77,26 @@ def test_compress_text_model_reports_fp32_rows_and_a_smaller_int8(tmp_path: Path
 
     torch.manual_seed(0)
     model = PackedTextClassifier(1000, 4, sequence_length=64, max_segments=8, d_model=64, num_layers=1)
+    student = PackedTextClassifier(1000, 4, sequence_length=64, max_segments=8, d_model=32, num_heads=1, num_layers=1)
     rows = hr.Dataset.range(120).map(sequence).pack(64).map(segment_examples(8))
-    summary = compress_text_model(model, tmp_path, rows, 128 * 2**20, repeats=5)
+    n_rows = sum(1 for _ in rows)
+    summary = compress_text_model(model, tmp_path, rows, 128 * 2**20, repeats=5, student=student, train_ds=rows,
+                                  train_size=n_rows, distill_epochs=1, global_batch_size=4)
     variants = summary["variants"]
-    assert list(variants) == ["fp32-torch", "fp32-onnxruntime", "int8"]
+    assert list(variants) == ["fp32-torch", "fp32-onnxruntime", "int8", "distilled", "distilled-int8"]
     fp32, int8 = variants["fp32-onnxruntime"], variants["int8"]
     # the embedding table is most of this model: quantizing only the Linear layers would leave it ~1.3x smaller
     assert fp32["size_bytes"] / int8["size_bytes"] >= 2.0
+    assert variants["distilled"]["parameters"] < fp32["parameters"] / 1.8  # half the width
+    assert variants["distilled-int8"]["size_bytes"] < int8["size_bytes"]
+    targets = summary["targets"]
+    assert set(targets) == {"int8", "distilled-int8"}
+    t = targets["int8"]
+    assert t["baseline"] in ("fp32-torch", "fp32-onnxruntime") and t["smaller"] >= 2.0 and t["less_cpu"] > 0
+    assert t["met"] == (t["smaller"] >= 2.0 and t["faster"] >= 1.5 and t["accuracy_delta_points"] >= -1.0)
+    said = capsys.readouterr().out
+    assert f"int8 against {t['baseline']} (the fastest fp32 row): {t['smaller']:.2f}x smaller (target >= 2x" in said
+    assert "CPU: " in said and "int8 kernels: " in said  # the machine, read at run time
     for v in variants.values():  # accuracy over the 120 labelled segments, with its interval
         low, high = v["accuracy_ci95"]
         assert low <= v["accuracy"] <= high and v["latency_ms_batch32"] > 0

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from ._engine.recipe import DatasetNode, node_of, set_wrapper, stage_label
 from ._iterator import Iterator
+from ._ops import saved_dataset
 from ._ops.batch import BatchNode
 from ._ops.bucket import bucket_node
 from ._ops.cache import CacheNode
@@ -54,8 +55,6 @@ from ._ops.window import WindowNode
 from ._ops.with_options import OptionsNode
 from ._ops.zip import ZipNode
 from ._options import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Options
-from .io import files as _files
-from .io import saved_dataset
 
 
 def _wrap(node: DatasetNode, name: str | None = None) -> Dataset:
@@ -299,7 +298,7 @@ class Dataset:
             TypeError: ``file_pattern`` is a Dataset (pass str or a list of str).
             ValueError: no pattern given.
             FileNotFoundError: no file matches."""
-        return _wrap(list_files(file_pattern, shuffle=shuffle, seed=seed, fs=_files), name)
+        return _wrap(list_files(file_pattern, shuffle=shuffle, seed=seed), name)
 
     @staticmethod
     def zip(*args: Any, datasets: Any = None, name: str | None = None) -> Dataset:
@@ -1093,7 +1092,7 @@ class Dataset:
 
         >>> hr.Dataset.range(10).save("/tmp/saved", compression="GZIP")
 
-        The format (``headrace/io/saved_dataset.py``): TFRecord shards of ``.npy``-encoded components and a JSON
+        The format (``headrace/_ops/saved_dataset.py``): TFRecord shards of ``.npy``-encoded components and a JSON
         metadata file with the element_spec. Streaming and atomic: a save already at ``path`` is replaced in one
         step when the new one is complete (a kill at any moment leaves the old or the new dataset).
 

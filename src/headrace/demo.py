@@ -127,9 +127,10 @@ def demo_config(*, images: int | None = None, epochs: int | None = None, global_
     for name, value in (("epochs", epochs), ("global_batch_size", global_batch_size)):
         if value is None:
             chosen[name] = QUICK_COMPRESS[name] if quick else getattr(base, name)
-    extra = {"eval_fraction": QUICK_COMPRESS["eval_fraction"], "quick_compress": True} if quick else {}
-    cfg = DemoConfig(images=chosen.get("images", images), epochs=chosen.get("epochs", epochs),  # type: ignore[arg-type]
-                     global_batch_size=chosen.get("global_batch_size", global_batch_size),  # type: ignore[arg-type]
+    extra: dict[str, Any] = {"eval_fraction": QUICK_COMPRESS["eval_fraction"], "quick_compress": True} if quick else {}
+    cfg = DemoConfig(images=chosen["images"] if images is None else images,
+                     epochs=chosen["epochs"] if epochs is None else epochs,
+                     global_batch_size=chosen["global_batch_size"] if global_batch_size is None else global_batch_size,
                      compress=compress, **extra, **settings)
     if not quick:
         return cfg, None

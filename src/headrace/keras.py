@@ -61,9 +61,13 @@ def _import_keras() -> Any:
         raise err from cause
 
 
-keras = _import_keras()
-# Keras exports no public name for the adapter base class; get_data_adapter checks against this one.
-_data_adapter = require("keras.src.trainers.data_adapters.data_adapter", "headrace.keras")
+if TYPE_CHECKING:  # Keras's real types for mypy; at run time it comes through require() (a clear error)
+    import keras
+    from keras.src.trainers.data_adapters import data_adapter as _data_adapter
+else:
+    keras = _import_keras()
+    # Keras exports no public name for the adapter base class; get_data_adapter checks against this one.
+    _data_adapter = require("keras.src.trainers.data_adapters.data_adapter", "headrace.keras")
 _adapter_utils = require("keras.src.trainers.data_adapters.data_adapter_utils", "headrace.keras")
 _file_utils = require("keras.src.utils.file_utils", "headrace.keras")
 _module_utils = require("keras.src.utils.module_utils", "headrace.keras")

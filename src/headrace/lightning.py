@@ -29,12 +29,14 @@ Requires Lightning (``pip install 'headrace[lightning]'``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._deps import require
 
-_pl = require("lightning.pytorch", "headrace.lightning")
-Callback = _pl.Callback
+if TYPE_CHECKING:  # Lightning's real types for mypy; at run time it comes through require() (a clear error)
+    from lightning.pytorch import Callback
+else:
+    Callback = require("lightning.pytorch", "headrace.lightning").Callback
 
 CHECKPOINT_KEY = "headrace.ExactlyOnce"
 """Where :class:`ExactlyOnce` keeps, in a Lightning checkpoint, the positions Lightning does not save itself."""

@@ -46,13 +46,15 @@ from ._structure import map_structure
 from ._sync import InFlight
 from ._versioned import check_versioned
 
-torch = require("torch", "headrace.torch")
-_torch_data = require("torch.utils.data", "headrace.torch")
-IterableDataset = _torch_data.IterableDataset
-get_worker_info = _torch_data.get_worker_info
+if TYPE_CHECKING:  # torch's real types for mypy; at run time it comes through require() (a clear error)
+    import torch
+    from torch.utils.data import IterableDataset, get_worker_info
 
-if TYPE_CHECKING:
     from ._dataset import Dataset
+else:
+    torch = require("torch", "headrace.torch")
+    _torch_data = require("torch.utils.data", "headrace.torch")
+    IterableDataset, get_worker_info = _torch_data.IterableDataset, _torch_data.get_worker_info
 
 _TORCH_DTYPES = {np.dtype(t) for t in (np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64,
                                         np.float16, np.float32, np.float64, np.complex64, np.complex128,

@@ -166,7 +166,10 @@ def test_failed_parallel_batch_releases_its_gathered_elements():
     with iter(ds) as it:
         assert [len(b) for b in it] == [3, 3, 3]
         stats = it.memory_stats()
-    assert stats["current_bytes"] == 0, stats
+    # this iterator's accounts only: the process's shared budget may still hold another test's pipeline that
+    # the garbage collector has not closed yet (8 bytes of a range element were seen after other tests)
+    held = {name: s["current_bytes"] for name, s in stats["stages"].items()}
+    assert held and sum(held.values()) == 0, held
 
 
 def _shrunk(caught) -> list:

@@ -4,6 +4,11 @@ tfrecord``), trained, resumed; bad lines; a conversion that is not labelled text
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,6 +53,36 @@ def test_train_text_learns_checkpoints_and_resumes(tmp_path: Path) -> None:
     again = json.loads(resumed.output.strip().splitlines()[-1])
     assert again["resumed_from"] and again["steps"] == 2 * info["steps"]
     assert again["history"][-1]["eval_accuracy"] > 0.9  # which word list a line is drawn from: chance 50%
+
+
+@pytest.mark.slow  # a Beam conversion and a torchrun job of two processes: ~30 s on 2 loaded cores
+def test_train_text_under_torchrun_writes_one_tokenizer(tmp_path: Path) -> None:
+    """Two ranks (gloo): both train the same tokenizer, rank 0 writes it, and the job trains in step."""
+    shards = _convert(tmp_path, _labelled(160))
+    ck = tmp_path / "ck"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                            "MASTER_PORT")} | {"OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(port), "-m", "headrace.cli", "train", str(shards), "--text", "--sequence-length",
+           "32", "--vocab-size", "300", "--global-batch-size", "8", "--micro-batch-size", "2", "--epochs", "1",
+           "--checkpoint-dir", str(ck)]
+    job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)
+    try:
+        out, _ = job.communicate(timeout=240)
+    finally:
+        if job.poll() is None:  # timed out: stop torchrun and its workers
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=30)
+    assert job.returncode == 0, out[-4000:]
+    assert "micro-batch 2 x 2 accumulation step(s) x 2 rank(s)" in out, out[-4000:]
+    from tokenizers import Tokenizer
+
+    assert Tokenizer.from_file(str(ck / "tokenizer.json")).token_to_id("[EOS]") == 3
+    assert sorted(p.name for p in ck.glob("tokenizer*")) == ["tokenizer.json"]  # no temporary file left
 
 
 @pytest.mark.parametrize("to", ["text", "tfrecord"])  # TextLineDataset, or the records' text feature

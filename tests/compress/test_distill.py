@@ -43,6 +43,19 @@ def test_kd_loss_equals_the_reference_formula() -> None:
     assert float(kd_loss(torch.tensor(t), torch.tensor(t), torch.tensor(y), alpha=1.0)) == pytest.approx(0.0, abs=1e-6)
 
 
+def test_kd_loss_of_per_segment_logits_counts_the_labelled_slots_only() -> None:
+    """Text rows (``(N, S, C)`` logits, ``(N, S)`` labels, -1 on unused slots): the loss of the labelled slots as
+    rows of their own; whatever the unused slots' logits are."""
+    rng = np.random.default_rng(0)
+    s, t = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 3, 4))
+    y = np.array([[1, 3, -1], [0, -1, -1]])
+    keep = y >= 0
+    want = kd_loss(torch.tensor(s[keep]), torch.tensor(t[keep]), torch.tensor(y[keep]), temperature=2.0, alpha=0.5)
+    s[~keep], t[~keep] = 1e3, -1e3
+    got = kd_loss(torch.tensor(s), torch.tensor(t), torch.tensor(y), temperature=2.0, alpha=0.5)
+    assert math.isclose(float(got), float(want), rel_tol=1e-9) and float(want) > 0
+
+
 @pytest.mark.parametrize(("temperature", "alpha"), [(0.0, 0.5), (-1.0, 0.5), (4.0, 1.5), (4.0, -0.1)])
 def test_bad_temperature_or_alpha_is_rejected(temperature: float, alpha: float) -> None:
     with pytest.raises(ValueError, match="temperature" if temperature <= 0 else "alpha"):

@@ -161,6 +161,22 @@ def test_interleaved_latency_times_every_model_in_every_round() -> None:
         interleaved_latency({"a": make("a")}, np.zeros(1), rounds=0)
 
 
+def test_interleaved_latency_reports_the_cpu_time_of_a_call() -> None:
+    """``cpu_p50`` is this process's CPU time per call: a call that computes for 5 ms of CPU time costs about that
+    however loaded the machine is; one that sleeps costs next to nothing."""
+    import time
+
+    def compute(batch: np.ndarray) -> None:
+        end = time.process_time() + 0.005
+        while time.process_time() < end:
+            pass
+
+    out = interleaved_latency({"compute": compute, "sleep": lambda batch: time.sleep(0.005)}, np.zeros(1), rounds=2,
+                              repeats=3, warmup=0)
+    assert out["compute"]["cpu_p50"] >= 5.0 and out["sleep"]["cpu_p50"] < out["compute"]["cpu_p50"] / 2
+    assert out["sleep"]["p50"] >= 5.0  # wall time: the sleep counts there
+
+
 def test_held_out_shards_come_from_the_training_files() -> None:
     files = [f"train-{i:05d}" for i in range(16)]
     train_files, held = split_files(files)

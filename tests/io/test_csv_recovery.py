@@ -14,8 +14,9 @@ import pytest
 
 import headrace as hr
 from headrace._budget.ledger import MemoryBudget
+from headrace._files import streams as _streams
 from headrace._memory import Cancelled, process_budget
-from headrace.io import _streams, _text_reader
+from headrace.io import _text_reader
 from headrace.io import csv as csv_module
 
 _DEFAULTS = [[0], [b""]]

@@ -11,8 +11,8 @@ import pytest
 from tfrecord_helpers import assert_restores_everywhere, fixture, load_json, make_records, write_records
 
 import headrace as hr
+from headrace._files.framing import masked_crc32c
 from headrace.io import TFRecordDataset
-from headrace.io._framing import masked_crc32c
 
 
 def test_masked_crc_matches_tensorflow_definition():

@@ -33,7 +33,7 @@ def test_len_counts_tfrecord_files_and_compressed_ones(tmp_path, shards: list[st
 
 
 def test_len_reads_a_matching_index_instead_of_the_headers(shards: list[str], monkeypatch) -> None:
-    from headrace.io._framing import RecordReader
+    from headrace._files.framing import RecordReader
 
     for f in shards:
         build_index(f)

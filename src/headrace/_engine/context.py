@@ -26,6 +26,7 @@ from .replay import ReplayMode
 
 if TYPE_CHECKING:
     from .._warn import PipelineWarnings
+    from .recipe import DatasetNode
     from .tuning.knobs import StageTuning
 
 
@@ -65,7 +66,7 @@ class TreeServices:
                 self._names[(id(node), base)] = name
         return name
 
-    def stages_below(self, node: Any) -> tuple[str, ...]:
+    def stages_below(self, node: DatasetNode) -> tuple[str, ...]:
         """The stage names of the nodes ``node`` reads from (its inputs, theirs, ...) built so far: a stage's
         accounts are named by its name, or by it and a space and what they hold (``"parquet buffers"``)."""
         ids: set[int] = set()

@@ -9,19 +9,19 @@ iteration; ``seed`` makes the order reproducible.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import ModuleType
 
 import numpy as np
 
 from .._engine.recipe import DatasetNode, node_of
+from .._files import fs
 from .in_memory import TensorSlicesNode
 from .shuffle import ShuffleNode
 
 
 def list_files(file_pattern: str | bytes | Sequence[str | bytes], *, shuffle: bool | None,
-               seed: int | None, fs: ModuleType) -> DatasetNode:
-    """The node of ``Dataset.list_files``. ``fs`` is the filesystem shim (``headrace.io.files``: ``glob``,
-    ``to_str_path``), handed in by the facade so that this layer imports nothing above it."""
+               seed: int | None) -> DatasetNode:
+    """The node of ``Dataset.list_files``, matching the patterns through the file-system shim
+    (``headrace._files.fs``, public as ``headrace.io.files``)."""
     if node_of(file_pattern) is not None:
         raise TypeError("list_files(file_pattern=Dataset): pass the pattern(s) as str or a list of str")
     patterns = [file_pattern] if isinstance(file_pattern, str | bytes) else list(file_pattern)

@@ -3,7 +3,8 @@
 PATH (and ``--eval``) is ``headrace convert --from text --to text`` output (read by
 :class:`headrace.io.TextLineDataset`; ``--to tfrecord`` output works too) whose lines are ``<label>\\t<text>``
 (:mod:`headrace.train.text_data`). A byte-level BPE tokenizer (``--vocab-size``) is trained on PATH's text and
-saved as ``tokenizer.json`` in ``--checkpoint-dir``; ``--resume`` reads it back from there, so a resumed run
+saved as ``tokenizer.json`` in ``--checkpoint-dir`` (under torchrun every rank trains the same one and rank 0
+writes it); ``--resume`` reads it back from there, so a resumed run
 encodes exactly as the first did. Rows of ``--sequence-length`` tokens hold at most ``sequence_length // 4``
 sequences (shorter than 4 tokens are left out). AdamW (weight decay 0.01) with a cosine schedule (10% warm-up)
 over the epochs' steps, counted by one pass over the packed rows first.
@@ -35,6 +36,7 @@ def run_train_text(path: str, *, eval_path: str | None, global_batch_size: int, 
 
     torch = require("torch", "headrace train --text")
     from .. import text
+    from ..distribute import process_info
     from ..train import fit
     from ..train.schedule import cosine_schedule
     from ..train.text import PackedTextClassifier, segment_cross_entropy
@@ -49,11 +51,13 @@ def run_train_text(path: str, *, eval_path: str | None, global_batch_size: int, 
     saved = os.path.join(checkpoint_dir, TOKENIZER_FILE) if checkpoint_dir else None
     if resume and saved and os.path.exists(saved):
         tok = require("tokenizers", "headrace train --text").Tokenizer.from_file(saved)
-    else:
+    else:  # every rank trains the same tokenizer on the same lines; one writes it
         tok = text.train_tokenizer(texts_of(lines), vocab_size=vocab_size)
-        if saved:
+        if saved and process_info().is_main:
             os.makedirs(checkpoint_dir, exist_ok=True)  # type: ignore[arg-type]
-            tok.save(saved)
+            tmp = f"{saved}.tmp-{os.getpid()}"
+            tok.save(tmp)
+            os.replace(tmp, saved)  # never a half-written tokenizer for --resume to read
     encoder = text.Encoder(tok, eos="[EOS]", max_length=sequence_length)
     shape = {"sequence_length": sequence_length, "max_segments": max(1, sequence_length // MIN_TOKENS), "seed": seed}
     train_ds = packed_text_dataset(lines, encoder, training=True, **shape)

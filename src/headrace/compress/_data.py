@@ -8,7 +8,7 @@ memory works.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ def as_array(inputs: Any, where: str) -> np.ndarray:
     return inputs
 
 
-def iter_batches(dataset: Any, batch_size: int, what: str) -> Iterator[tuple[np.ndarray, Any]]:
+def iter_batches(dataset: Any, batch_size: int, what: str) -> Generator[tuple[np.ndarray, Any], None, None]:
     """``(inputs, targets)`` batches of ``batch_size`` (the last may be smaller) read from ``dataset``.
 
     The iterator is closed when the generator is closed or exhausted. Raises ``ValueError`` naming ``what``

@@ -72,8 +72,10 @@ def steps_per_epoch(dataset: Any, global_batch_size: int, dataset_size: int | No
 
 
 def train(model: Any, dataset: Any, *, loss_fn: Any, epochs: int, lr: float, validation: Any = None,
-          patience: int = 2, dataset_size: int | None = None, **fit_kwargs: Any) -> dict[str, Any]:
-    """Train ``model`` in place with SGD (Nesterov momentum 0.9, weight decay 5e-4), a cosine schedule over
+          patience: int = 2, dataset_size: int | None = None, optimizer: str = "sgd",
+          **fit_kwargs: Any) -> dict[str, Any]:
+    """Train ``model`` in place with SGD (Nesterov momentum 0.9, weight decay 5e-4; or ``optimizer="adamw"``:
+    AdamW, weight decay 0.01, the usual choice for Transformers), a cosine schedule over
     ``epochs`` (5% warm-up; a constant ``lr`` when the dataset's size is unknown: pass ``dataset_size``) and
     early stopping on ``validation`` (module docstring).
 
@@ -83,6 +85,7 @@ def train(model: Any, dataset: Any, *, loss_fn: Any, epochs: int, lr: float, val
         loss_fn: as :func:`headrace.train.fit` takes it.
         epochs: at most this many epochs (>= 1).
         lr: peak learning rate (> 0).
+        optimizer: ``"sgd"`` or ``"adamw"``.
         validation: headrace ``Dataset`` held out from the training data, or None.
         patience: epochs without a better held-out accuracy before stopping.
         dataset_size: elements in ``dataset`` (sets the schedule's length when the cardinality is unknown).
@@ -93,7 +96,8 @@ def train(model: Any, dataset: Any, *, loss_fn: Any, epochs: int, lr: float, val
         early stopping ended the run).
 
     Raises:
-        ValueError: ``epochs`` < 1, ``lr`` <= 0, ``patience`` < 1, or any error of ``fit``.
+        ValueError: ``epochs`` < 1, ``lr`` <= 0, ``patience`` < 1, an unknown ``optimizer``, or any error of
+            ``fit``.
     """
     from ..train import fit
 
@@ -101,17 +105,20 @@ def train(model: Any, dataset: Any, *, loss_fn: Any, epochs: int, lr: float, val
         raise ValueError(f"epochs={epochs!r} must be an int >= 1")
     if not lr > 0:
         raise ValueError(f"lr={lr!r} must be > 0 (e.g. 0.05 for SGD)")
+    if optimizer not in ("sgd", "adamw"):
+        raise ValueError(f"optimizer={optimizer!r}: choose 'sgd' or 'adamw'")
     stopper = EarlyStopping(model, patience)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    opt = (torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01) if optimizer == "adamw" else
+           torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4))
     per_epoch = steps_per_epoch(dataset, fit_kwargs["global_batch_size"], dataset_size)
     scheduler = None
     if per_epoch is not None:
         total = per_epoch * epochs
-        scheduler = cosine_schedule(optimizer, total, warmup_steps=total // 20)
+        scheduler = cosine_schedule(opt, total, warmup_steps=total // 20)
     callbacks = [*fit_kwargs.pop("callbacks", ()), stopper]
     result = None
     try:
-        result = fit(model, dataset, loss_fn=loss_fn, optimizer=optimizer, epochs=epochs, lr_scheduler=scheduler,
+        result = fit(model, dataset, loss_fn=loss_fn, optimizer=opt, epochs=epochs, lr_scheduler=scheduler,
                      eval_dataset=validation, callbacks=callbacks, dataset_size=dataset_size, **fit_kwargs)
     except _Stop:
         pass

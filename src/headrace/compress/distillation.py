@@ -44,16 +44,23 @@ def kd_loss(student_logits: Any, teacher_logits: Any, targets: Any, *, temperatu
     """The distillation loss above (a scalar tensor, computed in float32).
 
     Args:
-        student_logits, teacher_logits: float tensors ``(N, C)``.
-        targets: int64 class labels ``(N,)``.
+        student_logits, teacher_logits: float tensors ``(N, C)``, or ``(N, S, C)``: ``S`` predictions per
+            element (the segments of a packed text row, :mod:`headrace.train.text`).
+        targets: int64 class labels ``(N,)`` (or ``(N, S)``); a label < 0 marks a slot without a prediction
+            to learn, left out of both terms (the means are over the labelled slots).
         temperature: ``T`` > 0.
         alpha: weight of the soft term, in [0, 1].
     """
     _check_kd(temperature, alpha)
-    s, t = student_logits.float(), teacher_logits.float()
+    classes = student_logits.shape[-1]
+    s, t = student_logits.float().reshape(-1, classes), teacher_logits.float().reshape(-1, classes)
+    y = targets.reshape(-1).long()
+    labelled = y >= 0
+    if not bool(labelled.all()):
+        s, t, y = s[labelled], t[labelled], y[labelled]
     soft = F.kl_div(F.log_softmax(s / temperature, dim=1), F.log_softmax(t / temperature, dim=1),
                     reduction="batchmean", log_target=True)
-    hard = F.cross_entropy(s, targets)
+    hard = F.cross_entropy(s, y)
     return alpha * temperature * temperature * soft + (1.0 - alpha) * hard
 
 
@@ -103,7 +110,7 @@ class DistillationLoss:
         missing = [i for i, k in enumerate(keys) if k not in self._cache]
         self.cache_misses += len(missing)
         self.cache_hits += len(keys) - len(missing)
-        fresh = self._forward(inputs[missing]) if missing else None
+        fresh: Any = self._forward(inputs[missing]) if missing else None  # (indexed only where missing is not empty)
         for j, i in enumerate(missing):
             if self._cached_bytes >= self.cache_bytes:
                 break

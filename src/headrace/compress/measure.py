@@ -60,7 +60,9 @@ def interleaved_latency(predicts: dict[str, Callable[[np.ndarray], Any]], batch:
     """Latency of several models on the same ``batch``, measured in alternating rounds so that a change of
     machine load (another process, frequency scaling) hits every model alike: ``warmup`` untimed calls each,
     then ``rounds`` rounds in which every model (in an order rotated by one each round) makes ``repeats``
-    timed calls. Returns ``{name: {"p50", "p90", "min"}}`` in milliseconds over all its timed calls.
+    timed calls. Returns ``{name: {"p50", "p90", "min", "cpu_p50"}}`` in milliseconds over all its timed calls;
+    ``cpu_p50``: the median CPU time of this process per call (``time.process_time``, all its threads), what a
+    call costs in CPU whatever share of the cores other processes leave it.
 
     Raises ``ValueError`` for ``rounds`` or ``repeats`` < 1.
     """
@@ -71,15 +73,17 @@ def interleaved_latency(predicts: dict[str, Callable[[np.ndarray], Any]], batch:
         for _ in range(warmup):
             predicts[name](batch)
     times: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         shift = r % len(names) if names else 0
         for name in names[shift:] + names[:shift]:
             for _ in range(repeats):
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 predicts[name](batch)
                 times[name].append((time.perf_counter() - t0) * 1e3)
-    return {name: {"p50": float(np.percentile(t, 50)), "p90": float(np.percentile(t, 90)), "min": float(min(t))}
-            for name, t in times.items()}
+                cpu[name].append((time.process_time() - c0) * 1e3)
+    return {name: {"p50": float(np.percentile(t, 50)), "p90": float(np.percentile(t, 90)), "min": float(min(t)),
+                   "cpu_p50": float(np.percentile(cpu[name], 50))} for name, t in times.items()}
 
 
 def batch_of(examples: np.ndarray, size: int) -> np.ndarray:

@@ -38,7 +38,7 @@ FORMAT = "headrace.compress"
 BACKENDS = ("torch", "onnxruntime", "torchao")
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[str], None]) -> None:
+def atomic_write(path: str | os.PathLike[str], write: Callable[[str], object]) -> None:
     """Call ``write(tmp)`` then rename ``tmp`` to ``path``; on any error remove ``tmp`` and re-raise."""
     path = os.fspath(path)
     head, name = os.path.split(path)

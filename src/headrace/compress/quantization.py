@@ -119,6 +119,15 @@ class _Calibration:
             self.progress(self.count, self.limit)
         return x
 
+    def first_batch(self) -> np.ndarray:
+        """The first batch: ``next_batch`` raises ``ValueError`` on an empty dataset, and ``limit`` is at least 1
+        (``_validate``)."""
+        x = self.next_batch()
+        if x is None:
+            raise ValueError(f"calibration_dataset: no batch taken (a limit of {self.limit} batches); calibrate with "
+                             "num_calibration_batches >= 1")
+        return x
+
     def close(self) -> None:
         self.batches.close()
 
@@ -169,8 +178,7 @@ def quantize(model: Any, calibration_dataset: Any, *, method: str = "static", ba
         else:
             calib = _Calibration(calibration_dataset, batch_size,
                                  num_calibration_batches if method == "static" else 1, progress)
-            first = calib.next_batch()
-            assert first is not None  # next_batch raises on an empty dataset
+            first = calib.first_batch()
         _check_runs(model, first, 0)
         info = {"parameters": count_parameters(model), "macs": count_macs(model, first[:1]), **input_facts(first)}
         if backend == "torchao":
@@ -183,7 +191,9 @@ def quantize(model: Any, calibration_dataset: Any, *, method: str = "static", ba
 def _ort_reader(calib: _Calibration, first: np.ndarray, input_name: str) -> Any:
     qz = require("onnxruntime.quantization", "quantization with ONNX Runtime")
 
-    class Reader(qz.CalibrationDataReader):
+    base: Any = qz.CalibrationDataReader  # (a class of a module loaded at run time: a value to mypy)
+
+    class Reader(base):
         def __init__(self) -> None:
             self.pending: np.ndarray | None = first
 

@@ -6,7 +6,7 @@
                    "precision": "fp32" | "int8", "runtime": "torch" | "onnxruntime" | "torchao",
                    "size_bytes": int, "parameters": int, "macs": int, "accuracy": float (0-1),
                    "accuracy_ci95": [low, high], "examples": int, "correct": int, "latency_ms_batch1": float,
-                   "latency_ms_batch32": float, "threads": int, "speedup_batch32": float,
+                   "latency_ms_batch32": float, "cpu_ms_batch32": float, "threads": int, "speedup_batch32": float,
                    "size_ratio": float, "accuracy_delta_points": float, ...}, ...],
      "threads": int, "eval_examples": int, "speedup_baseline": "fp32-...", "accuracy_interval": "...",
      "machine": {"cpu": ..., "int8_isa": ..., "simd": [...], "load_average": [...], ...}, "created": "...",
@@ -14,8 +14,9 @@
 
 ``speedup_batch32`` and ``size_ratio`` are the latency at batch 32 / size of the fastest fp32 row
 (``speedup_baseline``: ``fp32-torch`` or ``fp32-onnxruntime``) divided by the row's; ``accuracy_ci95`` is the
-95% Wilson score interval of the accuracy; ``machine["int8_isa"]`` the instructions ONNX Runtime's int8 kernels
-use on this CPU (read from its flags at run time).
+95% Wilson score interval of the accuracy; ``cpu_ms_batch32`` the median CPU time of the process per call
+(:func:`headrace.compress.measure.interleaved_latency`); ``machine["int8_isa"]`` the instructions ONNX
+Runtime's int8 kernels use on this CPU (read from its flags at run time).
 """
 
 from __future__ import annotations

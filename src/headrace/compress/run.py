@@ -25,7 +25,9 @@ torch = import_torch()
 QUANTIZE_CHOICES = ("static", "dynamic")
 PRUNE_METHODS = ("structured", "unstructured")
 STUDENT_ARCHS = ("small-cnn", "resnet18")
-OUTPUT_FILES = ("report.json", "report.png", "int8.onnx", "int8.pt2", "pruned.pt2", "pruned-int8.onnx", "distilled.pt2")
+OUTPUT_FILES = ("report.json", "report.png", "int8.onnx", "int8.pt2", "pruned.pt2", "pruned-int8.onnx", "distilled.pt2",
+                "distilled-int8.onnx")
+OPTIMIZERS = ("sgd", "adamw")
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,9 @@ class CompressOptions:
     the two. ``distill_student``: ``small-cnn`` / ``resnet18`` width-scaled to ``student_params`` (a
     fraction of the teacher's parameters if <= 1, else a count), or any name ``build_student`` knows.
     Fine-tuning and distillation use the knowledge-distillation loss against the fp32 model, a cosine
-    schedule and early stopping (``patience`` epochs) on a held-out split of the training data.
+    schedule and early stopping (``patience`` epochs) on a held-out split of the training data; SGD (Nesterov
+    momentum), or AdamW (weight decay 0.01) for the student with ``distill_optimizer="adamw"`` (Transformers).
+    ``distill_quantize``: the student quantized too (``distilled-int8``, as ``quantize`` asks).
     """
 
     quantize: str | None = "static"
@@ -55,6 +59,8 @@ class CompressOptions:
     student_params: float = 0.25
     distill_epochs: int = 20
     distill_lr: float = 0.02
+    distill_optimizer: str = "sgd"
+    distill_quantize: bool = False
     temperature: float = 4.0
     alpha: float = 0.9
     patience: int = 5
@@ -83,6 +89,8 @@ class CompressOptions:
                              "pruning of a channel fraction, or iterative pruning to a MACs target)")
         if self.prune_method not in PRUNE_METHODS:
             raise ValueError(f"--prune-method {self.prune_method!r}: choose structured or unstructured")
+        if self.distill_optimizer not in OPTIMIZERS:
+            raise ValueError(f"distill_optimizer={self.distill_optimizer!r}: choose {' or '.join(OPTIMIZERS)}")
         if self.prune_importance not in IMPORTANCES:
             raise ValueError(f"--prune-importance {self.prune_importance!r}: choose {' or '.join(IMPORTANCES)}")
         if not 1 <= self.prune_steps <= 20:
@@ -189,4 +197,4 @@ def _publish(staging: Path, out: Path) -> None:
         os.replace(staging / name, out / name)
 
 
-__all__ = ["OUTPUT_FILES", "CompressOptions", "compress_model"]
+__all__ = ["OPTIMIZERS", "OUTPUT_FILES", "CompressOptions", "compress_model"]

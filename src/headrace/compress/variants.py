@@ -10,7 +10,8 @@ Rows, in order (each with ``precision`` ``"fp32"`` / ``"int8"`` and ``runtime`` 
 - ``int8``: post-training static (or dynamic) quantization.
 - ``pruned``: iterative structured pruning to a MACs target with fine-tuning between rounds (or the older
   one-shot pruning); ``pruned-int8``: that model quantized too (``prune_quantize``).
-- ``distilled``: a width-scaled student trained with the knowledge-distillation loss.
+- ``distilled``: a width-scaled student trained with the knowledge-distillation loss; ``distilled-int8``: that
+  student quantized too (``distill_quantize``).
 
 Fine-tuning the pruned model and distillation both use the distillation loss against the fp32 model
 (one teacher-logit cache for both), a cosine schedule and early stopping on ``validation_dataset``.
@@ -88,7 +89,9 @@ class Variants:
         if pruned is not None and o.prune_quantize and o.quantize is not None:
             self.quantized("pruned-int8", pruned.model)
         if o.distill_student is not None and o.distill_epochs > 0:
-            self.distilled()
+            student = self.distilled()
+            if o.distill_quantize and o.quantize is not None:
+                self.quantized("distilled-int8", student)
         self.measure_latency()
         return self.rows
 
@@ -104,11 +107,11 @@ class Variants:
         q.save(self.staging / file)
         self.add(name, q, {"precision": "int8", "runtime": q.backend, "route": q.info.get("route")}, file)
 
-    def _train(self, model: Any, epochs: int, lr: float) -> dict[str, Any]:
+    def _train(self, model: Any, epochs: int, lr: float, optimizer: str = "sgd") -> dict[str, Any]:
         """Fine-tune / distil ``model`` with the KD loss against the fp32 model (module docstring)."""
         from ._training import train
 
-        run = train(model, self.train_dataset, loss_fn=self.kd, epochs=epochs, lr=lr,
+        run = train(model, self.train_dataset, loss_fn=self.kd, epochs=epochs, lr=lr, optimizer=optimizer,
                     validation=self.validation_dataset, patience=self.options.patience, dataset_size=self.train_size,
                     **self.fit_common)
         run.pop("fit_result")
@@ -142,7 +145,8 @@ class Variants:
         self.add("pruned", p, {"precision": "fp32", "runtime": "torch", **extra}, "pruned.pt2")
         return p
 
-    def distilled(self) -> None:
+    def distilled(self) -> Any:
+        """Train the student (``distilled`` row); returns it (an ``nn.Module``)."""
         from .distillation import student_for_params
         from .model import CompressedModel
 
@@ -157,14 +161,16 @@ class Variants:
         else:
             student, width = self.build_student(o.distill_student), None
         n = sum(p.numel() for p in student.parameters())
-        self.say(f"distilling into {o.distill_student} (width {width}, {n:,} parameters, target {target:,}), at "
-                 f"most {o.distill_epochs} epoch(s), T={o.temperature}, alpha={o.alpha}")
-        facts = self._train(student, o.distill_epochs, o.distill_lr)
+        sized = f"width {width}, {n:,} parameters, target {target:,}" if width is not None else f"{n:,} parameters"
+        self.say(f"distilling into {o.distill_student} ({sized}), at most {o.distill_epochs} epoch(s), "
+                 f"T={o.temperature}, alpha={o.alpha}, {o.distill_optimizer}")
+        facts = self._train(student, o.distill_epochs, o.distill_lr, o.distill_optimizer)
         d = CompressedModel.from_module(student.eval(), "distilled", self.example, facts)
         d.save(self.staging / "distilled.pt2")
         self.add("distilled", d, {"precision": "fp32", "runtime": "torch", "student": o.distill_student,
                                   "student_width": width, "student_params_target": target, **facts},
                  "distilled.pt2")
+        return student
 
     def measure_latency(self) -> None:
         """Latency at batch 1 and 32 of every row, in alternating rounds (module docstring)."""
@@ -184,6 +190,7 @@ class Variants:
                     row[f"latency_ms_batch{b}"] = round(t["p50"], 3)
                     row[f"latency_ms_batch{b}_p90"] = round(t["p90"], 3)
                     row[f"latency_ms_batch{b}_min"] = round(t["min"], 3)
+                    row[f"cpu_ms_batch{b}"] = round(t["cpu_p50"], 3)
                     row["threads"] = self.threads
         finally:
             torch.set_num_threads(saved)

@@ -123,7 +123,7 @@ def write_text(path: str, lines: Iterable[bytes], compression: str | None) -> di
     """Write ``lines`` (streamed; each without its ``\\n``) to the text file ``path``, ``\\n`` after each, GZIP /
     ZLIB compressed as TensorFlow's writers do (zlib's default level). Returns ``{"records", "bytes",
     "sha256", "index": None}``."""
-    from ..io._streams import WBITS
+    from .._files.streams import WBITS
 
     z = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, WBITS[compression]) if compression else None
     n = 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from itertools import repeat
+from operator import length_hint
 from typing import Any
 
 import numpy as np
@@ -133,6 +134,7 @@ class BlockRowIterator(Stage):
     values, not dicts, names that column in ``row_key`` (and unwraps ``__next__``'s rows itself).
     """
 
+    ctx: IteratorContext  # (a reader is always built with its context)
     row_key: str | None = None
     row_tuples = False  # rows as tuples of the block's values (in its column order), not dicts
 
@@ -271,7 +273,7 @@ class BlockRowIterator(Stage):
     def _offset(self) -> int:
         """The index of the next row to yield in the block in hand (the rows ``elements_ready`` gave counted)."""
         run = self._run
-        return self._pos if run is None else run[2] + run[3] - run[1].__length_hint__()
+        return self._pos if run is None else run[2] + run[3] - length_hint(run[1])
 
     @_offset.setter
     def _offset(self, value: int) -> None:
@@ -290,7 +292,7 @@ class BlockRowIterator(Stage):
         (copied one by one)."""
         run = self._run
         if run is not None:
-            if run[1].__length_hint__():
+            if length_hint(run[1]):
                 return run[0]
             self._end_run()
         if self._batch_size is not None or self._block is None:

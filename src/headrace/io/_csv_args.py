@@ -11,8 +11,9 @@ import numpy as np
 
 from ._csv_parse import DTYPES, STRING, CsvFormat
 
-_NAMES = {"int32": np.dtype(np.int32), "int64": np.dtype(np.int64), "float32": np.dtype(np.float32),
-          "float64": np.dtype(np.float64), "string": STRING, "str": STRING, "bytes": STRING, "object": STRING}
+_NAMES: dict[str, np.dtype] = {
+    "int32": np.dtype(np.int32), "int64": np.dtype(np.int64), "float32": np.dtype(np.float32),
+    "float64": np.dtype(np.float64), "string": STRING, "str": STRING, "bytes": STRING, "object": STRING}
 _ALLOWED = "int32, int64, float32, float64 or string (bytes)"
 
 

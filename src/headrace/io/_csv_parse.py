@@ -116,10 +116,10 @@ class CsvFormat:
                     return dtype.type(v)
             raise ValueError(f"column {k}: {field!r} is not a valid {dtype.name} (decimal digits with an optional "
                              f"sign, {lo}..{hi})")
-        v = parse_float(field, dtype == np.float32)
-        if v is None:
+        x = parse_float(field, dtype == np.float32)
+        if x is None:
             raise ValueError(f"column {k}: {field!r} is not a valid {dtype.name}")
-        return dtype.type(v)
+        return dtype.type(x)
 
     # ---- one record ---------------------------------------------------------------------------------
     def read_record(self, buf: bytes, pos: int, eof: bool) -> tuple[int, list[bytes], int, str | None] | None:
@@ -145,8 +145,9 @@ class CsvFormat:
                 value, nxt, bad = got
                 error = error or bad
             else:
-                m = self._unquoted.match(buf, pos)
-                value, nxt = buf[pos:m.end()], m.end()
+                m = self._unquoted.match(buf, pos)  # (a ``*`` pattern: it always matches, maybe empty)
+                nxt = m.end() if m is not None else pos
+                value = buf[pos:nxt]
                 if nxt >= n and not eof:
                     return None
                 if self.quote and 34 in value and error is None:
@@ -218,7 +219,7 @@ def count_lines(data: bytes, stop: int | None = None) -> int:
     return n + data.count(b"\r", 0, end) - data.count(b"\r\n", 0, end)
 
 
-def quotes_valid(chunk: bytes, delim: bytes, at_eof: bool) -> bool:
+def quotes_valid(chunk: bytes | memoryview, delim: bytes, at_eof: bool) -> bool:
     """Whether every ``"`` of ``chunk`` (whole records) sits where tf.data's grammar puts one: each opening quote at
     a field's start, each closing quote before a delimiter, a terminator or the end of the file, doubled quotes
     inside (counted by parity, in numpy)."""

@@ -20,12 +20,12 @@ from .._engine.counted_cardinality import elements
 from .._engine.recipe import DatasetNode, node_of
 from .._engine.stage import Stage
 from .._errors import StateError
+from .._files.streams import DEFAULT_BUFFER_BYTES
 from .._machine import cpu_count
 from .._ops.in_memory import TensorSlicesNode
 from .._ops.interleave import InterleaveNode
 from .._options import AUTOTUNE
 from . import files
-from ._streams import DEFAULT_BUFFER_BYTES
 
 
 def name_list(filenames: Any, what: str) -> list[str]:
@@ -93,9 +93,10 @@ class FileNames:
         """Every name (a names Dataset is iterated); None when a names Dataset's cardinality is unknown."""
         if self.names is not None:
             return self.names
-        if self.node.cardinality() < 0:  # type: ignore[union-attr]
+        node = self.node  # (exactly one of names and node is set)
+        if node is None or node.cardinality() < 0:
             return None
-        return [files.to_str_path(v) for v in elements(self.node)]
+        return [files.to_str_path(v) for v in elements(node)]
 
     def interleave(self, ctx: IteratorContext, single: Callable[[Any], DatasetNode], n: int, label: str) -> Stage:
         """tf.data's ``num_parallel_reads=n``: ``n`` files read at once, their elements interleaved one by one
@@ -124,20 +125,21 @@ class NameSource:
     ``list_files(...).repeat()`` holds nothing more as it goes)."""
 
     def __init__(self, ctx: IteratorContext, names: FileNames) -> None:
-        self._list = names.names
-        self._it = names.node.make_iterator(ctx) if names.node is not None else None
+        self._it: Stage | None = names.node.make_iterator(ctx) if names.node is not None else None
+        self._list: list[str] = names.names if names.names is not None else []  # (used while _it is None)
         self._index = -1  # file index of the last name pulled from the dataset
         self._name: str | None = None
         self._before: Any = None  # the names iterator's state just before that name was pulled
 
     def get(self, i: int) -> str | None:
         """File ``i``'s name, or None past the end (files are visited in order: ``i`` never goes back)."""
-        if self._list is not None:
+        it = self._it
+        if it is None:
             return self._list[i] if i < len(self._list) else None
         while self._index < i:
-            before = self._it.get_state()
+            before = it.get_state()
             try:
-                name = next(self._it)
+                name = next(it)
             except StopIteration:
                 return None
             self._index, self._name, self._before = self._index + 1, files.to_str_path(name), before
@@ -145,18 +147,18 @@ class NameSource:
 
     def known(self, i: int) -> str | None:
         """File ``i``'s name if already known (never pulls from a names dataset)."""
-        if self._list is not None:
+        if self._it is None:
             return self._list[i] if i < len(self._list) else None
         return self._name if i == self._index else None
 
     def state(self, i: int) -> Any:
         """The names iterator's state just before file ``i`` is pulled (None for a list)."""
-        if self._list is not None:
+        if self._it is None:
             return None
         return self._before if i == self._index else self._it.get_state()
 
     def restore(self, i: int, names_state: Any) -> None:
-        if self._list is not None:
+        if self._it is None:
             return
         self._it.set_state(names_state)
         self._index, self._name, self._before = i - 1, None, None

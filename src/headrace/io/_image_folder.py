@@ -226,11 +226,11 @@ def _split(paths: list[str], labels: list[int] | None, validation_split: float |
     if validation_split is None or not 0 < validation_split < 1 or subset not in ("training", "validation"):
         raise ValueError(f"{_WHAT}: validation_split={validation_split!r}, subset={subset!r}: use a fraction "
                          "in (0, 1) together with subset='training' or 'validation'")
-    if shuffle and seed is None:
-        raise ValueError(f"{_WHAT}: validation_split with shuffle=True needs a seed, so that the training and "
-                         "validation subsets do not overlap; pass seed=<int> to both calls")
     order = list(range(len(paths)))
     if shuffle:
+        if seed is None:
+            raise ValueError(f"{_WHAT}: validation_split with shuffle=True needs a seed, so that the training and "
+                             "validation subsets do not overlap; pass seed=<int> to both calls")
         order = np.random.default_rng([seed, 1]).permutation(len(paths)).tolist()
     n_val = int(validation_split * len(paths))
     chosen = sorted(order[len(paths) - n_val:] if subset == "validation" else order[:len(paths) - n_val])

@@ -20,16 +20,16 @@ import numpy as np
 from .._engine.context import IteratorContext
 from .._engine.stage_support import check_state, stop_flag
 from .._errors import DataLossError, MemoryBudgetError
+from .._files.streams import ReadAhead, buffer_bytes, compression_of, open_input, seek_input
 from .._memory import format_bytes
 from ._blocks import BlockRowIterator, close_quietly
 from ._filenames import NameSource
-from ._streams import ReadAhead, buffer_bytes, compression_of, open_input, seek_input
 
 CHUNK_BYTES = 1024 * 1024
 """The most bytes one read takes (smaller under a small budget: 1/64 of it, at least 4 KiB). The read buffer
 (``buffer_size``) is at most 1/32 of the budget too."""
 READ_AHEAD = 2
-"""Chunks read (and decompressed) ahead by a thread of the reader's (``_streams.ReadAhead``), charged too; 1
+"""Chunks read (and decompressed) ahead by a thread of the reader's (``_files.streams.ReadAhead``), charged too; 1
 where a chunk is more than 1/64 of the budget (records larger than that)."""
 _OBJECT_BYTES = sys.getsizeof(b"") + 8  # one element as a Python bytes object in a list, beside its data
 _FIRST_MEAN = 16.0  # the mean element size assumed before any is read (lines: short ones are the costly case)

@@ -2,7 +2,7 @@
 
 Format: RFC 4180 as tf.data reads it (``headrace.io._csv_parse``: records end at ``\\n``, ``\\r`` or ``\\r\\n``;
 ``"``-quoted fields with ``""`` inside; empty or NA fields take the column's default). Files are read in order,
-local paths or fsspec URLs, uncompressed, ``"GZIP"`` or ``"ZLIB"`` (``headrace.io._streams``).
+local paths or fsspec URLs, uncompressed, ``"GZIP"`` or ``"ZLIB"`` (``headrace._files.streams``).
 
 Reading: a file is read in chunks of whole records (about 1 MiB, at most 1/32 of the memory budget), each parsed by
 pyarrow's CSV reader into numpy columns; a chunk pyarrow does not read as tf.data would (a bad row, quotes out of
@@ -39,13 +39,13 @@ from .._engine.recipe import DatasetNode
 from .._engine.stage import Stage
 from .._engine.stage_support import check_state, stop_flag
 from .._errors import DataLossError, MemoryBudgetError, RecordParseError
+from .._files.streams import buffer_bytes, normalize_compression, open_input, seek_input
 from .._memory import format_bytes
 from .._spec import TensorSpec
 from ._blocks import BlockRowIterator, close_quietly, state_error
 from ._csv_args import csv_format
 from ._csv_parse import CsvFormat, FastParser, as_columns, count_lines, cut_point, parse_records
 from ._filenames import FileNames, NameSource, name_list
-from ._streams import buffer_bytes, normalize_compression, open_input, seek_input
 
 _WHAT = "CsvDataset"
 CHUNK_BYTES = 1 << 20

@@ -92,7 +92,8 @@ def _missing(key: str, spec: Spec, index: int, source: str | None) -> ValueError
     return ValueError(f"feature {key!r} is missing in {_where(index, source)} and {spec!r} requires it; {fix}")
 
 
-def _bad_count(key: str, spec: Spec, n: int, index: int, source: str | None) -> ValueError:
+def _bad_count(key: str, spec: FixedLenFeature | FixedLenSequenceFeature, n: int, index: int,
+               source: str | None) -> ValueError:
     if isinstance(spec, FixedLenFeature):
         need = f"exactly {spec.size} (shape {list(spec.shape)})"
     else:
@@ -137,9 +138,9 @@ def _parse_features(fmap: Any, features: dict[str, Spec], index: int, source: st
     out: dict[str, Any] = {}
     for key, spec in features.items():
         v = _values(fmap, key, spec, index, source)
-        if type(spec) is FixedLenFeature:
+        if isinstance(spec, FixedLenFeature):
             out[key] = _fixed_single(v, key, spec, index, source)
-        elif type(spec) is VarLenFeature:
+        elif isinstance(spec, VarLenFeature):
             out[key] = _array(v if v is not None else [], spec.dtype)
         else:
             out[key] = _sequence_single(v, key, spec, index, source)
@@ -187,7 +188,7 @@ class _Column:
 
     def add(self, v: Any, index: int, source: str | None) -> None:
         spec = self.spec
-        if type(spec) is FixedLenFeature:
+        if isinstance(spec, FixedLenFeature):
             if v is None:
                 if spec.default is None:
                     raise _missing(self.key, spec, index, source)
@@ -200,11 +201,11 @@ class _Column:
                 self.values.extend(v)
             return
         if v is None:
-            if type(spec) is FixedLenSequenceFeature and not spec.allow_missing:
+            if isinstance(spec, FixedLenSequenceFeature) and not spec.allow_missing:
                 raise _missing(self.key, spec, index, source)
             self.lengths.append(0)
             return
-        if type(spec) is FixedLenSequenceFeature and len(v) % spec.size:
+        if isinstance(spec, FixedLenSequenceFeature) and len(v) % spec.size:
             raise _bad_count(self.key, spec, len(v), index, source)
         self.values.extend(v)
         self.lengths.append(len(v))
@@ -212,10 +213,10 @@ class _Column:
     def result(self, batch: int) -> Any:
         spec = self.spec
         values = _array(self.values, spec.dtype)
-        if type(spec) is FixedLenFeature:
+        if isinstance(spec, FixedLenFeature):
             return values.reshape((batch, *spec.shape))
         lengths = np.array(self.lengths, dtype=np.int64)
-        if type(spec) is VarLenFeature:
+        if isinstance(spec, VarLenFeature):
             return VarLenBatch(values, lengths)
         return _pad(values, lengths // spec.size, spec)
 
@@ -261,21 +262,21 @@ def _fast_column(fmaps: list[Any], key: str, spec: Spec) -> Any:
     """
     vs = list(map(attrgetter(spec.field + ".value"), map(itemgetter(key), fmaps)))
     lens = list(map(len, vs))
-    if type(spec) is FixedLenFeature:
+    if isinstance(spec, FixedLenFeature):
         if spec.size == 0 or lens.count(spec.size) != len(lens):
             return None
-        values = list(map(itemgetter(0), vs)) if spec.scalar else list(chain.from_iterable(vs))
-        return _array(values, spec.dtype).reshape((len(vs), *spec.shape))
-    if type(spec) is FixedLenSequenceFeature and any(n % spec.size for n in lens):
+        flat = list(map(itemgetter(0), vs)) if spec.scalar else list(chain.from_iterable(vs))
+        return _array(flat, spec.dtype).reshape((len(vs), *spec.shape))
+    if isinstance(spec, FixedLenSequenceFeature) and any(n % spec.size for n in lens):
         return None
     if 0 in lens:  # empty or missing: fine unless it is another kind (or a required sequence)
-        if type(spec) is FixedLenSequenceFeature and not spec.allow_missing:
+        if isinstance(spec, FixedLenSequenceFeature) and not spec.allow_missing:
             return None
         if any(fmaps[i][key].WhichOneof("kind") not in (None, spec.field) for i, n in enumerate(lens) if not n):
             return None
     values = _array(list(chain.from_iterable(vs)), spec.dtype)
     lengths = np.array(lens, dtype=np.int64)
-    if type(spec) is VarLenFeature:
+    if isinstance(spec, VarLenFeature):
         return VarLenBatch(values, lengths)
     return _pad(values, lengths // spec.size, spec)
 
@@ -323,7 +324,7 @@ def parse_example(serialized_batch: Any, features: dict[str, Spec], *, source: s
 def _feature_list(flist: Any, key: str, spec: Spec, index: int, source: str | None) -> Any:
     where = f"{_where(index, source)}, feature_lists[{key!r}]"
     steps = [_values_of_step(f, key, spec, where, step) for step, f in enumerate(flist.feature)]
-    if type(spec) is VarLenFeature:
+    if isinstance(spec, VarLenFeature):
         lengths = np.array([len(v) for v in steps], dtype=np.int64)
         return VarLenBatch(_array([x for v in steps for x in v], spec.dtype), lengths)
     for v in steps:
@@ -376,12 +377,12 @@ def parse_single_sequence_example(serialized: bytes, context_features: dict[str,
     lists = ex.feature_lists.feature_list
     sequences: dict[str, Any] = {}
     for key, spec in sequence_features.items():
-        if type(spec) is FixedLenFeature:
+        if isinstance(spec, FixedLenFeature):
             raise TypeError(f"sequence_features[{key!r}] is {spec!r}; feature lists need FixedLenSequenceFeature "
                             "or VarLenFeature")
         flist = lists.get(key)
         if flist is None:
-            if type(spec) is FixedLenSequenceFeature and not spec.allow_missing:
+            if isinstance(spec, FixedLenSequenceFeature) and not spec.allow_missing:
                 raise _missing(key, spec, record_index, source)
             flist = pb.FeatureList()
         sequences[key] = _feature_list(flist, key, spec, record_index, source)

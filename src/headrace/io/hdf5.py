@@ -199,7 +199,7 @@ class HDF5Node(DatasetNode):
     def _check(self, f: Any) -> tuple[int, tuple[int, int]]:
         h5py = require("h5py", _WHAT)
 
-        datasets = []
+        datasets: list[Any] = []  # h5py.Dataset objects
         for key in self.keys:
             with damaged_metadata(self.path, f"dataset {key!r}"):
                 obj = f[key] if key in f else None  # noqa: SIM401 (f.get() calls a damaged object missing)

@@ -18,15 +18,15 @@ import collections
 import contextlib
 import csv
 import io
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
 from .._dataset import Dataset
+from .._files.streams import normalize_compression, open_input
 from .._options import AUTOTUNE
 from . import files
-from ._streams import normalize_compression, open_input
 from .csv import CsvDataset
 
 _WHAT = "make_csv_dataset"
@@ -49,7 +49,8 @@ def _file_names(file_pattern: Any) -> list[str]:
 _FIX = "pass column_names=[...] and column_defaults=[...] (nothing is then read before the dataset)"
 
 
-def _records(path: str, compression: str, encoding: str, delim: str, quote: bool) -> Iterator[tuple[int, list[str]]]:
+def _records(path: str, compression: str, encoding: str, delim: str,
+             quote: bool) -> Generator[tuple[int, list[str]], None, None]:
     """``(line number, fields)`` of each record of ``path`` (Python's ``csv`` module over the decoded text).
 
     Raises:

@@ -29,8 +29,8 @@ import shutil
 import uuid
 from typing import Any
 
+from .._files.framing import OVERHEAD_BYTES
 from . import files
-from ._framing import OVERHEAD_BYTES
 from .tfrecord_index import INDEX_SUFFIX
 from .tfrecord_writer import TFRecordOptions, TFRecordWriter
 

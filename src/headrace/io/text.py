@@ -34,10 +34,10 @@ from .._dataset import Dataset
 from .._engine.context import IteratorContext
 from .._engine.recipe import DatasetNode
 from .._engine.stage import Stage
+from .._files.streams import normalize_compression
 from .._options import UNKNOWN_CARDINALITY
 from .._spec import STRING, TensorSpec
 from ._filenames import FileNames, parallel_reads, read_buffer_size, shard_by_file
-from ._streams import normalize_compression
 
 
 class Lines:

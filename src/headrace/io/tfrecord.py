@@ -1,7 +1,7 @@
 """``TFRecordDataset``: the records of TFRecord files as a :class:`headrace.Dataset` of ``bytes``.
 
 Same arguments and results as ``tf.data.TFRecordDataset``; the file format and its CRC32C checks are
-described in :mod:`headrace.io._framing` (TensorFlow's ``record_writer.h`` layout).
+described in :mod:`headrace._files.framing` (TensorFlow's ``record_writer.h`` layout).
 
 Corrupt data is never returned as if it were good:
 
@@ -32,13 +32,13 @@ from .._engine.recipe import DatasetNode
 from .._engine.stage import Stage
 from .._engine.stage_support import check_state, note_error
 from .._errors import DataLossError
+from .._files.framing import DEFAULT_BUFFER_BYTES, RecordReader
+from .._files.streams import normalize_compression
 from .._options import UNKNOWN_CARDINALITY
 from .._spec import STRING, TensorSpec
 from .._sync import Lock as TimedLock
 from . import files
 from ._filenames import FileNames, NameSource, parallel_reads, read_buffer_size, shard_by_file
-from ._framing import DEFAULT_BUFFER_BYTES, RecordReader
-from ._streams import normalize_compression
 
 ON_CORRUPT = ("raise", "skip")
 
@@ -214,17 +214,18 @@ class TFRecordIterator(Stage):
         self._count = 0
         self.stage = ctx.stage_name(ds, "TFRecordDataset")
 
-    def _open(self) -> bool:
+    def _open(self) -> RecordReader | None:
+        """The reader of the next file (from its resume offset), or None past the last file."""
         while True:
             name = self._names.get(self._file_index)
             if name is None:
-                return False
+                return None
             offset, index = self._resume_offset, self._resume_index
             self._resume_offset = self._resume_index = 0
             try:
                 self._reader = RecordReader(name, self._ds.compression_type, self._ds.buffer_size, offset,
                                             index, self._ds.check_crc)
-                return True
+                return self._reader
             except DataLossError as e:  # resuming past the end of a damaged compressed file
                 self._file_index += 1
                 if self._ds.on_corrupt == "raise":
@@ -244,9 +245,9 @@ class TFRecordIterator(Stage):
         if self._closed:
             raise StopIteration
         while True:
-            if self._reader is None and not self._open():
+            reader = self._reader if self._reader is not None else self._open()
+            if reader is None:
                 raise StopIteration
-            reader = self._reader
             try:
                 record = reader.next_record()
             except DataLossError as e:

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from .._errors import DataLossError, StaleIndexError
+from .._files.framing import FOOTER, HEADER, HEADER_BYTES, OVERHEAD_BYTES, RecordReader, masked_crc32c
 from . import files
-from ._framing import FOOTER, HEADER, HEADER_BYTES, OVERHEAD_BYTES, RecordReader, masked_crc32c
 
 INDEX_SUFFIX = ".idx"
 

@@ -100,7 +100,7 @@ class CorruptRecords:
 def record_offset(path: str, index: int) -> int | None:
     """Byte offset of record ``index`` (from 0) of the uncompressed TFRecord file ``path``; None when the
     file cannot be read that far."""
-    from ..io._framing import RecordReader
+    from .._files.framing import RecordReader
 
     try:
         reader = RecordReader(path)
@@ -227,10 +227,10 @@ def count_classes(files: Sequence[str], label_key: str = LABEL_KEY, on_corrupt: 
         ValueError: no records, or a record without ``label_key`` (names the file and record).
         DataLossError: a corrupt or truncated record (``on_corrupt="raise"``), naming the file and byte offset.
     """
-    from ..io.example import FixedLenFeature, parse_example
+    from ..io.example import FixedLenFeature, Spec, parse_example
     from ..io.tfrecord import CorruptRecordWarning, TFRecordDataset
 
-    spec = {label_key: FixedLenFeature([], "int64")}
+    spec: dict[str, Spec] = {label_key: FixedLenFeature([], "int64")}
     n, top = 0, -1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CorruptRecordWarning)

@@ -52,6 +52,7 @@ from .elastic import RankBatches, rank_data, resume_data_state
 from .gpu import available_gpu_bytes, check_memory_fraction, configure_gpu_memory
 from .interrupt import StopRequest, signal_name
 from .loop import FitResult, Run, StepInfo, _loop
+from .loss import LossFn
 from .memory import limit_heap_retention, release_free_memory, rss_bytes
 from .micro_batch import MicroBatchChoice, find_micro_batch_size, optimizer_state_bytes
 from .options import FitOptions
@@ -88,7 +89,7 @@ def _resolve_budget(memory_budget: int | str | None) -> int | None:
     return None if memory_budget is None else parse_bytes(memory_budget, "memory_budget")
 
 
-def fit(model: Any, dataset: Any, *, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
+def fit(model: Any, dataset: Any, *, loss_fn: LossFn, optimizer: Any,
         global_batch_size: int, micro_batch_size: int | str = "auto", epochs: int | None = None,
         steps: int | None = None, precision: str = "fp32", memory_budget: int | str | None = None,
         checkpoint_dir: str | os.PathLike[str] | None = None, checkpoint_every: int = 100,
@@ -196,7 +197,7 @@ def _fit(model: Any, dataset: Any, opts: FitOptions, device: Any, info: ProcessI
     if global_batch_size % info.world_size:
         make_plan(global_batch_size, info.world_size, 1)  # raises the explanatory ValueError
     per_rank = global_batch_size // info.world_size
-    data_options = _data_options(memory_budget, data_memory_fraction) if data_budget is not None else None
+    data_options = _data_options(memory_budget, data_memory_fraction) if memory_budget is not None else None
 
     main = info.is_main
     ckpt_dir = os.fspath(checkpoint_dir) if checkpoint_dir is not None else None
@@ -268,7 +269,7 @@ def _fit(model: Any, dataset: Any, opts: FitOptions, device: Any, info: ProcessI
                     search_budget = int(0.9 * available_gpu_bytes(device))
                     reserve = optimizer_state_bytes(optimizer)
                 else:
-                    train_budget = (budget - data_budget if budget is not None    # type: ignore[operator]
+                    train_budget = (budget - data_budget if budget is not None and data_budget is not None
                                     else int(__import__("psutil").virtual_memory().available // 2))
                     search_budget = int(train_budget * (1.0 - CPU_HEADROOM))
                     reserve = optimizer_state_bytes(optimizer)

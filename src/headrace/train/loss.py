@@ -10,7 +10,19 @@ and in evaluation.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
+
+
+class InputsLoss(Protocol):
+    """A loss that needs the inputs too: a true ``takes_inputs``, called ``loss_fn(outputs, targets, inputs)``."""
+
+    takes_inputs: bool
+
+    def __call__(self, outputs: Any, targets: Any, inputs: Any, /) -> Any: ...
+
+
+LossFn = Callable[[Any, Any], Any] | InputsLoss
+"""What ``fit`` takes as ``loss_fn``: ``loss_fn(outputs, targets)``, or an :class:`InputsLoss`."""
 
 
 def compute_loss(loss_fn: Callable[..., Any], outputs: Any, targets: Any, inputs: Any) -> Any:
@@ -20,4 +32,4 @@ def compute_loss(loss_fn: Callable[..., Any], outputs: Any, targets: Any, inputs
     return loss_fn(outputs, targets)
 
 
-__all__ = ["compute_loss"]
+__all__ = ["InputsLoss", "LossFn", "compute_loss"]

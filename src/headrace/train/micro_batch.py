@@ -36,7 +36,7 @@ from .._errors import MemoryBudgetError
 from .._memory import format_bytes
 from .._structure import flatten, pack_as
 from ._deps import import_torch
-from .loss import compute_loss
+from .loss import LossFn, compute_loss
 from .memory import PeakRSS, release_free_memory, rss_bytes
 from .precision import Precision
 
@@ -73,11 +73,13 @@ class MicroBatchChoice:
 
 def _predict(trials: list[Trial], n: int) -> float | None:
     """Linear extrapolation of ``used_bytes`` to size ``n`` from the two largest sizes that fit."""
-    fit = sorted((t for t in trials if t.fits and t.used_bytes is not None), key=lambda t: t.size)[-2:]
-    if len(fit) < 2 or fit[1].size == fit[0].size:
+    fit = sorted(((t.size, t.used_bytes) for t in trials if t.fits and t.used_bytes is not None),
+                 key=lambda size_used: size_used[0])[-2:]  # (stable: the later of equal sizes last)
+    if len(fit) < 2 or fit[1][0] == fit[0][0]:
         return None
-    slope = (fit[1].used_bytes - fit[0].used_bytes) / (fit[1].size - fit[0].size)  # type: ignore[operator]
-    return fit[1].used_bytes + max(slope, 0.0) * (n - fit[1].size)  # type: ignore[operator]
+    (size0, used0), (size1, used1) = fit
+    slope = (used1 - used0) / (size1 - size0)
+    return used1 + max(slope, 0.0) * (n - size1)
 
 
 def accumulation_candidates(per_rank_batch: int) -> list[int]:
@@ -107,7 +109,7 @@ def search_largest(measure: Callable[[int], Trial], cap: int, limit_bytes: int |
 
     def fits(n: int) -> bool:
         predicted = _predict(trials, n) if limit_bytes is not None else None
-        if predicted is not None and predicted > limit_bytes:  # type: ignore[operator]
+        if predicted is not None and limit_bytes is not None and predicted > limit_bytes:
             t = Trial(n, False, int(predicted), "predicted")
         else:
             t = measure(n)
@@ -147,7 +149,7 @@ def _repeat_batch(sample: Any, n: int) -> Any:
                             else leaf for leaf in leaves])
 
 
-def find_micro_batch_size(model: Any, sample: tuple[Any, Any], loss_fn: Callable[[Any, Any], Any], *,
+def find_micro_batch_size(model: Any, sample: tuple[Any, Any], loss_fn: LossFn, *,
                           budget_bytes: int, cap: int, precision: Precision,
                           base_rss_bytes: int | None = None, reserve_bytes: int = 0,
                           device: Any = "cpu", candidates: list[int] | None = None) -> MicroBatchChoice:

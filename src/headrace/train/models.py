@@ -11,12 +11,16 @@ being 3 and the second not) and return logits ``(N, num_classes)``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._deps import import_torch
 
-torch = import_torch()
-nn = torch.nn
+if TYPE_CHECKING:  # (the real module, for its types; at run time it comes through import_torch)
+    import torch
+    from torch import nn
+else:
+    torch = import_torch()
+    nn = torch.nn
 
 MODEL_NAMES = ("resnet18", "small-cnn")
 

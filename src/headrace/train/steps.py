@@ -12,7 +12,7 @@ from ..distribute import ProcessInfo
 from ..torch import device_prefetch, element_to_torch
 from ._deps import import_torch
 from .accumulate import AccumulationPlan, batch_size_of, split_batch
-from .loss import compute_loss
+from .loss import LossFn, compute_loss
 
 torch = import_torch()
 
@@ -75,7 +75,7 @@ def _batches(dataset: Any, state: dict[str, Any] | None, want_state: Callable[[i
         yield element_to_torch(element), _Opaque(snap)
 
 
-def _evaluate(model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], device: Any, precision: Any,
+def _evaluate(model: Any, dataset: Any, loss_fn: LossFn, device: Any, precision: Any,
               info: ProcessInfo, micro: int) -> dict[str, float]:
     """Mean loss and (for class logits) accuracy over ``dataset`` (batches, run ``micro`` elements at a
     time so evaluation fits where training did), summed over ranks."""
@@ -109,7 +109,7 @@ def _evaluate(model: Any, dataset: Any, loss_fn: Callable[[Any, Any], Any], devi
     return {"eval_loss": loss_sum / count, "eval_accuracy": correct / graded if graded else 0.0}
 
 
-def _train_step(model: Any, ddp: Any, batch: Any, plan: AccumulationPlan, loss_fn: Callable[[Any, Any], Any],
+def _train_step(model: Any, ddp: Any, batch: Any, plan: AccumulationPlan, loss_fn: LossFn,
                 optimizer: Any, prec: Any) -> Any:
     chunks = split_batch(batch, plan.micro_sizes)
     total = plan.per_rank_batch_size

@@ -25,14 +25,18 @@ Memory: activations grow with ``micro-batch x sequence_length`` (and the attenti
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._deps import import_torch
 
-torch = import_torch()
-nn = torch.nn
+if TYPE_CHECKING:  # (the real module, for its types; at run time it comes through import_torch)
+    import torch
+    from torch import nn
+else:
+    torch = import_torch()
+    nn = torch.nn
 F = torch.nn.functional
 
 IGNORE = -1
@@ -87,6 +91,8 @@ class PackedTextClassifier(nn.Module):
     Raises:
         ValueError: a size < 1, or ``d_model`` not a multiple of ``num_heads``.
     """
+
+    slots: torch.Tensor  # the segment slots 1 .. max_segments (a buffer: register_buffer)
 
     def __init__(self, vocab_size: int, num_classes: int, *, sequence_length: int, max_segments: int,
                  d_model: int = 128, num_heads: int = 4, num_layers: int = 2, dim_feedforward: int | None = None,

@@ -43,7 +43,7 @@ def labelled_lines(directory: str | os.PathLike[str]) -> Dataset:
         ValueError: a TFRecord or Parquet output without the string feature ``text`` (names the features).
     """
     from ..convert import load_manifest, open_dataset
-    from ..io.example import FixedLenFeature, parse_example
+    from ..io.example import FixedLenFeature, Spec, parse_example
 
     m = load_manifest(directory)
     if m["output"]["format"] == "text":
@@ -52,7 +52,7 @@ def labelled_lines(directory: str | os.PathLike[str]) -> Dataset:
         raise ValueError(f"{directory}: a {m['output']['format']} conversion with features {sorted(m['features'])}; "
                          f"labelled text is a --to text conversion (or TFRecord with the string feature "
                          f"{TEXT_FEATURE!r}): run headrace convert SRC DST --from text --to text")
-    spec = {TEXT_FEATURE: FixedLenFeature([], "string")}
+    spec: dict[str, Spec] = {TEXT_FEATURE: FixedLenFeature([], "string")}
     return (open_dataset(directory).batch(256)
             .map(lambda records: parse_example(records, spec)[TEXT_FEATURE], num_parallel_calls=AUTOTUNE)
             .unbatch())

@@ -16,13 +16,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._memory import WAIT_SLICE_S
 from ..._sync import Condition
 from ..pool.executor import CPU_BOUND_SHARE, ExecutorKind
 from ..stage_support import start_thread
 from .knobs import Knob, KnobKind, StageStats, StageTuning, workers_start_reason
+
+if TYPE_CHECKING:
+    from ..context import IteratorContext
 
 MIN_WINDOW_S = 0.2
 MIN_ELEMENTS = 8
@@ -163,7 +166,7 @@ class _Trial:
 class Tuner:
     """The tuner thread of one iterator (module docstring). ``rate()`` and ``report()`` for ``explain()``."""
 
-    def __init__(self, ctx: Any, delivered: Any) -> None:
+    def __init__(self, ctx: IteratorContext, delivered: Callable[[], tuple[int, float] | None]) -> None:
         self.ctx = ctx
         self._delivered = delivered  # () -> (elements handed out, perf_counter of the last) | None: gone
         self.cpu_budget = ctx.cpu_budget

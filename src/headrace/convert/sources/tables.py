@@ -6,7 +6,7 @@ whole files (CSV, JSON Lines: a quoted CSV field may span lines, so a file canno
 bytes) and row groups (Parquet).
 
 - **CSV** (RFC 4180 as Python's :mod:`csv` reads it, UTF-8; ``.csv``, or compressed ``.csv.gz`` (GZIP) /
-  ``.csv.zz`` / ``.csv.zlib`` (ZLIB), decompressed by ``headrace.io._streams``): the first line names the
+  ``.csv.zz`` / ``.csv.zlib`` (ZLIB), decompressed by ``headrace._files.streams``): the first line names the
   columns; an empty cell is a missing value; a column's kind is inferred over the whole dataset (int64,
   float32 or string; see :mod:`headrace.convert.schema`). A line with the wrong number of fields is rejected.
 - **JSON Lines** (https://jsonlines.org, UTF-8): each non-blank line one JSON object; ``null`` is a missing
@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..._deps import require
+from ..._files.streams import open_input
 from ...io import files
-from ...io._streams import open_input
 from ...io.files import join
 from ..schema import TEXT, Values, typed
 from .base import Item, Rejected, Source, list_files, total_size

@@ -1,4 +1,5 @@
-"""headrace.io.files, the one file-system shim: the same answers for a local directory and an fsspec URL."""
+"""headrace._files.fs (public as headrace.io.files), the one file-system shim: the same answers for a local
+directory and an fsspec URL."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from headrace.io import files
+from headrace._files import fs as files
+from headrace.io import files as public_files
 
 
 @pytest.fixture(params=["local", "file", "memory"])
@@ -44,3 +46,10 @@ def test_join_and_local_paths(tmp_path: Path) -> None:
     assert files.join(f"file://{tmp_path}", "x") == str(tmp_path / "x") == files.join(str(tmp_path), "x")
     assert files.local_path(f"file://{tmp_path}") == str(tmp_path)
     assert files.is_remote("memory://x") and not files.is_remote(f"file://{tmp_path}")
+
+
+def test_headrace_io_files_is_the_same_shim():
+    assert public_files.__all__ and all(getattr(public_files, n) is getattr(files, n) for n in public_files.__all__)
+    public = {n for n in vars(files) if not n.startswith("_") and callable(getattr(files, n))
+              and getattr(getattr(files, n), "__module__", "") == files.__name__}
+    assert public <= set(public_files.__all__), f"headrace.io.files misses {sorted(public - set(public_files.__all__))}"

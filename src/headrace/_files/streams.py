@@ -9,7 +9,7 @@ else uncompressed.
 
 API::
 
-    open_input(path, compression_type, buffer_size) -> BinaryIO   # .tell() = uncompressed offset
+    open_input(path, compression_type, buffer_size) -> IO[bytes]  # .tell() = uncompressed offset
     seek_input(stream, offset)                                    # seek, or decompress-and-skip
     buffer_bytes(compression_type, buffer_size) -> int            # what one open stream holds (budget)
     ReadAhead(stream, chunk, depth, name)                         # chunks read (decompressed) by a thread
@@ -25,13 +25,13 @@ import io
 import os
 import zlib
 from collections import deque
-from typing import IO, Any, BinaryIO
+from typing import IO, Any
 
 from .._engine.stage_support import join_threads, start_thread
 from .._errors import DataLossError
 from .._memory import Cancelled
 from .._sync import Condition, Flag
-from . import files
+from . import fs as files
 
 COMPRESSIONS = ("", "GZIP", "ZLIB")
 AUTO = "AUTO"
@@ -142,7 +142,7 @@ class _Decompressing(io.RawIOBase):
         super().close()
 
 
-def open_input(path: str, compression_type: str | None = "", buffer_size: int = DEFAULT_BUFFER_BYTES) -> BinaryIO:
+def open_input(path: str, compression_type: str | None = "", buffer_size: int = DEFAULT_BUFFER_BYTES) -> IO[bytes]:
     """Open ``path`` (local path or fsspec URL) for reading its bytes, decompressed.
 
     Example::
@@ -169,13 +169,13 @@ def open_input(path: str, compression_type: str | None = "", buffer_size: int = 
     compression = compression_of(p, normalize_compression(compression_type, allow_auto=True))
     f = files.open_file(p, "rb")
     if compression:
-        return io.BufferedReader(_Decompressing(f, p, compression, buffer_size), buffer_size)  # type: ignore[return-value]
+        return io.BufferedReader(_Decompressing(f, p, compression, buffer_size), buffer_size)
     if isinstance(f, io.BufferedReader):
-        return io.BufferedReader(f.detach(), buffer_size)  # type: ignore[return-value]
-    return f  # type: ignore[return-value]
+        return io.BufferedReader(f.detach(), buffer_size)
+    return f
 
 
-def seek_input(stream: BinaryIO, offset: int, path: str = "", stop: Any = None) -> None:
+def seek_input(stream: IO[bytes], offset: int, path: str = "", stop: Any = None) -> None:
     """Move ``stream`` (from :func:`open_input`, at its start) to the uncompressed byte ``offset``: a seek where the
     stream can seek, else decompress-and-skip from the start (O(offset) CPU, ``_SKIP_CHUNK`` bytes of memory).
     ``stop``: a flag (``is_set()``, e.g. the iterator's close) checked between the chunks skipped.
@@ -218,7 +218,7 @@ class ReadAhead:
     (``is_set()``) whose setting also ends a wait (``Cancelled``, as every wait of a closed pipeline).
     """
 
-    def __init__(self, stream: BinaryIO, chunk: int, depth: int, name: str, stop: Any = None) -> None:
+    def __init__(self, stream: IO[bytes], chunk: int, depth: int, name: str, stop: Any = None) -> None:
         self._stream, self._chunk, self._depth = stream, chunk, depth
         self._ready: deque[bytes | BaseException] = deque()
         self._cv = Condition(f"read-ahead of {name}")

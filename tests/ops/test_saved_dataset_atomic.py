@@ -22,7 +22,7 @@ from tests.conftest import REPO, py
 CHILD = """
 import os, sys, time
 import headrace as hr
-from headrace.io import saved_dataset
+from headrace._ops import saved_dataset
 
 path, start, target = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 

@@ -33,7 +33,7 @@ from typing import IO
 import google_crc32c
 
 from .._errors import DataLossError
-from ._streams import COMPRESSED_STREAM, DEFAULT_BUFFER_BYTES, open_input, seek_input
+from .streams import COMPRESSED_STREAM, DEFAULT_BUFFER_BYTES, open_input, seek_input
 
 HEADER = struct.Struct("<QI")
 FOOTER = struct.Struct("<I")
@@ -63,7 +63,7 @@ def frame(data: bytes) -> tuple[bytes, bytes]:
 
 
 def open_stream(path: str, compression: str, buffer_size: int) -> tuple[IO[bytes], int | None]:
-    """Open ``path`` for reading records (:func:`headrace.io._streams.open_input`); returns the stream and the
+    """Open ``path`` for reading records (:func:`headrace._files.streams.open_input`); returns the stream and the
     file size when it is cheap to know (local uncompressed files), else ``None``."""
     f = open_input(path, compression, buffer_size)
     size: int | None = None
@@ -106,7 +106,7 @@ class RecordReader:
     def _read_guarded(self, n: int) -> bytes:
         try:
             return self._f.read(n)
-        except DataLossError as e:  # a damaged compressed stream (headrace.io._streams)
+        except DataLossError as e:  # a damaged compressed stream (headrace._files.streams)
             self.dead = True
             raise DataLossError(f"{e} (in record {self.index}, which starts at byte {self.offset})", path=self.path,
                                 offset=self.offset, reason=COMPRESSED_STREAM) from e

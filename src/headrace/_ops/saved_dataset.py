@@ -52,11 +52,11 @@ from .._engine.context import IteratorContext
 from .._engine.recipe import DatasetNode, SpecOf
 from .._engine.stage import Stage
 from .._engine.stage_support import check_state, note_error
-from .._ops.cache import pid_alive
+from .._files.framing import DEFAULT_BUFFER_BYTES, RecordReader
+from .._files.tfrecord_writer import TFRecordWriter
 from .._spec import STRING, NoneTensorSpec, TensorSpec, from_json, most_specific_compatible, to_json
 from .._structure import flatten, pack_as
-from ._framing import DEFAULT_BUFFER_BYTES, RecordReader
-from .tfrecord_writer import TFRecordWriter
+from .cache import pid_alive
 
 FORMAT = "headrace-saved-dataset"
 VERSION = 1
@@ -107,7 +107,7 @@ def decode(record: bytes, spec: Any, leaves: list[Any]) -> Any:
     """The element of one record (the inverse of :func:`encode`)."""
     view = memoryview(record)
     pos = 0
-    values = []
+    values: list[Any] = []  # (None, bytes, numpy scalars and arrays)
     for s in leaves:
         if isinstance(s, NoneTensorSpec):
             values.append(None)
@@ -119,7 +119,8 @@ def decode(record: bytes, spec: Any, leaves: list[Any]) -> Any:
         arr = np.lib.format.read_array(buf, allow_pickle=False)
         if s.dtype == STRING:
             data = buf.read()
-            flat, start = [], 0
+            flat: list[bytes] = []
+            start = 0
             for length in arr.reshape(-1).tolist():
                 flat.append(data[start:start + length])
                 start += length
@@ -170,7 +171,7 @@ def save(dataset: Any, path: str | os.PathLike[str], compression: str | None = N
                     w = writers[shard] = TFRecordWriter(os.path.join(vdir, f"shard-{shard:05d}.tfrecord"), ctype)
                 w.write(encode(x, leaves))
                 _at(f"element-{i}")
-        shards = []
+        shards: list[dict[str, Any]] = []
         for shard in sorted(writers):
             name = f"shard-{shard:05d}.tfrecord"
             writers[shard].close()

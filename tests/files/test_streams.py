@@ -1,4 +1,4 @@
-"""headrace.io._streams: the one opener of input files (uncompressed / GZIP / ZLIB / AUTO), the uncompressed
+"""headrace._files.streams: the one opener of input files (uncompressed / GZIP / ZLIB / AUTO), the uncompressed
 offset, seek-or-skip, and truncated or damaged compressed streams as DataLossError naming file and offset."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import zlib
 import pytest
 
 from headrace import DataLossError
-from headrace.io._streams import buffer_bytes, normalize_compression, open_input, seek_input
+from headrace._files.streams import buffer_bytes, normalize_compression, open_input, seek_input
 
 DATA = bytes(range(256)) * 4000  # 1 MB
 
