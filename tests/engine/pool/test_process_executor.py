@@ -358,6 +358,9 @@ def test_a_lowered_worker_target_keeps_the_idle_worker_for_a_while(monkeypatch):
         workers = pools[0].pool.executor.workers
         for i in range(50):
             assert next(it) == 3 * i
+        deadline = time.monotonic() + 10.0  # the second worker's start (runs of elements may finish 50 before it)
+        while len(workers.pids()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
         pids = set(workers.pids())
         assert len(pids) == 2 and workers.started == 2
         workers.set_target(1)
