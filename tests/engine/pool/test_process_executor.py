@@ -163,11 +163,14 @@ def test_auto_moves_gil_bound_functions_to_processes_and_keeps_waiting_ones_on_t
         ex = _executor(it)
     assert [r[4] for r in out] == [_spin(i)[4] for i in range(40)]
     assert ex["executor"] == "process", ex
-    assert "holds the GIL" in ex["why"] and ex["measured"]["gil_wait_ms"] >= 2.0
+    assert "holds the GIL" in ex["why"], ex
     with iter(D.range(30).map(_sort, num_parallel_calls=hr.AUTOTUNE)) as it:  # CPU work in C, GIL released
         assert len(list(it)) == 30
         ex = _executor(it)
-    assert ex["executor"] == "thread" and "releases the GIL" in ex["why"], ex
+    # it waited for no GIL; threads unless the machine had no second core for them then (the decision from
+    # given figures, whatever the load: test_auto_executor_decision.py)
+    assert ex["measured"]["gil_wait"] < 0.12, ex
+    assert (ex["executor"] == "thread" and "releases the GIL" in ex["why"]) or "no second core" in ex["why"], ex
     with iter(D.range(12).map(_sleepy, num_parallel_calls=hr.AUTOTUNE)) as it:
         assert list(it) == list(range(12))
         ex = _executor(it)
@@ -355,6 +358,9 @@ def test_a_lowered_worker_target_keeps_the_idle_worker_for_a_while(monkeypatch):
         workers = pools[0].pool.executor.workers
         for i in range(50):
             assert next(it) == 3 * i
+        deadline = time.monotonic() + 10.0  # the second worker's start (runs of elements may finish 50 before it)
+        while len(workers.pids()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
         pids = set(workers.pids())
         assert len(pids) == 2 and workers.started == 2
         workers.set_target(1)

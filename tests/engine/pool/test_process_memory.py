@@ -289,10 +289,10 @@ def test_auto_goes_back_to_threads_when_a_measured_worker_does_not_fit(auto_pick
     with iter(ds) as it:
         assert [int(v) for v in it] == [2 * i for i in range(200)]
         node = it.explain()["tree"]
-        started = it._root.pool.executor._procs  # the process side it tried
+        retired = it._root.pool.executor._retired  # the process side it tried, drained when it went back
     report = node["executor"]
     assert report["executor"] == "thread" and "moved back to threads" in report["why"], report
-    assert started is not None and started.workers.started >= 1
+    assert len(retired) == 1 and retired[0].workers.started >= 1
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()

@@ -117,19 +117,19 @@ class ResultsWindow:
     def in_flight(self) -> int:
         return self.next_seq - self.prefix - len(self.beyond)
 
-    def claim_with_room(self, stop: Flag, index: int) -> int:
-        """Input lock held (worker ``index``): wait (timed) for room in the window, then claim the next sequence
-        number; ``PARK`` if the worker is above the active count now, ``DONE`` at a stop or the end."""
+    def claim_with_room(self, stop: Flag, index: int, wait: bool = True) -> int:
+        """Input lock held (worker ``index``): wait (timed; not with ``wait=False``) for room in the window, then
+        claim the next sequence number; ``PARK`` above the active count or without room, ``DONE`` at a stop or end."""
         pool = self.pool
         with self.cv:
-            while (not stop.is_set() and self.end_seq is None and index < pool.active
+            while (wait and not stop.is_set() and self.end_seq is None and index < pool.active
                    and self.next_seq - self.prefix - len(self.beyond) >= self.size):
                 self.room_waiting = True
                 self.room.wait(WAIT_SLICE_S)
                 self.room_waiting = False
             if stop.is_set() or self.end_seq is not None:
                 return DONE
-            if index >= pool.active:
+            if index >= pool.active or self.next_seq - self.prefix - len(self.beyond) >= self.size:
                 return PARK
             self.next_seq += 1
             return self.next_seq - 1

@@ -50,7 +50,7 @@ from ..._errors import MemoryBudgetError, SharedMemoryError
 from ..._memory import WHOLE, WHOLE_UNCAPPED, MemoryBudget, Reservation, StageAccount, format_bytes
 
 if TYPE_CHECKING:
-    from .process_pool import _Proc
+    from .process_worker import _Proc
 
 SHM_DIR_ENV = "HEADRACE_SHM_DIR"
 MIN_SEGMENT_BYTES = 1024**2

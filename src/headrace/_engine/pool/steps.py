@@ -92,3 +92,23 @@ class ElementSteps:
             if refused and e is refused[0]:
                 raise
             return None, 0, note_error(e, pool.stage, self.window.index_base + seq)
+
+    def apply_run(self, xs: list[Any], seqs: list[int], stop: Flag, stats: PoolStats
+                  ) -> list[tuple[Any, int, BaseException | None]]:
+        """``apply`` of a run of elements in one executor call (``Executor.call_run``: worker processes take a
+        run in one message), timed into ``stats``, the inputs released: ``(value, nbytes, error)`` each, in
+        order, errors noted with the stage and element."""
+        pool = self.pool
+        base = self.window.index_base
+        w0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            outs = pool.executor.call_run(xs, [base + seq for seq in seqs], stop)
+        finally:
+            if pool.release_input is not None:
+                for x in xs:
+                    pool.release_input(x)
+            stats.calls += len(xs)
+            stats.busy_s += time.perf_counter() - w0
+            stats.cpu_s += time.thread_time() - c0
+        return [(value, nbytes(value), None) if error is None else (None, 0, note_error(error, pool.stage, base + seq))
+                for (value, error), seq in zip(outs, seqs, strict=True)]

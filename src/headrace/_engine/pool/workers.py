@@ -28,6 +28,7 @@ from ..._structure import nbytes
 from ..._sync import Flag
 from ..stage_support import join_threads, mark_crash, start_thread
 from .order import DONE, Result, urgency
+from .runs import Runs
 from .stats import PoolStats
 
 if TYPE_CHECKING:
@@ -52,9 +53,10 @@ class WorkerThreads:
         self.started = False  # the threads were started (first next())
         self._in_max = 0  # the largest input seen (the reservation's input part)
         # at a stall, a process map whose worker, call and one result cannot fit is refused, not overdrawn
-        self._policy = replace(READ_AHEAD.with_headroom(pool.window.headroom), refuse=self._stall_refusal)
+        self.policy = replace(READ_AHEAD.with_headroom(pool.window.headroom), refuse=self._stall_refusal)
         self._top_up_policy = replace(TOP_UP, refuse=self._stall_refusal)
         self.stats: list[PoolStats] = []
+        self.run_steps = Runs(self)  # runs of elements per executor call (worker processes)
 
     def wire(self) -> None:
         """Bind the pool's other parts (built after this one)."""
@@ -168,7 +170,7 @@ class WorkerThreads:
                 charged = (estimate if pool.identity else self._in_max) if (
                     not pool.input_charged and delivers_charged(source)) else None
                 urgent = urgency(window, seq)
-                reservation = account.reserve(estimate - (charged or 0), stop, self._policy, urgent=urgent,
+                reservation = account.reserve(estimate - (charged or 0), stop, self.policy, urgent=urgent,
                                               charged_in=charged or 0)
                 ready = None
                 if not seen:  # taken on a guess: topped up to the probe's size once known, before the call
@@ -179,13 +181,16 @@ class WorkerThreads:
                 t3 = clock()
                 with pulling_for(urgent):
                     if charged is None:
-                        x, error, ended = self._pull(gen, seq)
+                        x, error, ended = self.pull(gen, seq)
                     else:
                         with taking(reservation, source):  # (it grows by the element handed in)
-                            x, error, ended = self._pull(gen, seq)
+                            x, error, ended = self.pull(gen, seq)
                 if ended:
                     reservation.cancel()
                     return
+                run = None
+                if ready is None and charged is None and error is None and not self.inline.direct:
+                    run = self.run_steps.extend(gen, stop, index, (seq, x, error, reservation), estimate)
             except BaseException:
                 if reservation is not None:
                     reservation.cancel()
@@ -196,8 +201,11 @@ class WorkerThreads:
             stats.room_s += t2 - t1
             stats.budget_s += t3 - t2
             stats.input_s += (t1 - t0) + (t4 - t3)
-            self._finish(gen, stop, seq, x, error, reservation, stats, ready)
-            x = error = None  # no reference to the element while this worker waits for room
+            if run is None:
+                self._finish(gen, stop, seq, x, error, reservation, stats, ready)
+            else:
+                self.run_steps.finish(gen, stop, run, stats)
+            x = error = run = None  # no reference to the elements while this worker waits for room
 
     def _topping_up(self, reservation: Reservation, charged: int, stop: Flag, urgent: Any
                     ) -> Callable[[bool], bool]:
@@ -218,7 +226,7 @@ class WorkerThreads:
             return True
         return top_up
 
-    def _pull(self, gen: int, seq: int) -> tuple[Any, BaseException | None, bool]:
+    def pull(self, gen: int, seq: int) -> tuple[Any, BaseException | None, bool]:
         """Input lock held: snapshot if due, pull element ``seq``; ``(x, error, ended)``."""
         snapshots = self.snapshots
         prepulled = seq < snapshots.prepull_end
@@ -241,25 +249,42 @@ class WorkerThreads:
 
     def _finish(self, gen: int, stop: Flag, seq: int, x: Any, error: BaseException | None,
                 reservation: Reservation, stats: PoolStats, ready: Callable[[bool], bool] | None = None) -> None:
-        pool, window = self.pool, self.window
-        if seq in window.skip:  # delivered before the state this run was restored from
-            reservation.cancel()
-            if error is None and pool.release_input is not None:
-                pool.release_input(x)
-            window.drop_skipped(seq)
+        if self.skipped(seq, x, error, reservation):
             return
         value, n = None, 0
         if error is None:
-            if not (pool.identity or pool.input_charged):
-                n_in = nbytes(x)
-                if n_in > self._in_max:
-                    self._in_max = n_in
+            self.note_input(x)
             try:
                 value, n, error = self.steps.apply(x, seq, stop, stats, ready=ready)
             except (Cancelled, MemoryBudgetError):
                 reservation.cancel()
                 raise
             x = None
+        self.store(gen, stop, seq, value, n, error, reservation)
+
+    def skipped(self, seq: int, x: Any, error: BaseException | None, reservation: Reservation) -> bool:
+        """Element ``seq`` was delivered before the state this run was restored from: dropped (True)."""
+        window = self.window
+        if seq not in window.skip:
+            return False
+        reservation.cancel()
+        if error is None and self.pool.release_input is not None:
+            self.pool.release_input(x)
+        window.drop_skipped(seq)
+        return True
+
+    def note_input(self, x: Any) -> None:
+        """The largest input seen (the reservation's input part)."""
+        pool = self.pool
+        if not (pool.identity or pool.input_charged):
+            n_in = nbytes(x)
+            if n_in > self._in_max:
+                self._in_max = n_in
+
+    def store(self, gen: int, stop: Flag, seq: int, value: Any, n: int, error: BaseException | None,
+               reservation: Reservation) -> None:
+        """Settle (or cancel, for an error) element ``seq``'s reservation and store its result."""
+        pool, window = self.pool, self.window
         if error is None:
             try:  # a call that needs more than the whole budget is refused before its excess is charged
                 reservation.settle(n, need=self._need(n))
