@@ -1,10 +1,11 @@
 """One element's steps in a parallel stage (``headrace._engine.pool.parallel``), one home for each, whoever takes
-them: pull element ``seq`` (:meth:`ElementSteps.next_input`: read ahead by a restore, or pulled now) and apply
-``fn`` (:meth:`ElementSteps.apply`: the function or the executor's call, timed, the input released, an error
-noted with the stage and element). The prefix advances in the results window
-(``ResultsWindow.advance``). Two paths take these steps: a worker thread (``headrace._engine.pool.workers``)
-and the inline path (``headrace._engine.pool.inline``); the lean path (``ResultsWindow.next_lean``) unrolls
-them for its steady state, where a call per step would cost a cheap ``map`` a tenth of its time.
+them: pull element ``seq`` (:meth:`ElementSteps.next_input`: read ahead by a restore, or pulled now; a worker's
+snapshot and run around it: :meth:`ElementSteps.pull`, :meth:`ElementSteps.pull_run`) and apply ``fn``
+(:meth:`ElementSteps.apply`: the function or the executor's call, timed, the input released, an error noted with
+the stage and element; a worker's run of them: :meth:`ElementSteps.apply_run`). The prefix advances in the results
+window (``ResultsWindow.advance``). Two paths take these steps: a worker thread (``headrace._engine.pool.workers``)
+and the inline path (``headrace._engine.pool.inline``); the lean path (``ResultsWindow.next_lean``) unrolls them
+for its steady state, where a call per step would cost a cheap ``map`` a tenth of its time.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..._memory import Cancelled
+from ..._handoff import Taker, taking
+from ..._memory import Cancelled, Reservation
 from ..._structure import nbytes
 from ..._sync import Flag
 from ..stage_support import note_error
+from .order import Result
 from .stats import PoolStats
 
 if TYPE_CHECKING:
@@ -51,6 +54,48 @@ class ElementSteps:
             self.window.end_at(seq, gen)
             raise
 
+    def pull(self, gen: int, seq: int) -> tuple[Any, BaseException | None, bool]:
+        """Input lock held: snapshot if due, pull element ``seq``; ``(x, error, ended)``."""
+        snapshots = self.snapshots
+        prepulled = seq < snapshots.prepull_end
+        record = snapshots.record_state and not prepulled
+        every = snapshots.every
+        if record and every > 1 and seq % every == 0 and seq:
+            snapshots.snapshot_at(gen, seq)
+        try:
+            x = self.next_input(seq, gen)
+        except StopIteration:
+            return None, None, True
+        except Exception as e:
+            # an element that raised is a position too: a replay event while pulling it counts from it
+            if record:
+                snapshots.snapshot_after_replay_event(gen, seq)
+            return None, e, False
+        if record:
+            snapshots.snapshot_after_replay_event(gen, seq)
+        return x, None, False
+
+    def pull_run(self, gen: int, seq: int, count: int, reservation: Reservation | None
+                 ) -> tuple[list[Any], bool]:
+        """Input lock held: pull the run of ``count`` elements from ``seq`` (``reservation``: the input delivers
+        them charged, each handed into it): ``(x, error)`` each, and whether the input ended."""
+        if reservation is None:
+            return self._pull_into([], gen, seq, count, None)
+        with taking(reservation, self.pool.source) as taker:  # (it grows by each element handed in)
+            return self._pull_into([], gen, seq, count, taker)
+
+    def _pull_into(self, pulled: list[Any], gen: int, seq: int, count: int, taker: Taker | None
+                   ) -> tuple[list[Any], bool]:
+        source = self.pool.source
+        for i in range(count):
+            if i and taker is not None:
+                taker.rearm(source)
+            x, error, ended = self.pull(gen, seq + i)
+            if ended:
+                return pulled, True
+            pulled.append((x, error))
+        return pulled, False
+
     def apply(self, x: Any, seq: int, stop: Flag, stats: PoolStats, inline: bool = False,
               ready: Callable[[bool], bool] | None = None) -> tuple[Any, int, BaseException | None]:
         """``fn(x)`` (or the executor's call; ``inline``: the inline path's, ``InlinePath.call``), timed into
@@ -60,13 +105,14 @@ class ElementSteps:
         pool = self.pool
         w0, c0 = time.perf_counter(), time.thread_time()
         refused: list[BaseException] = []
-
-        def before(wait: bool) -> bool:
-            try:
-                return ready(wait)  # type: ignore[misc]
-            except BaseException as e:
-                refused.append(e)
-                raise
+        before: Callable[[bool], bool] | None = None
+        if ready is not None:
+            def before(wait: bool) -> bool:
+                try:
+                    return ready(wait)
+                except BaseException as e:
+                    refused.append(e)
+                    raise
 
         try:
             try:
@@ -76,8 +122,7 @@ class ElementSteps:
                 elif direct:
                     value = pool.fn(x)
                 else:
-                    value = pool.executor.call(x, self.window.index_base + seq, stop,
-                                               None if ready is None else before)
+                    value = pool.executor.call(x, self.window.index_base + seq, stop, before)
             finally:  # the input's bytes go whether fn succeeded or not
                 if pool.release_input is not None:
                     pool.release_input(x)
@@ -92,3 +137,62 @@ class ElementSteps:
             if refused and e is refused[0]:
                 raise
             return None, 0, note_error(e, pool.stage, self.window.index_base + seq)
+
+    def apply_run(self, pulled: list[Any], seq: int, stop: Flag, stats: PoolStats) -> list[Result | None] | None:
+        """``fn`` on each element of a run from ``seq`` on a worker thread (``pulled``: ``(x, error)`` each, None
+        for a number skipped; emptied as it goes): a :class:`Result` each, as :meth:`apply` makes it, but ``fn``
+        called directly (the executor runs calls on threads for good) and the run timed as one call. None once
+        ``stop`` is set before an element (the rest is not computed; their inputs are released)."""
+        pool = self.pool
+        fn, release = pool.fn, pool.release_input
+        results: list[Result | None] = []
+        append = results.append
+        w0, c0 = time.perf_counter(), time.thread_time()
+        calls = 0
+        try:
+            for i, entry in enumerate(pulled):
+                if entry is None:
+                    append(None)
+                    continue
+                pulled[i] = None
+                x, error = entry
+                if error is None:
+                    if calls and stop.is_set():
+                        if release is not None:
+                            release(x)
+                            for rest in pulled[i + 1:]:
+                                if rest is not None and rest[1] is None:
+                                    release(rest[0])
+                        return None
+                    calls += 1
+                    try:
+                        value = fn(x)
+                    except Cancelled:
+                        raise
+                    except Exception as e:
+                        error = note_error(e, pool.stage, self.window.index_base + seq + i)
+                    finally:  # the input's bytes go whether fn succeeded or not
+                        if release is not None:
+                            release(x)
+                    x = entry = None
+                    if error is None:
+                        append(Result(value, nbytes(value), None))
+                        value = None
+                        continue
+                append(Result(None, 0, error))
+                error = None
+            return results
+        finally:
+            stats.calls += calls
+            stats.busy_s += time.perf_counter() - w0
+            stats.cpu_s += time.thread_time() - c0
+
+    def apply_one(self, entry: tuple[Any, BaseException | None], seq: int, stop: Flag, stats: PoolStats,
+                   ready: Callable[[bool], bool] | None) -> Result:
+        """One element of a run of one through the executor (``ElementSteps.apply``) as a :class:`Result`."""
+        x, error = entry
+        if error is None:
+            value, n, error = self.apply(x, seq, stop, stats, ready=ready)
+            if error is None:
+                return Result(value, n, None)
+        return Result(None, 0, error)
