@@ -288,7 +288,10 @@ class PoolIterator(Stage):
 
     def replay_epoch(self) -> int:
         snapshots = self._pool.snapshots  # (asked per element by the stage above: no delegation here)
-        return snapshots.delivered_epoch() if snapshots.record_state else super().replay_epoch()
+        if not snapshots.record_state:
+            return super().replay_epoch()
+        # nothing to count since it was last asked: what delivered_epoch() would return, without the call
+        return snapshots.delivered_epoch() if snapshots.events or snapshots.epoch_stale else snapshots.epoch_out
 
     def _signal_self(self) -> None:
         self._pool.signal_stop()
