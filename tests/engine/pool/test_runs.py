@@ -94,12 +94,7 @@ def test_out_of_order_runs_restore_to_exactly_the_rest(seed):
     first.stop()
     second = _pool(_Source(n, set(), set()), fn, rng.choice([1, 2]), deterministic=False)
     second.restore(state)
-    tail = []
-    while True:
-        try:
-            tail.append(second.next())
-        except StopIteration:
-            break
+    tail = list(iter(second.next, object()))  # (until StopIteration)
     second.stop()
     assert sorted(head + tail) == [p * 10 for p in range(n)], (seed, cut, state)
 
