@@ -161,7 +161,7 @@ class WorkerThreads:
             reservation = None
             try:
                 t1 = clock()
-                runs, run = self._runs(), []
+                runs, run = self._runs(), list[Any]()
                 seq, count = (window.claim_with_room(stop, index, self._run_most(), functools.partial(self._fit, run))
                               if runs else window.claim_with_room(stop, index))
                 if seq < 0:
