@@ -212,7 +212,7 @@ class ElementSteps:
                     except Cancelled:
                         raise
                     except Exception as e:
-                        error = note_error(e, pool.stage, self.window.index_base + seq + i)
+                        error = note_error(e, pool.stage, base + seq + i)
                     finally:  # the input's bytes go whether fn succeeded or not
                         if release is not None:
                             release(x)
