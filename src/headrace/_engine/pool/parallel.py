@@ -90,7 +90,7 @@ class ParallelApplier:
         self.stage = stage
         self.thread_name = thread_name
         self.identity = identity
-        self.runs = runs
+        self.takes_runs = runs
         self.input_charged = input_charged
         self.release_input = release_input
         self.delivers_as: Any = self  # the iterator a reader above pulls from (PoolIterator sets itself)

@@ -157,7 +157,7 @@ class ElementSteps:
         processes, at most a worker's part of the window and the executor's ``run_length`` for calls of
         ``estimate()`` bytes); else ``(0, 1)``."""
         pool, window, direct = self.pool, self.window, self.inline.direct
-        if not (pool.runs and pool.account.seen and window.delivered >= window.size):
+        if not (pool.takes_runs and pool.account.seen and window.delivered >= window.size):
             return 0, 1
         share = window.size // max(1, pool.active)
         executor = pool.executor
