@@ -372,20 +372,21 @@ class ProcessExecutor:
 
     def check_fits(self, call_bytes: int) -> None:
         """``MemoryBudgetError`` when one worker and one call's bytes cannot fit the budget at all."""
-        self.workers.check_fits(call_bytes)
+        self.workers.memory.check_fits(call_bytes)
 
     def refusal(self, call_bytes: int, result_bytes: int) -> str | None:
         return self.workers.memory.refusal(call_bytes, result_bytes)
 
     def memory_limited(self, within_s: float) -> bool:
-        return self.workers.memory_limited(within_s)
+        return self.workers.memory.memory_limited(within_s)
 
     def report(self) -> dict[str, Any]:
         w = self.workers
         return {"executor": str(self.kind), "why": self.why, "measured": self.measured, "processes": len(w.pids()),
                 "target_processes": w.target, "started": w.started, "crashes": w.crashes,
                 "start_s": [round(s, 3) for s in w.start_s], "worker_rss_bytes": w.rss_bytes(),
-                "worker_cpu_s": round(w.cpu_s, 3), "elements": w.elements, "runs": w.runs}
+                "worker_cpu_s": round(w.cpu_s, 3), "elements": w.elements, "runs": w.runs,
+                **({"shed_for_memory": w.memory.shed} if w.memory.shed else {})}
 
     def rss_bytes(self) -> int:
         return self.workers.rss_bytes()

@@ -22,8 +22,9 @@ stage: the stage made again for each ``repeat`` epoch reuses them (started once 
 Memory (every byte charged to the pipeline's budget, ``headrace._memory``)
 -------------------------------------------------------------------------
 A worker (its RSS and its shared-memory segments) is charged before it exists, a further worker starts
-only where its charge fits the budget now and the workers of all stages stay within half of it, and a
-segment that must grow ends idle workers before it waits for room: :mod:`headrace._engine.pool.process_memory`.
+only where its charge fits the budget now and the workers of all stages stay within half of it, a
+segment that must grow ends idle workers before it waits for room, and a stall of the budget ends an idle
+worker beyond the stage's first before anything is overdrawn: :mod:`headrace._engine.pool.process_memory`.
 An element's own bytes are in the parallel stage's account as with threads, plus one more output for the
 copy the worker holds while it is sent (``process_extra_bytes``). So the sum of the parent's and the
 workers' RSS stays inside the budget.
@@ -46,8 +47,6 @@ Reliability
 
 from __future__ import annotations
 
-import pickle
-import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -56,7 +55,7 @@ from ..._errors import MemoryBudgetError, WorkerError
 from ..._memory import WAIT_SLICE_S, Cancelled, MemoryBudget, Reservation
 from ..._sync import Condition
 from .process_memory import WorkerMemory
-from .process_worker import START_TIMEOUT_S, RunFault, RunResult, _Proc, _reap
+from .process_worker import START_TIMEOUT_S, RunFault, RunResult, _Proc, _reap, end_all
 
 __all__ = ["EXIT_GRACE_S", "RETIRE_S", "START_TIMEOUT_S", "ProcessWorkers", "RunFault", "RunResult", "_Proc"]
 
@@ -100,25 +99,33 @@ class ProcessWorkers:
         self.elements = 0  # computed (their CPU time is cpu_s)
         self.runs = 0      # messages that carried them
         self.start_s: list[float] = []
+        self.memory.shed_by(self.shed_idle)
 
-    # -- memory ---------------------------------------------------------------------------------------
-    def check_fits(self, call_bytes: int) -> None:
-        """``MemoryBudgetError`` when one worker and one call's bytes cannot fit the budget at all."""
-        self.memory.check_fits(call_bytes)
+    # -- memory (what each worker is charged: ``self.memory``) ------------------------------------------
+    def shed_idle(self) -> int:
+        """At a stall of the budget (``MemoryBudget.shed``, its lock let go): end an idle worker beyond the
+        stage's first (``_shed``); the bytes given back (0: this lock is busy, none is idle, or one is left)."""
+        lock = self._cv.lock
+        if not lock.acquire(False):  # (never waits: the thread at the stall may hold it)
+            return 0
+        try:
+            if self._closed or not self._idle or len(self._all) < 2:
+                return 0
+            return self._shed(self._idle.pop(0))
+        finally:
+            lock.release()
 
-    def memory_limited(self, within_s: float) -> bool:
-        """A worker start was refused for lack of budget in the last ``within_s`` s."""
-        return self.memory.memory_limited(within_s)
+    def _shed(self, proc: _Proc) -> int:
+        """Lock held: end ``proc`` (idle, or its run done) for lack of budget, at most the others from now on
+        (``WorkerMemory.shed_to``); the bytes it gave back."""
+        freed = proc.footprint
+        if proc in self._all:
+            self._all.remove(proc)
+        self._drop(proc, graceful=True)
+        self.memory.shed_to(len(self._all))
+        return freed
 
-    def charge(self, proc: _Proc, nbytes: int, stop: Any) -> None:
-        """Reserve ``nbytes`` for a segment of ``proc`` before it is created (idle workers end first when the
-        budget is short)."""
-        self.memory.charge(proc, nbytes, stop, self._retire_one_idle)
-
-    def uncharge(self, proc: _Proc, nbytes: int) -> None:
-        self.memory.uncharge(proc, nbytes)
-
-    def _retire_one_idle(self) -> bool:
+    def retire_one_idle(self) -> bool:
         """End one idle worker (its bytes go back); False when none is idle."""
         with self._cv:
             if not self._idle:
@@ -131,7 +138,8 @@ class ProcessWorkers:
     def _admit(self) -> tuple[bool, Reservation | None]:
         """Lock held: whether one more worker may start, and its reservation (None: the stage's first
         worker, which waits for its reservation in ``_start``)."""
-        if len(self._all) + self._starting >= self.target:
+        cap = self.target if self.memory.cap is None else min(self.target, self.memory.cap)
+        if len(self._all) + self._starting >= cap:
             return False, None
         if not self._all and not self._starting:
             return True, None
@@ -276,10 +284,7 @@ class ProcessWorkers:
 
     def _drop(self, proc: _Proc, graceful: bool = False) -> None:
         if graceful:
-            try:
-                proc.conn.send_bytes(pickle.dumps(("exit",)))
-            except OSError:
-                pass
+            proc.ask_exit()
         else:
             proc.kill()
         _reap(proc, EXIT_GRACE_S if graceful else 0.0)
@@ -312,17 +317,24 @@ class ProcessWorkers:
         except BaseException:
             self.discard(proc)
             raise
-        self._remeasure(proc)
-        self.checkin(proc)
+        if self._remeasure(proc):
+            self.checkin(proc)
         return out
 
-    def _remeasure(self, proc: _Proc) -> None:
-        """``proc.remeasure()``; a worker grown past what the budget can hold (``MemoryBudgetError``) is ended."""
+    def _remeasure(self, proc: _Proc) -> bool:
+        """``proc.remeasure()``: whether it stays. One grown past what fits beside the others now is ended when
+        the stage has another (``_shed``); one grown past what the budget can hold (``MemoryBudgetError``) too."""
+        with self._cv:
+            alone = len(self._all) < 2
         try:
-            proc.remeasure()
+            if proc.remeasure(alone):
+                return True
         except MemoryBudgetError:
             self.discard(proc)
             raise
+        with self._cv:
+            self._shed(proc)
+        return False
 
     # -- reporting / shutdown -------------------------------------------------------------------------
     def pids(self) -> list[int]:
@@ -351,18 +363,5 @@ class ProcessWorkers:
             self._closed = True
             procs, self._all, self._idle = list(self._all), [], []
             self._cv.notify_all()
-        for p in procs:
-            try:
-                p.conn.send_bytes(pickle.dumps(("exit",)))
-            except OSError:
-                pass
-        deadline = time.monotonic() + EXIT_GRACE_S
-        for p in procs:
-            try:
-                p.popen.wait(timeout=max(0.001, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for p in procs:
-            _reap(p)
-            p.footprint = 0
+        end_all(procs, EXIT_GRACE_S)
         self.memory.close()

@@ -181,18 +181,18 @@ class _Proc:
         meanwhile raises its ``RunFault`` (computing an element of ``run``)."""
         old = self.segments.get(role)
         grow = self.owner.memory.segment_need(self, size - (old[1] if old else 0))
-        self.owner.charge(self, grow, stop)
+        self.owner.memory.charge(self, grow, stop, self.owner.retire_one_idle)
         try:
             fd = create_segment(size, self.owner.stage, self.owner.target)
         except BaseException:
-            self.owner.uncharge(self, grow)
+            self.owner.memory.uncharge(self, grow)
             raise
         try:
             self.conn.send_bytes(pickle.dumps(("seg", role, size), protocol=5))
             socket.send_fds(self.sock, [b"S"], [fd])
         except OSError:
             os.close(fd)
-            self.owner.uncharge(self, grow)
+            self.owner.memory.uncharge(self, grow)
             raise self._crash(None, run) from None
         self.segments[role] = (fd, size)
         if old is not None:
@@ -253,15 +253,23 @@ class _Proc:
         except psutil.Error:
             return 0
 
-    def remeasure(self) -> None:
+    def remeasure(self, alone: bool) -> bool:
         """Charge the worker's real size after a call: always after its first, then at most every
-        ``REMEASURE_S`` (``WorkerMemory.remeasure``)."""
+        ``REMEASURE_S`` (``WorkerMemory.remeasure``: False when it grew past what fits and is not the stage's
+        only worker, ``alone``: to be ended)."""
         self.calls += 1
         now = time.monotonic()
         if self.calls > 1 and now - self._measured_s < REMEASURE_S:
-            return
+            return True
         self._measured_s = now
-        self.owner.memory.remeasure(self, first=self.calls == 1)
+        return self.owner.memory.remeasure(self, self.calls == 1, alone)
+
+    def ask_exit(self) -> None:
+        """Send the ``exit`` message (a worker that died already is left to ``_reap``)."""
+        try:
+            self.conn.send_bytes(pickle.dumps(("exit",)))
+        except OSError:
+            pass
 
     def kill(self) -> None:
         try:
@@ -297,3 +305,18 @@ def _reap(proc: _Proc, grace_s: float = 0.0) -> None:
             proc.popen.wait(timeout=2.0)
         except subprocess.TimeoutExpired:  # pragma: no cover - a process that ignores SIGKILL
             pass
+
+
+def end_all(procs: list[_Proc], grace_s: float) -> None:
+    """End ``procs`` side by side: ``exit`` to each, ``SIGKILL`` to any still running after ``grace_s``, all reaped."""
+    for p in procs:
+        p.ask_exit()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.popen.wait(timeout=max(0.001, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+    for p in procs:
+        _reap(p)
+        p.footprint = 0
