@@ -217,7 +217,7 @@ def test_a_worker_killed_before_it_reads_its_function_raises_worker_error(monkey
     """A worker killed between its start and the parent's first message (the OOM killer, a test's SIGKILL):
     the parent's send meets a closed socket; the user gets WorkerError "killed by SIGKILL while starting",
     not a BrokenPipeError from inside multiprocessing (seen once in CI)."""
-    real = proc_pool.subprocess.Popen
+    real = subprocess.Popen  # (where a worker is started: process_worker)
 
     def killed_at_start(*args, **kwargs):
         p = real(*args, **kwargs)
@@ -225,7 +225,7 @@ def test_a_worker_killed_before_it_reads_its_function_raises_worker_error(monkey
         p.wait(timeout=10)
         return p
 
-    monkeypatch.setattr(proc_pool.subprocess, "Popen", killed_at_start)
+    monkeypatch.setattr(subprocess, "Popen", killed_at_start)
     with pytest.raises(hr.WorkerError, match="SIGKILL while starting") as info:
         list(D.range(3).map(times_three, num_parallel_calls=1, executor="process"))
     assert info.value.signal == signal.SIGKILL
