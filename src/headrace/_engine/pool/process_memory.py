@@ -186,8 +186,9 @@ class WorkerMemory:
         return acc.try_reserve(nbytes, WHOLE, group_limit=int(acc.budget.limit_bytes * MAX_BUDGET_SHARE))
 
     def shed_to(self, workers: int) -> None:
-        """A worker was ended for lack of budget: the stage keeps at most ``workers`` from now on."""
-        self.cap = workers
+        """A worker was ended for lack of budget: the stage keeps at most ``workers`` from now on (at least one:
+        two grown at once may both be ended, and the stage then starts its first again)."""
+        self.cap = max(1, workers)
         self.shed += 1
         self.note_declined()
 
