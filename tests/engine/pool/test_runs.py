@@ -20,7 +20,7 @@ import headrace as hr
 from headrace._engine.pool.order import ResultsWindow
 from headrace._engine.pool.parallel import ParallelApplier
 from headrace._memory import MemoryBudget
-from tests.conftest import wait_no_threads
+from tests.conftest import ints_and_errors, wait_no_threads
 from tests.engine.pool.test_inline_path import _expected, _fn, _Source, _take
 
 
@@ -108,15 +108,9 @@ def test_a_run_is_one_claim_and_an_error_inside_it_is_that_element_s(monkeypatch
         return x * 2
 
     ds = hr.Dataset.range(200).map(f, num_parallel_calls=2, executor="thread")
-    got, errors = [], []
     with iter(ds) as it:
-        while True:
-            try:
-                got.append(int(next(it)))
-            except StopIteration:
-                break
-            except ValueError as e:
-                errors.append("".join(getattr(e, "__notes__", [])))
+        got, raised = ints_and_errors(it, ValueError)
+    errors = ["".join(getattr(e, "__notes__", [])) for e in raised]
     assert got == [2 * x for x in range(200) if x != 37]
     assert len(errors) == 1 and "at element 37" in errors[0], errors
     assert len(counts) < 200 / 2, f"{len(counts)} claims for 200 elements: {counts}"
