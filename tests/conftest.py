@@ -54,14 +54,37 @@ def headrace_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("headrace-")]
 
 
-def wait_no_threads(timeout_s: float = 1.0) -> list[threading.Thread]:
+def wait_no_threads(timeout_s: float = 1.0, collect: bool = False) -> list[threading.Thread]:
+    """The headrace threads still alive after up to ``timeout_s``; ``collect``: run the garbage collector every
+    0.1 s meanwhile (``gc.collect()`` does nothing while another thread's collection is running, e.g. one inside
+    a finalizer that closes an iterator: one call may find nothing)."""
+    import gc
+
     deadline = time.monotonic() + timeout_s
+    collected = 0.0
     while time.monotonic() < deadline:
         alive = [t for t in headrace_threads() if t.is_alive()]
         if not alive:
             return []
+        if collect and time.monotonic() - collected >= 0.1:
+            gc.collect()
+            collected = time.monotonic()
         time.sleep(0.01)
     return [t for t in headrace_threads() if t.is_alive()]
+
+
+def _stacks(threads: list[threading.Thread]) -> str:
+    """Where each of ``threads`` and every other thread is (a leak's report says what holds it)."""
+    import sys
+    import traceback
+
+    frames = sys._current_frames()
+    lines = []
+    for t in threading.enumerate():
+        frame = frames.get(t.ident or -1)
+        where = "".join(traceback.format_stack(frame, limit=6)) if frame is not None else "  (no frame)\n"
+        lines.append(f"--- {t.name}{' (leaked)' if t in threads else ''}:\n{where}")
+    return "".join(lines)
 
 
 @pytest.fixture(autouse=True)
@@ -70,11 +93,8 @@ def _no_leaked_threads():
     yield
     if not headrace_threads():
         return
-    import gc
-
-    gc.collect()
-    leaked = wait_no_threads(2.0)
-    assert not leaked, f"threads left running: {[t.name for t in leaked]}"
+    leaked = wait_no_threads(5.0, collect=True)
+    assert not leaked, f"threads left running: {[t.name for t in leaked]}\n{_stacks(leaked)}"
 
 
 # ---- the suite on two workers, as the README's test command runs it: `python -m pytest -q -n 2` (pytest-xdist) ---

@@ -275,10 +275,10 @@ class TorchEpochIterator:
             it.close()
 
     def __del__(self) -> None:
-        try:
-            self._release()
-        except Exception:  # interpreter shutdown: the headrace iterator's own exit hook closes it
-            pass
+        # Only the reference goes: the headrace iterator's own collection closes it, in this thread or (where
+        # this thread may hold the budget's lock) in the reaper's (headrace._reaper); a close() here could
+        # wait on that lock.
+        self.__dict__.pop("_it", None)
 
 
 class TorchIterableDataset(IterableDataset):

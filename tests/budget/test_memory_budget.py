@@ -60,6 +60,18 @@ def test_batch_larger_than_budget_raises():
         list(ds)
 
 
+def test_a_batch_that_can_never_fit_is_refused_before_its_first_element_goes_over():
+    # the memory cache keeps the first 4 MiB element charged; the batch learns from it that 4 x 4 MiB cannot
+    # fit 6 MiB and refuses then, before charging the element (the tracked peak went to 8 MiB)
+    ds = (D.range(16).map(lambda x: np.full(4 * MiB, x, np.uint8)).cache().batch(4)
+          .with_options(hr.Options(memory_budget=6 * MiB)))
+    with iter(ds) as it:
+        with pytest.raises(hr.MemoryBudgetError, match=r"batch\(4\) assembly: holding 16\.0 MiB .* 6\.0 MiB"):
+            next(it)
+        stats = it.memory_stats()
+    assert stats["peak_bytes"] <= stats["limit_bytes"] and stats["overdraft_bytes"] == 0, stats
+
+
 def test_competing_buffers_shrink_with_one_warning_and_never_exceed_budget():
     budget = 4 * MiB
     ds = (D.range(400).map(lambda x: np.full(64 * 1024, x, np.uint8), num_parallel_calls=2)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import subprocess
 import sys
 import textwrap
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 
 import headrace as hr
+from tests.close_race import collect_holding_the_budget_lock
 from tests.conftest import headrace_threads, wait_no_threads
 
 D = hr.Dataset
@@ -53,8 +53,7 @@ def test_with_block_and_garbage_collection_stop_threads():
     it = iter(_busy_pipeline())
     next(it)
     del it
-    gc.collect()
-    assert wait_no_threads(1.0) == []
+    assert wait_no_threads(2.0, collect=True) == []
 
 
 def test_interpreter_exit_with_open_iterator_does_not_hang():
@@ -202,11 +201,9 @@ def test_garbage_collection_while_this_thread_holds_the_budget_lock_does_not_han
     it = iter(_busy_pipeline())
     next(it)
     lock = process_budget()._cv.lock
-    t0 = time.monotonic()
-    with process_budget()._cv:
-        del it
-        gc.collect()
-        held_s = time.monotonic() - t0
+    held = [it]
+    del it
+    held_s = collect_holding_the_budget_lock(held)
     assert held_s < 5.0, f"garbage collection waited {held_s:.1f} s on the budget lock"
     assert not lock.locked()
     assert wait_no_threads(5.0) == [], "the deferred close never stopped the pipeline's threads"
@@ -235,5 +232,4 @@ def test_a_dropped_iterator_closes_after_a_stage_error_while_other_stages_run():
     except hr.MemoryBudgetError as e:  # not pytest.raises: its excinfo would keep the frames alive
         message = str(e)
     assert "map(_too_big_from_2): needs 20" in message and "whole memory budget of 128.0 MiB" in message
-    gc.collect()
-    assert not wait_no_threads(3.0), [t.name for t in headrace_threads()]
+    assert not wait_no_threads(5.0, collect=True), [t.name for t in headrace_threads()]

@@ -23,6 +23,8 @@ USER_CODE = {
     "map": (lambda: D.range(3).map(stop), "map(stop)"),
     "map parallel": (lambda: D.range(3).map(stop, num_parallel_calls=2), "map(stop)"),
     "map AUTOTUNE": (lambda: D.range(3).map(stop, num_parallel_calls=hr.AUTOTUNE), "map(stop)"),
+    "map on worker processes": (lambda: D.range(3).map(stop, num_parallel_calls=2, executor="process"),
+                                "map(stop)"),
     "filter": (lambda: D.range(3).filter(stop), "filter(stop)"),
     "take_while": (lambda: D.range(3).take_while(stop), "take_while(stop)"),
     "flat_map": (lambda: D.range(3).flat_map(stop), "flat_map(stop)"),

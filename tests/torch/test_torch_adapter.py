@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 import headrace as hr
 from headrace.torch import device_prefetch, element_to_torch, to_torch
-from tests.close_race import HeldNext, close_during_next
+from tests.close_race import HeldNext, close_during_next, collect_holding_the_budget_lock
 
 
 def test_element_to_torch_shares_writable_arrays_and_copies_read_only() -> None:
@@ -211,3 +211,17 @@ def test_dataloader_workers_over_a_file_cache_each_fill_a_file_of_their_own(tmp_
         assert sorted(int(x) for x in loader) == list(range(40))
     assert sorted(p.name for p in tmp_path.glob("*.hrcache")) == [
         "c-shard-00000-of-00002.hrcache", "c-shard-00001-of-00002.hrcache"]
+
+
+def test_garbage_collection_of_a_to_torch_iterator_while_this_thread_holds_the_budget_lock_does_not_wait() -> None:
+    """A ``to_torch`` iterator dropped where the collector runs inside a thread holding the process budget's
+    lock closes its headrace iterator the way that iterator's own collection does (deferred to the reaper), not
+    by a ``close()`` that waits on the lock this thread holds (30 s, then its threads left running)."""
+    from tests.conftest import wait_no_threads
+
+    ds = hr.Dataset.range(10**9).map(lambda x: np.full(1000, x), num_parallel_calls=2).batch(8).prefetch(2)
+    held = [iter(to_torch(ds))]
+    next(held[0])
+    held_s = collect_holding_the_budget_lock(held)
+    assert held_s < 5.0, f"garbage collection waited {held_s:.1f} s on the budget lock"
+    assert wait_no_threads(5.0) == [], "the dropped to_torch iterator's pipeline threads never stopped"

@@ -390,6 +390,16 @@ class Reservation:
         self.absorb(more)
         return True
 
+    def refuse_never_fits(self, total: int) -> None:
+        """``MemoryBudgetError`` where this reservation could never grow to ``total`` bytes, whatever the other
+        stages release (``refusals.refuse_impossible``, as :meth:`top_up` would refuse it): asked before bytes
+        that exist already are forced into it, so a batch that can never fit is refused before it goes over."""
+        acc = self.account
+        more = total - self.nbytes
+        with acc.budget.cv:
+            if more > 0 and (acc.mandatory or acc.holds_between or more > acc.budget.limit_bytes):
+                refuse_impossible(acc, more)
+
     def force(self, nbytes: int) -> None:
         """Charge ``nbytes`` that exist already into this reservation without waiting (an element larger than
         its estimate, arrived): counted as an estimate miss (``StageAccount.force``)."""

@@ -23,9 +23,10 @@
   the spec the pipeline was built with (:func:`traced_guard`); a running state (``scan``, ``reduce``) must
   keep its structure and dtypes (:func:`check_state_kept`).
 
-``map(executor="process")`` applies the same rule to the results its worker processes send back; a worker
-process loads this file alone, by its location (``headrace._engine.pool.process_child``), for
-:func:`element_caller` without ``normalize_result``: that part needs nothing but the standard library.
+The rule itself (unpacking, ``StopIteration``) is :mod:`headrace._engine.call_guard`, which needs nothing but the
+standard library: a worker process of ``map(executor="process")`` loads that file alone, by its location
+(``headrace._engine.pool.process_child``), and the parent applies the rest of this convention to the results
+the workers send back.
 """
 
 from __future__ import annotations
@@ -36,43 +37,18 @@ from itertools import chain, count, islice, starmap
 from operator import itemgetter
 from typing import Any, Protocol
 
-if __package__:  # (not in a worker process, which loads this file alone: see the module docstring)
-    from .._spec import NoneTensorSpec, conformance, most_specific_compatible, spec_of
-    from .._structure import SCALAR_TYPES, describe, normalize, normalize_sized
-    from .runs import FillTally
-    from .stage_support import note_error
+from .._spec import NoneTensorSpec, conformance, most_specific_compatible, spec_of
+from .._structure import SCALAR_TYPES, describe, normalize, normalize_sized
+from .call_guard import call_with_element as call_with_element
+from .call_guard import element_call, stop_iteration_error
+from .call_guard import guarded_apply as guarded_apply
+from .call_guard import guarded_call as guarded_call
+from .runs import FillTally
+from .stage_support import note_error
 
 _END = object()
 _AHEAD = object()  # (in place of an input element: its result was computed ahead)
 _NOTHING_READY: Any = iter(())
-
-
-def stop_iteration_error(stage: str) -> RuntimeError:
-    """What a user function's ``StopIteration`` becomes (it would otherwise end the dataset silently)."""
-    return RuntimeError(f"{stage}: the function raised StopIteration; return a value or raise another "
-                        "exception (StopIteration would silently end the dataset)")
-
-
-def call_with_element(fn: Callable[..., Any], x: Any) -> Any:
-    """tf.data's calling convention without the guard: for tracing an element spec (where any exception
-    means "cannot trace") and counting."""
-    return fn(*x) if type(x) is tuple else fn(x)
-
-
-def guarded_call(fn: Callable[..., Any], x: Any, stage: str) -> Any:
-    """``fn`` on element ``x`` (tuple unpacked), ``StopIteration`` raised as ``RuntimeError``."""
-    try:
-        return fn(*x) if type(x) is tuple else fn(x)
-    except StopIteration as e:
-        raise stop_iteration_error(stage) from e
-
-
-def guarded_apply(fn: Callable[..., Any], stage: str, *args: Any) -> Any:
-    """``fn(*args)`` for functions of fixed arity (no unpacking), ``StopIteration`` raised as ``RuntimeError``."""
-    try:
-        return fn(*args)
-    except StopIteration as e:
-        raise stop_iteration_error(stage) from e
 
 
 def element_caller(fn: Callable[..., Any], stage: str, *, normalize_result: bool = False,
@@ -82,12 +58,7 @@ def element_caller(fn: Callable[..., Any], stage: str, *, normalize_result: bool
     common types pass as they are), then given to ``finish`` (a map's ``output_signature`` conversion or
     traced-spec check) where there is one."""
     if not normalize_result:
-        def call(x: Any) -> Any:
-            try:
-                return fn(*x) if type(x) is tuple else fn(x)
-            except StopIteration as e:
-                raise stop_iteration_error(stage) from e
-        return call
+        return element_call(fn, stage)
 
     def call_normalized(x: Any) -> Any:
         try:

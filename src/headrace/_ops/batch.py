@@ -214,6 +214,7 @@ class _BatchIterator(Stage):
             # charge of the output buffers the consumer gave back (``batch_buffers``)
             self._reservation = reserve_output(acc, self._spares if self._combine else None, max(0, want), stop)
             return
+        r.refuse_never_fits(want)  # (a batch that can never fit: refused before the element below is charged)
         if self._held > r.nbytes:  # that element exists already: charge it at once (an estimate miss)
             r.force(self._held - r.nbytes)
         if want > r.nbytes:

@@ -6,8 +6,8 @@ of the threaded parent) that loads this file by its location and calls :func:`ma
 which would put ``_ops`` first on ``sys.path``). The parent imports it for :func:`encode` and
 :func:`receive_frames`. It imports nothing from headrace, so a worker starts in the time Python and
 numpy take to import (plus whatever the user's function imports when it is unpickled); the one calling
-convention of user functions (``headrace._engine.calls``, whose ``element_caller`` needs only the standard
-library) it loads by location, as it was loaded itself. Its standard library imports (and ``cloudpickle``'s)
+convention of user functions (``headrace._engine.call_guard``, which needs only the standard library) it loads
+by location, as it was loaded itself. Its standard library imports (and ``cloudpickle``'s)
 happen before it adopts the parent's ``sys.path``, so a directory there holding a module named like a standard
 library one does not replace the worker's own.
 
@@ -66,8 +66,8 @@ from typing import Any
 
 CHILD_SCRIPT = os.path.abspath(__file__)
 """This file: what a worker loads (by location, never as ``sys.path[0]``)."""
-CALLS_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(CHILD_SCRIPT)), "calls.py")
-"""``headrace._engine.calls``: how a worker calls the user's function (loaded by location, as this file)."""
+CALL_GUARD_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(CHILD_SCRIPT)), "call_guard.py")
+"""``headrace._engine.call_guard``: how a worker calls the user's function (loaded by location, as this file)."""
 SHM_MIN_BYTES = 64 * 1024
 """Out-of-band buffers at least this large go through shared memory; smaller ones as socket frames."""
 ALIGN = 64
@@ -155,11 +155,11 @@ class _Segment:
             pass
 
 
-def _calls() -> Any:
-    """``headrace._engine.calls`` loaded from :data:`CALLS_SCRIPT` alone (its standard-library part)."""
+def _call_guard() -> Any:
+    """``headrace._engine.call_guard`` loaded from :data:`CALL_GUARD_SCRIPT` alone."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("_headrace_calls", CALLS_SCRIPT)
+    spec = importlib.util.spec_from_file_location("_headrace_call_guard", CALL_GUARD_SCRIPT)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
@@ -178,7 +178,7 @@ class _Worker:
         os.close(progress_fd)
         self.progress = memoryview(self.progress_map).cast("q")
         self.ppid = os.getppid()
-        self.fn: Any = None  # the user's function as ``calls.element_caller`` calls it (tuples unpacked)
+        self.fn: Any = None  # the user's function as ``call_guard.element_call`` calls it (tuples unpacked)
         self.stage = "map"
         self.segments: dict[str, _Segment] = {}
 
@@ -217,12 +217,12 @@ class _Worker:
             import cloudpickle  # noqa: F401
         except ImportError:
             pass
-        element_caller = _calls().element_caller
+        element_call = _call_guard().element_call
         sys.path[:] = list(dict.fromkeys([*sys_path, *sys.path]))
         sys.argv[:] = sys_argv
         self.stage = stage
         try:
-            self.fn = element_caller(pickle.loads(fn_bytes), stage)
+            self.fn = element_call(pickle.loads(fn_bytes), stage)
         except BaseException:
             self.conn.send_bytes(pickle.dumps(("init_error", traceback.format_exc())))
             return
