@@ -8,7 +8,12 @@ Four pipelines, the first two the same as ``bench/overhead.py``'s:
   prefetch(2)``, smaller, whose count varies a little with thread timing (waits, retries);
 - ``bench/peers.py``'s Parquet workload: rows of a Parquet file (dicts of numpy scalars and ``bytes``) -> a
   per-row map returning a dict -> ``batch(256)``;
-- ``(features, label)`` tuples -> ``batch(32)``.
+- ``(features, label)`` tuples -> ``batch(32)``;
+- inside a pool worker (:func:`pool_worker`): the image pipeline's shape without the decode,
+  ``interleave(4 readers) -> map(2 threads) -> shuffle(1000) -> batch(64) -> prefetch``, counting only what the
+  map's worker threads run: Python calls of headrace and lock acquisitions (``acquire`` of a lock or
+  condition, a ``with`` on one included), per element. Every bytecode a worker runs between two calls of the
+  function holds the GIL the other worker needs (``docs/design/pool.md``: runs).
 
 A ``sys.setprofile`` / ``threading.setprofile`` hook counts every Python function call whose code lives in
 the imported ``headrace`` package (user lambdas and numpy excluded), in every thread. Used to show that a
@@ -34,19 +39,26 @@ from headrace._machine import machine_line
 ROOT = os.path.dirname(os.path.abspath(hr.__file__)) + os.sep
 
 
-def count_calls(run: Callable[[], int]) -> tuple[int, Counter[str]]:
-    """Run ``run()`` (returns the element count) with the hook installed; the calls and a per-function
-    tally."""
+def count_calls(run: Callable[[], int], thread: str | None = None) -> tuple[int, Counter[str], int]:
+    """Run ``run()`` (returns the element count) with the hook installed: the elements, a per-function tally of
+    the calls and the lock acquisitions (``acquire`` calls the profiler sees: every lock of headrace is a timed
+    one of ``headrace._sync``, whose ``with`` calls ``acquire``; ``Condition.wait`` / ``notify`` call it too),
+    in every thread or (``thread``) in the threads whose name starts so."""
     tally: Counter[str] = Counter()
-    lock = threading.Lock()
+    locks = [0]
+    lock = threading.Lock()  # (its ``with`` calls no ``acquire`` the profiler sees)
 
     def hook(frame: Any, event: str, arg: Any) -> None:
+        if thread is not None and not threading.current_thread().name.startswith(thread):
+            return
         if event == "call":
             code = frame.f_code
             if code.co_filename.startswith(ROOT):
                 key = f"{code.co_filename[len(ROOT):]}:{code.co_name}"
                 with lock:
                     tally[key] += 1
+        elif event == "c_call" and getattr(arg, "__name__", "") == "acquire":
+            locks[0] += 1
 
     threading.setprofile(hook)
     sys.setprofile(hook)
@@ -55,7 +67,7 @@ def count_calls(run: Callable[[], int]) -> tuple[int, Counter[str]]:
     finally:
         sys.setprofile(None)
         threading.setprofile(None)  # type: ignore[arg-type]
-    return n, tally
+    return n, tally, locks[0]
 
 
 def flat(n: int) -> Callable[[], int]:
@@ -113,6 +125,23 @@ def pairs(n: int) -> Callable[[], int]:
     return run
 
 
+def pool_worker(n: int) -> Callable[[], int]:
+    """The image pipeline's shape without the decode; its map's worker threads are ``headrace-map(work)-<i>``."""
+    import numpy as np
+
+    per = max(1, n // 8)
+    image = np.zeros((8, 8, 3), np.float32)
+
+    def run() -> int:
+        ds = (hr.Dataset.range(8)
+              .interleave(lambda f: hr.Dataset.range(int(f) * per, int(f) * per + per), cycle_length=4,
+                          num_parallel_calls=4)
+              .map(lambda x: (image, x), num_parallel_calls=2, name="work", executor="thread")
+              .shuffle(1000, seed=0).batch(64).prefetch(2))
+        return sum(len(b[1]) for b in ds)
+    return run
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--elements", type=int, default=20_000)
@@ -122,11 +151,17 @@ def main() -> None:
     print(f"headrace from {ROOT}")
     for name, make in (("range->map->batch", flat), ("deep pipeline", deep), ("parquet rows->map->batch(256)",
                        parquet_rows), ("(features, label)->batch", pairs)):
-        n, tally = count_calls(make(args.elements))
+        n, tally, _ = count_calls(make(args.elements))
         total = sum(tally.values())
         print(f"{name}: {n} elements, {total} headrace calls, {total / n:.2f} per element")
         for key, c in tally.most_common(args.top):
             print(f"    {c / n:7.2f}  {key}")
+    n, tally, locks = count_calls(pool_worker(args.elements), "headrace-map(work)-")
+    total = sum(tally.values())
+    print(f"inside a map pool worker (interleave -> map(2 threads) -> shuffle -> batch -> prefetch): {n} elements, "
+          f"{total / n:.2f} headrace calls and {locks / n:.2f} lock acquisitions per element")
+    for key, c in tally.most_common(args.top):
+        print(f"    {c / n:7.2f}  {key}")
 
 
 if __name__ == "__main__":

@@ -194,6 +194,20 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_line(machine_line())
 
 
+def ints_and_errors(it, kind: type[BaseException]) -> tuple[list[int], list[BaseException]]:
+    """Every element of ``it`` as an int, and each ``kind`` error raised on the way (an iterator goes on after
+    an element's error, as tf.data's does)."""
+    got: list[int] = []
+    errors: list[BaseException] = []
+    while True:
+        try:
+            got.append(int(next(it)))
+        except StopIteration:
+            return got, errors
+        except kind as e:
+            errors.append(e)
+
+
 def read_through_restores(make, chain: list[int]) -> list:
     """Elements of ``make()`` read through a chain of restores: take ``chain[0]`` elements, save the state
     (through JSON), restore it into a fresh ``iter(make())``, take ``chain[1]``, ... then the rest."""

@@ -42,6 +42,10 @@ class Taker:
         self.reservation = reservation  # grows by the bytes handed to it
         self.source = source  # the iterator whose delivery it takes; None once it took one
 
+    def rearm(self, source: Any) -> None:
+        """Take ``source``'s next delivery too (a pool worker pulling a run of elements into one reservation)."""
+        self.source = source
+
 
 @contextmanager
 def taking(reservation: Reservation, source: Any) -> Iterator[Taker]:

@@ -17,7 +17,8 @@ loops that re-check a stop event (see ``headrace._memory.WAIT_SLICE_S``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 
 from ._errors import InternalTimeoutError
@@ -90,6 +91,16 @@ class Condition(threading.Condition):
     def __enter__(self) -> bool:
         acquire(self._lock, self.what)  # type: ignore[attr-defined]
         return True
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        """Let the lock go for the block (the caller holds it) and take it back after, timed, as ``wait()``
+        does (a caller that must not hold it while it takes other locks first)."""
+        self._lock.release()  # type: ignore[attr-defined]
+        try:
+            yield
+        finally:
+            self._acquire_restore(None)
 
     def _acquire_restore(self, saved: object) -> None:  # called by wait() to take the lock back
         try:

@@ -193,6 +193,45 @@ def test_a_top_up_of_a_first_reservation_may_break_a_stall(monkeypatch):
     first.settle(200, count=2, unit=False)
 
 
+def test_at_a_stall_memory_the_pipeline_can_run_without_is_shed_before_anything_is_overdrawn(monkeypatch):
+    # The seed image pipeline: a worker process beyond its stage's first held 66 MB that the stall breaker
+    # overdrew around (then every element waited for it, ~1 element/s). A shedder (a stage's idle worker) is
+    # asked first, with the budget's lock let go: it takes it to give its bytes back.
+    import headrace._budget.admission as memory  # (where the stall breaker reads STALL_S)
+
+    monkeypatch.setattr(memory, "STALL_S", 0.05)
+    budget = MemoryBudget(1000)
+    workers = budget.account("map workers", 1, mandatory=True)
+    workers.hold(800, count=2)                      # two workers of 400
+    holder = budget.account("shuffle", None)
+    holder.reserve(0).settle(150, count=1)
+    asked = []
+
+    def shed_one() -> int:
+        asked.append(budget.total_bytes)
+        if len(asked) > 1:
+            return 0                                 # the last worker stays
+        workers.release(400, count=1)                # (takes the budget's lock: it was let go)
+        return 400
+
+    budget.shedders.append(shed_one)
+    batch = budget.account("batch(2) assembly", 4, mandatory=True)
+    budget.consumers.append(1)
+    stop = Flag()
+    threading.Timer(3, stop.set).start()            # a wait past the stall breaker raises Cancelled
+    r = batch.reserve(300, stop, WHOLE)
+    stop.set()
+    stats = budget.stats()
+    assert asked == [950] and r.nbytes == 300 and budget.total_bytes == 850, (asked, stats)
+    assert stats["overdraft_bytes"] == 0 and stats["stalls"] == 0 and stats["peak_bytes"] <= 1000, stats
+    r.cancel()
+    # Nothing more to shed: a real stall is the stall breaker's, as before (here a refusal naming the parts)
+    with pytest.raises(hr.MemoryBudgetError, match=r"batch\(2\) assembly: needs 500 B more .*\(batch\(2\) "
+                       r"assembly 500 B, map workers 400 B, shuffle 150 B\): .* budget of 1000 B"):
+        batch.reserve(500, Flag(), WHOLE)
+    assert len(asked) == 2 and budget.total_bytes == 550 and budget.stats()["overdraft_bytes"] == 0
+
+
 @pytest.mark.parametrize("holds", ["keeps", "holds_between"])
 def test_a_stall_the_other_stages_leave_no_room_for_is_refused_not_overdrawn(monkeypatch, holds):
     # The stall breaker overdrew whenever the starving stage alone fitted the budget, although what the others

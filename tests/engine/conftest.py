@@ -8,9 +8,10 @@ import pytest
 @pytest.fixture
 def auto_picks_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     """``executor="auto"`` decides for processes whatever its measurement of the function says: a test whose
-    case is "auto chose processes" has it on a loaded machine too (where a GIL-bound function's thread probe
-    can say threads), while ``auto``'s measuring phase still runs first."""
-    from headrace._engine.pool import executor
+    case is "auto chose processes" has it on a loaded machine too (where the measurement of a GIL-bound
+    function can come out as threads), while ``auto``'s measuring phase still runs first."""
+    from headrace._engine.pool import auto_executor, executor_choice
 
-    for name in ("CPU_BOUND_SHARE", "MIN_OVERLAP", "GIL_HELD_SHARE", "MIN_PROCESS_CALL_S", "GIL_SLOWDOWN"):
-        monkeypatch.setattr(executor, name, 0.0)
+    for name in ("CPU_BOUND_SHARE", "BACK_TO_BACK", "MIN_PROCESS_CALL_S", "GIL_WAIT_SHARE"):
+        monkeypatch.setattr(executor_choice, name, 0.0)
+    monkeypatch.setattr(auto_executor, "RECHECK_S", 1e9)  # and no check moves it back

@@ -19,6 +19,7 @@ from service_helpers import wait_dead, write_shards
 import headrace as hr
 from headrace.io import TFRecordDataset
 from headrace.service import distribute, service_report
+from tests.conftest import ints_and_errors
 
 ray = pytest.importorskip("ray")
 MiB = 1 << 20
@@ -213,14 +214,7 @@ def test_an_error_of_the_user_function_reaches_the_trainer_and_the_epoch_goes_on
 
     ds = hr.Dataset.range(40).map(f).apply(distribute("distributed_epoch", cluster.address, timeout_s=60))
     it = iter(ds).__iter__()
-    got, errors = [], []
-    while True:
-        try:
-            got.append(int(next(it)))
-        except StopIteration:
-            break
-        except KeyError as e:
-            errors.append(e)
+    got, errors = ints_and_errors(it, KeyError)
     assert sorted(got) == [x for x in range(40) if x != 17] and len(errors) == 1
     _closed_without_leaks(it)
 

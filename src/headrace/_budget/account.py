@@ -140,10 +140,12 @@ class StageAccount:
         read-ahead, refusal at a stall). ``urgent()`` true marks the reservation the consumer waits for (it may
         use the headroom). ``charged_in``: this many more bytes will be handed into the reservation by the stage
         below, charged already (``headrace._handoff``): they count against this stage's share, not against the
-        budget again. ``stop``: anything with ``is_set()``. At a stall (``admission.stalled``) the stall breaker
-        overdraws, or reserves what still fits (``policy.partial``: ``settle`` charges any real excess, so the
-        budget is exceeded by real bytes only, not by an estimate the element may never reach: 256 B / 12 MiB
-        records went 11 KB over for a 12 MiB estimate), or refuses (``policy.refuse``, ``refusals``).
+        budget again. ``stop``: anything with ``is_set()``. At a stall (``admission.stalled``) the budget first
+        sheds what the pipeline can run without (``MemoryBudget.shed``: an idle worker process beyond its
+        stage's first); then the stall breaker overdraws, or reserves what still fits (``policy.partial``:
+        ``settle`` charges any real excess, so the budget is exceeded by real bytes only, not by an estimate the
+        element may never reach: 256 B / 12 MiB records went 11 KB over for a 12 MiB estimate), or refuses
+        (``policy.refuse``, ``refusals``).
         Raises ``MemoryBudgetError`` if they can never fit, ``Cancelled`` if ``stop`` is set meanwhile or the account
         is closed.
         """
@@ -164,6 +166,8 @@ class StageAccount:
                     raise admission.Cancelled()
                 if ((self.seen or self.outstanding == 0 or policy.top_up)
                         and self._stalled(is_urgent, policy.speculative)):
+                    if b.shed():  # memory the pipeline can run without went back first: look again
+                        continue
                     text = None if policy.refuse is None else policy.refuse(b.holders(), b.total_bytes + nbytes)
                     if text is not None:
                         raise MemoryBudgetError(text)

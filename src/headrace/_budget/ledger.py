@@ -51,6 +51,11 @@ class MemoryBudget:
         # Called (lock held) when a reservation does not fit: each frees memory kept idle for reuse (lent
         # batch buffers, headrace._engine.batch_buffers) and returns the bytes it credited.
         self.reclaimers: list[Callable[[], int]] = []
+        # Called (lock let go) at a stall, before the stall breaker overdraws or refuses: each ends something
+        # the pipeline can run without (an idle worker process beyond its stage's first) and returns the bytes
+        # it gave back (:meth:`shed`).
+        self.shedders: list[Callable[[], int]] = []
+        self.shedding = False
 
     # (older names, read by modules outside the budget)
     _cv = property(lambda self: self.cv)
@@ -144,6 +149,31 @@ class MemoryBudget:
         if not self.reclaimers or self.total_bytes + nbytes <= self.limit_bytes - self.reserve_bytes:
             return False
         return sum(fn() for fn in list(self.reclaimers)) > 0
+
+    def shed(self) -> bool:
+        """(Lock held, at a stall) ask the shedders in turn to give back memory the pipeline can run without
+        until one did: the stall breaker goes over the budget, or refuses, only when nothing could be given
+        back first (docs/design/budget.md, "Shedding before the stall breaker"). The lock is let go while they
+        run (each takes its own lock first, then this one, as its stage does); one thread sheds at a time, the
+        others wait a slice meanwhile. Returns whether to look again (bytes came back, or another thread is
+        shedding)."""
+        if not self.shedders:
+            return False
+        if self.shedding:
+            self.wait_slice()
+            return True
+        self.shedding = True
+        shedders = list(self.shedders)
+        freed = 0
+        try:
+            with self.cv.released():
+                for fn in shedders:
+                    freed = fn()
+                    if freed:
+                        break
+        finally:
+            self.shedding = False
+        return freed > 0
 
     def wake(self) -> None:
         """Wake the threads waiting for room (if any) to look again."""

@@ -21,7 +21,11 @@ def fair_caps(limit_bytes: int, accounts: Sequence[StageAccount], unit_of: Calla
     with the demands the stages started with, before AUTOTUNE moved them."""
     demands = [a.start_demand if at_start else a.demand for a in accounts]
     units = [unit_of(a) for a in accounts]
-    reserve = min(limit_bytes // 4, max(limit_bytes // 16, max(units, default=0)))
+    # The reserve is for an element larger than any seen (admission): sized by the elements' units, not by a
+    # worker process's footprint (admitted as a mandatory account, never from the reserve): a 66 MB worker made
+    # it 64 MiB of 256, which kept every read-ahead of the seed image pipeline out (one element at a time).
+    elements = (u for a, u in zip(accounts, units, strict=True) if a.unit_is_element)
+    reserve = min(limit_bytes // 4, max(limit_bytes // 16, max(elements, default=0)))
     remaining = float(limit_bytes - reserve)
     caps = [float(a.min_units * u) for a, u in zip(accounts, units, strict=True)]
     remaining -= sum(caps)

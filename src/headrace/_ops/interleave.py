@@ -362,4 +362,8 @@ class _InterleaveIterator(Stage):
         return self._slots_charged and all(s is None or delivers_charged(s.iterator) for s in self._slots)
 
     def _children(self) -> list[Stage]:
-        return [self._source, *(s.iterator for s in self._slots if s is not None)]
+        children = [self._source]  # (asked per element, by replay_epoch: a loop, no generator)
+        for s in self._slots:
+            if s is not None:
+                children.append(s.iterator)
+        return children

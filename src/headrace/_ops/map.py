@@ -37,7 +37,8 @@ from .._engine.calls import (
     traced_guard,
 )
 from .._engine.context import IteratorContext
-from .._engine.pool.executor import AutoExecutor, Executor, ProcessExecutor, ThreadExecutor, validate_executor
+from .._engine.pool.auto_executor import AutoExecutor
+from .._engine.pool.executor import Executor, ProcessExecutor, ThreadExecutor, validate_executor
 from .._engine.pool.parallel import PoolIterator
 from .._engine.recipe import DatasetNode, SpecOf, trace
 from .._engine.stage import Stage, UnaryIterator

@@ -50,4 +50,4 @@ class PrefetchNode(DatasetNode):
         size = PREFETCH_AUTOTUNE_BUFFER if autotune else self.buffer_size
         stage = ctx.stage_name(self, f"prefetch({'AUTOTUNE' if autotune else size})")
         return PoolIterator(ctx, source, _identity, stage, 1, True, kind="prefetch", window=size,
-                            warn_shrink=not autotune, identity=True, autotune=autotune)
+                            warn_shrink=not autotune, identity=True, autotune=autotune, runs=False)

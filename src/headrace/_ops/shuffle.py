@@ -161,19 +161,23 @@ class _ShuffleIterator(Stage):
         urgent = _always if restoring else (waiter_urgency() or _always)
         acc.pull_begins()  # the buffer is held until the fill returns: a refusal at a stall counts it
         try:
-            while self._room_for_more():
+            # an input that delivers its element charged (a prefetch, a shuffle) hands it into this stage's
+            # reservation (headrace._handoff): it counts against this stage's share, not the budget again
+            # (shuffle(4).shuffle(4) of 2 MiB elements under 3 MiB counted each element twice: 1 s stalls).
+            # Asked once per fill: an input that stops delivering charged meanwhile hands nothing in, and
+            # ``settle`` charges the element as it would have.
+            takes = delivers_charged(self._source)
+            while True:  # (called with room for one more)
                 self._checkpoint()
                 est = acc.estimate()
-                # an input that delivers its element charged (a prefetch, a shuffle) hands it into this
-                # reservation (headrace._handoff): it counts against this stage's share, not the budget again
-                # (shuffle(4).shuffle(4) of 2 MiB elements under 3 MiB counted each element twice: 1 s stalls)
-                charged = est if delivers_charged(self._source) else 0
-                est -= charged
+                charged = est if takes else 0
                 # within the byte capacity (ByteCapacity.fit): wait for room in the budget as a whole; what the
                 # other stages hold now never changes what the buffer holds, so never the order
-                reservation = acc.reserve(est, stop, UNCAPPED, urgent=urgent, charged_in=charged)
-                if self._pull_into_buffer(reservation, len(self._buf)):  # the largest element grew: fitted again
+                reservation = acc.reserve(est - charged, stop, UNCAPPED, urgent=urgent, charged_in=charged)
+                if self._pull_into_buffer(reservation, len(self._buf), takes):  # the largest grew: fitted again
                     self._capacity.fit(acc, self._below, self._buffer_size)
+                if not self._room_for_more():
+                    break
         finally:
             acc.pull_ends()
         if self._capacity.stopped(self._held, len(self._buf), self._buffer_size, self._input_done):
@@ -183,11 +187,12 @@ class _ShuffleIterator(Stage):
         """Its own replay events (the capacity's changes) and those below (``headrace._engine.replay``, rule 3)."""
         return self._capacity.changes + super().replay_epoch()
 
-    def _pull_into_buffer(self, reservation: Reservation | None, slot: int) -> bool:
-        """Pull one element into the buffer; ``reservation`` None: a restore, which charges it once it exists.
-        Returns whether it is the largest element pulled so far in this iteration."""
+    def _pull_into_buffer(self, reservation: Reservation | None, slot: int, takes: bool = False) -> bool:
+        """Pull one element into the buffer; ``reservation`` None: a restore, which charges it once it exists
+        (``takes``: the input delivers it charged, into ``reservation``). Returns whether it is the largest element
+        pulled so far in this iteration."""
         try:
-            if reservation is None or not delivers_charged(self._source):
+            if reservation is None or not takes:
                 x = self._source.__next__()
             else:
                 with taking(reservation, self._source):

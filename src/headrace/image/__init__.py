@@ -307,6 +307,8 @@ def decode_and_resize(data: bytes | bytearray | memoryview | np.ndarray, size: S
 
 # ---- resizing ---------------------------------------------------------------------------------------------
 def _check_size(size: Sequence[int], what: str) -> tuple[int, int]:
+    if type(size) is tuple and len(size) == 2 and type(size[0]) is int and type(size[1]) is int and min(size) >= 1:
+        return size  # (the common case, per image in a map: no generator, whose every step holds the GIL)
     try:
         h, w = (int(v) for v in size)
         ok = all(int(v) == v and v >= 1 for v in size)

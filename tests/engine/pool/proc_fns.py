@@ -125,3 +125,24 @@ class RaisesOn:
         import headrace as hr  # (only here: a worker process running "map" imports numpy alone)
 
         return hr.Dataset.range(int(x) * 10, int(x) * 10 + 2)
+
+
+def raise_at_37(x):
+    """``x * 2``; element 37 raises (in the middle of a run)."""
+    if int(x) == 37:
+        raise ValueError(f"bad element {int(x)}")
+    return x * 2
+
+
+def exit_at_41(x):
+    """``x * 2``; the worker exits on element 41 (in the middle of a run)."""
+    if int(x) == 41:
+        os._exit(3)
+    return x * 2
+
+
+def ones_1mib(x):
+    """A 1 MiB output (through shared memory) whose first byte is ``x % 251``."""
+    a = np.ones(1 << 20, np.uint8)
+    a[0] = int(x) % 251
+    return a

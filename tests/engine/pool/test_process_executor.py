@@ -163,11 +163,14 @@ def test_auto_moves_gil_bound_functions_to_processes_and_keeps_waiting_ones_on_t
         ex = _executor(it)
     assert [r[4] for r in out] == [_spin(i)[4] for i in range(40)]
     assert ex["executor"] == "process", ex
-    assert "holds the GIL" in ex["why"] and ex["measured"]["gil_wait_ms"] >= 2.0
+    assert "holds the GIL" in ex["why"], ex
     with iter(D.range(30).map(_sort, num_parallel_calls=hr.AUTOTUNE)) as it:  # CPU work in C, GIL released
         assert len(list(it)) == 30
         ex = _executor(it)
-    assert ex["executor"] == "thread" and "releases the GIL" in ex["why"], ex
+    # it waited for no GIL; threads unless the machine had no second core for them then (the decision from
+    # given figures, whatever the load: test_auto_executor_decision.py)
+    assert ex["measured"]["gil_wait"] < 0.12, ex
+    assert (ex["executor"] == "thread" and "releases the GIL" in ex["why"]) or "no second core" in ex["why"], ex
     with iter(D.range(12).map(_sleepy, num_parallel_calls=hr.AUTOTUNE)) as it:
         assert list(it) == list(range(12))
         ex = _executor(it)
@@ -214,7 +217,7 @@ def test_a_worker_killed_before_it_reads_its_function_raises_worker_error(monkey
     """A worker killed between its start and the parent's first message (the OOM killer, a test's SIGKILL):
     the parent's send meets a closed socket; the user gets WorkerError "killed by SIGKILL while starting",
     not a BrokenPipeError from inside multiprocessing (seen once in CI)."""
-    real = proc_pool.subprocess.Popen
+    real = subprocess.Popen  # (where a worker is started: process_worker)
 
     def killed_at_start(*args, **kwargs):
         p = real(*args, **kwargs)
@@ -222,7 +225,7 @@ def test_a_worker_killed_before_it_reads_its_function_raises_worker_error(monkey
         p.wait(timeout=10)
         return p
 
-    monkeypatch.setattr(proc_pool.subprocess, "Popen", killed_at_start)
+    monkeypatch.setattr(subprocess, "Popen", killed_at_start)
     with pytest.raises(hr.WorkerError, match="SIGKILL while starting") as info:
         list(D.range(3).map(times_three, num_parallel_calls=1, executor="process"))
     assert info.value.signal == signal.SIGKILL
@@ -355,6 +358,9 @@ def test_a_lowered_worker_target_keeps_the_idle_worker_for_a_while(monkeypatch):
         workers = pools[0].pool.executor.workers
         for i in range(50):
             assert next(it) == 3 * i
+        deadline = time.monotonic() + 10.0  # the second worker's start (runs of elements may finish 50 before it)
+        while len(workers.pids()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
         pids = set(workers.pids())
         assert len(pids) == 2 and workers.started == 2
         workers.set_target(1)

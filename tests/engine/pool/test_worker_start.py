@@ -146,7 +146,7 @@ def test_the_worker_command_puts_no_script_directory_or_cwd_on_sys_path(tmp_path
     """The command a worker is started with (``proc_child.child_command``: the workers of a process map run
     it), pointed at a probe file instead of ``process_child.py``: the probe's directory (there: headrace's
     ``_ops``), the working directory and ``''`` are not on the worker's ``sys.path`` when it starts, and
-    the probe's ``main`` gets the fd."""
+    the probe's ``main`` gets the fds (its socket, its progress word)."""
     with iter(headrace.Dataset.range(2).map(abs, executor="process")) as it:
         next(it)
         lines = []
@@ -155,26 +155,27 @@ def test_the_worker_command_puts_no_script_directory_or_cwd_on_sys_path(tmp_path
                 lines.append(p.cmdline())
             except psutil.Error:  # a child another test left, ended meanwhile (a zombie): no command line
                 continue
-    workers = [line[:-1] for line in lines if proc_child.CHILD_SCRIPT in line]
-    assert workers and all(w == proc_child.child_command(0)[:-1] for w in workers), lines
+    workers = [line[:-2] for line in lines if proc_child.CHILD_SCRIPT in line]
+    assert workers and all(w == proc_child.child_command(0, 0)[:-2] for w in workers), lines
     _user, shadow, _empty = _dirs(tmp_path)
     probe_dir = tmp_path / "probe"
     probe_dir.mkdir()
     (probe_dir / "random.py").write_text("raise ImportError('the probe directory is on sys.path')\n")
     (probe_dir / "probe.py").write_text(
         "import json, sys, tempfile\n"
-        "def main(fd):\n"
-        "    print(json.dumps({'fd': fd, 'path': sys.path, 'random': sys.modules['random'].__file__}))\n")
-    cmd = proc_child.child_command(7, str(probe_dir / "probe.py"))
+        "def main(fd, progress_fd):\n"
+        "    print(json.dumps({'fd': [fd, progress_fd], 'path': sys.path,\n"
+        "                      'random': sys.modules['random'].__file__}))\n")
+    cmd = proc_child.child_command(7, 8, str(probe_dir / "probe.py"))
     out = json.loads(_run(cmd, shadow, _env()).stdout)
-    assert out["fd"] == 7
+    assert out["fd"] == [7, 8]
     assert "" not in out["path"] and "." not in out["path"]
     starts = [Path(p).resolve() for p in out["path"]]
     for bad in (probe_dir, shadow, PACKAGE):
         assert not [p for p in starts if p == bad or bad in p.parents], (bad, out["path"])
     assert Path(out["random"]).parent not in (probe_dir, shadow)
-    real = proc_child.child_command(7)
-    assert real[real.index("-c") + 2:] == [proc_child.CHILD_SCRIPT, "7"]
+    real = proc_child.child_command(7, 8)
+    assert real[real.index("-c") + 2:] == [proc_child.CHILD_SCRIPT, "7", "8"]
     assert Path(proc_child.CHILD_SCRIPT).resolve().parent == PACKAGE / "_engine" / "pool"
 
 

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..._memory import Cancelled
 from ..._sync import Flag
-from .executor import ExecutorKind
 from .stats import PoolStats
 
 if TYPE_CHECKING:
@@ -27,7 +26,7 @@ class InlinePath:
 
     def __init__(self, pool: ParallelApplier) -> None:
         self.pool = pool
-        self.direct = pool.executor.kind is ExecutorKind.THREAD  # see call()
+        self.direct = pool.executor.final  # see call()
         self.stats = PoolStats()
 
     def next_inline(self) -> Any:
@@ -104,7 +103,7 @@ class InlinePath:
         if self.direct:
             return pool.fn(x)
         executor = pool.executor
-        if executor.kind is ExecutorKind.THREAD:  # final: an "auto" executor never moves on from threads
+        if executor.final:  # on threads for good: an "auto" executor whose checks are over
             self.direct = True
             return pool.fn(x)
         return executor.call(x, pool.window.index_base + seq, stop)

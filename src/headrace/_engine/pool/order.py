@@ -105,10 +105,8 @@ class ResultsWindow:
 
     @property
     def refill_at(self) -> int:
-        window = self.size
-        r = self._refill_at
-        r = r() if callable(r) else r
-        return window - 1 if r is None else min(max(r, 0), window - 1)
+        r, most = self._refill_at, self.size - 1
+        return most if r is None else min(max(r() if callable(r) else r, 0), most)
 
     def leave_lean(self) -> None:  # the next next() takes the general path (workers woken, a stop)
         self.lean = False
@@ -117,22 +115,26 @@ class ResultsWindow:
     def in_flight(self) -> int:
         return self.next_seq - self.prefix - len(self.beyond)
 
-    def claim_with_room(self, stop: Flag, index: int) -> int:
-        """Input lock held (worker ``index``): wait (timed) for room in the window, then claim the next sequence
-        number; ``PARK`` if the worker is above the active count now, ``DONE`` at a stop or the end."""
-        pool = self.pool
+    def claim_with_room(self, stop: Flag, index: int, most: int = 1,
+                        fit: Callable[[int, int], int] | None = None) -> tuple[int, int]:
+        """Input lock held (worker ``index``): wait (timed) for room, claim up to ``most`` numbers (``fit(first,
+        count)``: how many the budget admits): ``(first, count)``; ``(PARK, 0)`` above ``active``, ``(DONE, 0)``."""
         with self.cv:
-            while (not stop.is_set() and self.end_seq is None and index < pool.active
-                   and self.next_seq - self.prefix - len(self.beyond) >= self.size):
+            while (not stop.is_set() and self.end_seq is None and index < self.pool.active
+                   and self.in_flight() >= self.size):
                 self.room_waiting = True
                 self.room.wait(WAIT_SLICE_S)
                 self.room_waiting = False
             if stop.is_set() or self.end_seq is not None:
-                return DONE
-            if index >= pool.active:
-                return PARK
-            self.next_seq += 1
-            return self.next_seq - 1
+                return DONE, 0
+            if index >= self.pool.active:
+                return PARK, 0
+            seq = self.next_seq
+            count = 1 if most == 1 else min(most, self.size - self.in_flight())
+            if count > 1 and fit is not None:
+                count = fit(seq, count)
+            self.next_seq = seq + count
+            return seq, count
 
     def claim_inline(self) -> int:
         """Input lock held, the consumer's thread, nothing in flight: the next number, or ``StopIteration``."""
@@ -178,11 +180,10 @@ class ResultsWindow:
             self.advance(seq)
             self.notify_all()
 
-    def store(self, seq: int, result: Result) -> None:
-        """Lock held: ``seq``'s result waits for the consumer (woken if it waits for this one)."""
-        self.results[seq] = result
-        # ordered delivery: only the result the consumer waits for is worth waking it
-        if self.consumer_waiting and (seq == self.prefix or not self.deterministic):
+    def store(self, seq: int, count: int, results: list[tuple[int, Result]]) -> None:
+        """Lock held: a run's ``results`` wait; the consumer is woken if it waits for one (in order: that one only)."""
+        self.results.update(results)
+        if self.consumer_waiting and (not self.deterministic or seq <= self.prefix < seq + count):
             self.cv.notify()
 
     def drop_results(self) -> None:
@@ -286,11 +287,10 @@ class ResultsWindow:
 
     def _take_ready(self) -> Result | None:
         seq = self._next_ready()
-        if seq is None:
-            return None
-        result = self.results.pop(seq)
-        self.advance(seq)
-        return result
+        if seq is not None:
+            self.advance(seq)
+            return self.results.pop(seq)
+        return None
 
     # ---- the lean path: no worker, nothing in flight -------------------------------------------------
     def next_lean(self, raw: threading.Lock) -> Any:

@@ -56,6 +56,8 @@ class ParallelApplier:
     """Apply ``fn`` to elements of ``source`` in ``num_workers`` threads (see the module docstring).
 
     ``identity``: ``fn`` returns its input (prefetch): a worker reserves one element, not two.
+    ``runs=False``: a worker takes one element at a time, never a run (docs/design/pool.md: runs), for a
+    stage whose one pull is long (a prefetch of batches: a run would hold finished batches back).
     ``input_charged``: the input's bytes are already held in another account, released by
     ``release_input(x)`` once ``fn(x)`` returned (parallel batch); the reservation covers the output only.
     ``refill_at`` (default ``window - 1``): a worker waiting for room is woken only once the elements in
@@ -78,7 +80,7 @@ class ParallelApplier:
                  release_input: Callable[[Any], None] | None = None, record_state: bool = True,
                  refill_at: int | Callable[[], int] | None = None, snapshot_every: int | None = None,
                  urgent_when_waited: bool = False, headroom: bool | None = None,
-                 executor: Executor | None = None) -> None:
+                 executor: Executor | None = None, runs: bool = True) -> None:
         self.source = source
         self.fn = fn
         self.executor: Executor = executor if executor is not None else ThreadExecutor(fn)
@@ -88,6 +90,7 @@ class ParallelApplier:
         self.stage = stage
         self.thread_name = thread_name
         self.identity = identity
+        self.takes_runs = runs
         self.input_charged = input_charged
         self.release_input = release_input
         self.delivers_as: Any = self  # the iterator a reader above pulls from (PoolIterator sets itself)
@@ -285,7 +288,10 @@ class PoolIterator(Stage):
 
     def replay_epoch(self) -> int:
         snapshots = self._pool.snapshots  # (asked per element by the stage above: no delegation here)
-        return snapshots.delivered_epoch() if snapshots.record_state else super().replay_epoch()
+        if not snapshots.record_state:
+            return super().replay_epoch()
+        # nothing to count since it was last asked: what delivered_epoch() would return, without the call
+        return snapshots.delivered_epoch() if snapshots.events or snapshots.epoch_stale else snapshots.epoch_out
 
     def _signal_self(self) -> None:
         self._pool.signal_stop()

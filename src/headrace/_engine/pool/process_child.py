@@ -2,7 +2,7 @@
 
 A worker is a fresh interpreter (the *spawn* start method, an ``exec`` of a new Python, never a ``fork``
 of the threaded parent) that loads this file by its location and calls :func:`main` (see
-``child_command``: ``python -P -c <bootstrap> proc_child.py FD``; never ``python proc_child.py``,
+``child_command``: ``python -P -c <bootstrap> proc_child.py FD PROGRESS_FD``; never ``python proc_child.py``,
 which would put ``_ops`` first on ``sys.path``). The parent imports it for :func:`encode` and
 :func:`receive_frames`. It imports nothing from headrace, so a worker starts in the time Python and
 numpy take to import (plus whatever the user's function imports when it is unpickled); the one calling
@@ -31,10 +31,21 @@ the worker maps it with ``MAP_POPULATE`` (pre-faulted). Nothing named is left in
 a process is killed. When an output does not fit its segment the worker asks for a larger one
 (``("grow", nbytes)``) and the parent answers with a new file descriptor.
 
+Runs: elements cross in *runs*, one message each way per run of consecutive elements (the pool's worker
+thread claims the run; why: docs/design/pool.md):
+the value sent is the list of the run's elements, the answer the list of their results, so a short call
+pays the round trip, the pickling and the wake-ups once per run, as a DataLoader worker pays them once per
+batch. An exception of one element is that element's result; the others are computed. Before each element
+the worker writes its position in the run into its *progress word* (8 bytes of a ``memfd`` both processes
+map, passed at start): a worker that dies mid-run is known to have died on that element.
+
 Messages, parent -> worker: ``("init", sys_path, sys_argv, fn_bytes, stage)``; ``("seg", role, size)`` + one fd;
-``("call", header, places)`` + frames; ``("exit",)``. Worker -> parent: ``("ready", pid)``,
-``("init_error", text)``, ``("grow", nbytes)``, ``("ok", header, places, cpu_s)`` + frames,
-``("error", exc_bytes, type_name, message, traceback_text, cpu_s)`` (``cpu_s``: the call's CPU time).
+``("run", header, places)`` + frames (a list of elements); ``("exit",)``. Worker -> parent: ``("ready", pid)``,
+``("init_error", text)``, ``("grow", nbytes)``, ``("ok", header, places, cpu_s, delay_s, errors)`` + frames (the list of
+results; ``errors``: position -> ``(exc_bytes, type_name, message, traceback_text)``, None at those positions
+in the list), ``("error", exc_bytes, type_name, message, traceback_text, cpu_s)`` (the run's elements could not
+be read: every element's error) (``cpu_s``: the run's CPU time; ``delay_s``: the time the worker waited for a
+core meanwhile).
 
 The worker exits when the parent closes the socket, sends ``exit``, or dies (its parent pid changes).
 It ignores ``SIGINT`` (a Ctrl-C in the terminal reaches the whole process group; the parent decides).
@@ -61,6 +72,8 @@ SHM_MIN_BYTES = 64 * 1024
 """Out-of-band buffers at least this large go through shared memory; smaller ones as socket frames."""
 ALIGN = 64
 POLL_S = 0.5
+PROGRESS_BYTES = 8
+"""The progress word: the position in its run of the element a worker computes (a signed 64-bit int)."""
 
 
 def _aligned(n: int) -> int:
@@ -158,9 +171,12 @@ def _write_parts(seg: _Segment, parts: list[tuple[int, memoryview]]) -> None:
 
 
 class _Worker:
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, progress_fd: int) -> None:
         self.sock = socket.socket(fileno=fd)
         self.conn = Connection(os.dup(fd))
+        self.progress_map = mmap.mmap(progress_fd, PROGRESS_BYTES)
+        os.close(progress_fd)
+        self.progress = memoryview(self.progress_map).cast("q")
         self.ppid = os.getppid()
         self.fn: Any = None  # the user's function as ``call_guard.element_call`` calls it (tuples unpacked)
         self.stage = "map"
@@ -187,8 +203,8 @@ class _Worker:
                 self.init(msg[1], msg[2], msg[3], msg[4])
             elif kind == "seg":
                 self.recv_segment(msg[1], msg[2])
-            elif kind == "call":
-                self.call(msg[1], msg[2])
+            elif kind == "run":
+                self.run(msg[1], msg[2])
             elif kind == "exit":
                 return
 
@@ -212,19 +228,30 @@ class _Worker:
             return
         self.conn.send_bytes(pickle.dumps(("ready", os.getpid())))
 
-    def call(self, header: bytes, places: list[tuple[Any, ...]]) -> None:
-        cpu0 = time.thread_time()
+    def run(self, header: bytes, places: list[tuple[Any, ...]]) -> None:
+        cpu0, delay0 = time.thread_time(), _run_delay_s()
         seg = self.segments.get("in")
         buffers = receive_frames(self.conn, places, lambda off, n: seg.view[off:off + n])  # type: ignore[union-attr]
         try:
-            x = pickle.loads(header, buffers=buffers)
-            del buffers
-            y = self.fn(x)
-            del x
-            out_header, out_places, frames, parts, need = encode(y)
+            xs = pickle.loads(header, buffers=buffers)
         except BaseException as e:
             self.send_error(e, time.thread_time() - cpu0)
             return
+        del buffers
+        ys: list[Any] = []
+        errors: dict[int, tuple[bytes, str, str, str]] = {}
+        progress, fn = self.progress, self.fn
+        for j in range(len(xs)):
+            progress[0] = j
+            try:
+                ys.append(fn(xs[j]))
+            except BaseException as e:
+                ys.append(None)
+                errors[j] = error_payload(e)
+            xs[j] = None  # (its buffers may go as soon as it is done)
+        progress[0] = len(ys)
+        del xs
+        out_header, out_places, frames, parts, need = self.encode_results(ys, errors)
         seg = self.segments.get("out")
         if need and (seg is None or seg.size < need):
             self.conn.send_bytes(pickle.dumps(("grow", need)))
@@ -236,44 +263,76 @@ class _Worker:
         _write_parts(seg, parts)  # type: ignore[arg-type]
         # Every reference to the output goes before the answer: the parent measures this process's RSS once it
         # has the answer, and an output still alive then (a loop variable here kept it) was charged as growth.
-        del parts, y
-        send_value(self.conn, ("ok", out_header, out_places, time.thread_time() - cpu0), frames)
+        del parts, ys
+        send_value(self.conn, ("ok", out_header, out_places, time.thread_time() - cpu0, _run_delay_s() - delay0,
+                               errors), frames)
+
+    @staticmethod
+    def encode_results(ys: list[Any], errors: dict[int, tuple[bytes, str, str, str]]) -> Any:
+        """``encode(ys)``; a result that does not pickle becomes its position's error (the others go)."""
+        try:
+            return encode(ys)
+        except BaseException:
+            for j, y in enumerate(ys):
+                try:
+                    pickle.dumps(y, protocol=5)
+                except BaseException as e:
+                    ys[j] = None
+                    errors[j] = error_payload(e)
+            return encode(ys)
 
     def send_error(self, e: BaseException, cpu_s: float) -> None:
-        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-        try:
-            import cloudpickle
+        self.conn.send_bytes(pickle.dumps(("error", *error_payload(e), cpu_s)))
 
-            payload = cloudpickle.dumps(e)
-            pickle.loads(payload)  # the parent must be able to rebuild it
-        except BaseException:
-            payload = b""
-        self.conn.send_bytes(pickle.dumps(("error", payload, type(e).__name__, str(e), text, cpu_s)))
+
+def _run_delay_s() -> float:
+    """(The worker imports nothing from headrace: ``executor.run_delay_s``'s rule, for the worker's thread.)"""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def error_payload(e: BaseException) -> tuple[bytes, str, str, str]:
+    """``(exc_bytes, type_name, message, traceback_text)`` of an exception, for the parent to rebuild
+    (``exc_bytes`` empty when it does not pickle both ways)."""
+    text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    try:
+        import cloudpickle
+
+        payload = cloudpickle.dumps(e)
+        pickle.loads(payload)  # the parent must be able to rebuild it
+    except BaseException:
+        payload = b""
+    return payload, type(e).__name__, str(e), text
 
 
 _BOOTSTRAP = ("import sys, importlib.util as u; "
               "s = u.spec_from_file_location('_headrace_proc_child', sys.argv[1]); m = u.module_from_spec(s); "
-              "sys.modules[s.name] = m; s.loader.exec_module(m); m.main(int(sys.argv[2]))")
+              "sys.modules[s.name] = m; s.loader.exec_module(m); m.main(int(sys.argv[2]), int(sys.argv[3]))")
 
 
-def child_command(fd: int, script: str = CHILD_SCRIPT) -> list[str]:
+def child_command(fd: int, progress_fd: int, script: str = CHILD_SCRIPT) -> list[str]:
     """The command line of a worker: ``script``'s ``main(fd)`` in a new interpreter.
 
     ``sys.executable`` with the parent's interpreter flags (``-O``, ``-E``, ``-I``, ``-X dev``, ``-W``...,
     as ``multiprocessing``'s spawn passes them), ``-u``, ``-P`` (no working directory on ``sys.path``)
     and ``-c`` a bootstrap loading ``script`` by its location (``importlib``), never running it as a
-    script, which would put its directory first on ``sys.path``. ``fd``: the worker's socket.
+    script, which would put its directory first on ``sys.path``. ``fd``: the worker's socket; ``progress_fd``:
+    its progress word (``PROGRESS_BYTES``, a ``memfd``).
     """
     import subprocess  # the parent's side only: workers need not import it
 
     flags = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
-    return [sys.executable, *flags, "-u", "-P", "-c", _BOOTSTRAP, script, str(fd)]
+    return [sys.executable, *flags, "-u", "-P", "-c", _BOOTSTRAP, script, str(fd), str(progress_fd)]
 
 
-def main(fd: int) -> None:
-    """Serve the parent on the socket ``fd`` until it closes it, sends ``exit`` or dies."""
+def main(fd: int, progress_fd: int) -> None:
+    """Serve the parent on the socket ``fd`` until it closes it, sends ``exit`` or dies; ``progress_fd``: the
+    progress word."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker = _Worker(fd)
+    worker = _Worker(fd, progress_fd)
     try:
         worker.serve()
     except (EOFError, ConnectionError, OSError):
@@ -281,6 +340,8 @@ def main(fd: int) -> None:
     finally:
         for seg in worker.segments.values():
             seg.release()
+        worker.progress.release()
+        worker.progress_map.close()
         worker.conn.close()
         worker.sock.close()
 

@@ -27,8 +27,12 @@ Every stage's workers have one *workers* account (mandatory, one unit per worker
 - a worker admitted on an estimate keeps it reserved (its *floor*) until its first call is measured; a
   segment is charged before it is created, only for what it adds beyond the floor;
 - after calls the footprint is re-measured: the first measurement settles it to the real size (the
-  floor's excess goes back), later growth is charged at once (an estimate miss, e.g. a function that
-  keeps a cache);
+  floor's excess goes back), later growth is charged at once (e.g. a function that keeps a cache); a
+  worker that is not the stage's only one is charged its growth only where it fits now, within that
+  share, else it is ended (``remeasure`` returns False);
+- at a stall of the budget, before the stall breaker overdraws, an idle worker beyond the stage's first is
+  ended (``ProcessWorkers.shed_idle``, a shedder of ``MemoryBudget.shed``); the stage then keeps at most the
+  workers left;
 - a segment that must grow while the budget is short first ends idle workers of the stage (fewer workers,
   not more memory), and only then waits for room;
 - one worker of every process stage (each keeps one) and one call of this stage must fit the budget,
@@ -50,7 +54,7 @@ from ..._errors import MemoryBudgetError, SharedMemoryError
 from ..._memory import WHOLE, WHOLE_UNCAPPED, MemoryBudget, Reservation, StageAccount, format_bytes
 
 if TYPE_CHECKING:
-    from .process_pool import _Proc
+    from .process_worker import _Proc
 
 SHM_DIR_ENV = "HEADRACE_SHM_DIR"
 MIN_SEGMENT_BYTES = 1024**2
@@ -155,6 +159,9 @@ class WorkerMemory:
         self.refuse_growth = True
         self.declined = 0      # starts refused for lack of budget
         self.declined_s = 0.0  # when the last one was
+        self.shedder: Callable[[], int] | None = None  # (shed_by)
+        self.shed = 0  # workers ended for lack of budget: at a stall, or grown past what fits (shed_to)
+        self.cap: int | None = None  # at most this many workers since then
 
     def estimate(self) -> int:
         """What a new worker will hold (module docstring)."""
@@ -167,12 +174,28 @@ class WorkerMemory:
 
     def try_reserve_another(self) -> Reservation | None:
         """A further worker's reservation if it fits now and within the workers' share, else None."""
-        acc = self.account
-        got = acc.try_reserve(self.estimate(), WHOLE, group_limit=int(acc.budget.limit_bytes * MAX_BUDGET_SHARE))
+        got = self._try_within_share(self.estimate())
         if got is None:
-            self.declined += 1
-            self.declined_s = time.monotonic()
+            self.note_declined()
         return got
+
+    def _try_within_share(self, nbytes: int) -> Reservation | None:
+        """``nbytes`` reserved if they fit the budget now and the workers of every stage stay within
+        ``MAX_BUDGET_SHARE`` of it, else None."""
+        acc = self.account
+        return acc.try_reserve(nbytes, WHOLE, group_limit=int(acc.budget.limit_bytes * MAX_BUDGET_SHARE))
+
+    def shed_to(self, workers: int) -> None:
+        """A worker was ended for lack of budget: the stage keeps at most ``workers`` from now on (at least one:
+        two grown at once may both be ended, and the stage then starts its first again)."""
+        self.cap = max(1, workers)
+        self.shed += 1
+        self.note_declined()
+
+    def note_declined(self) -> None:
+        """A worker was refused (or ended) for lack of budget: the tuner adds none for a while."""
+        self.declined += 1
+        self.declined_s = time.monotonic()
 
     def memory_limited(self, within_s: float) -> bool:
         """Whether a worker start was refused for lack of budget in the last ``within_s`` seconds."""
@@ -190,12 +213,11 @@ class WorkerMemory:
         excess = keep - reservation.nbytes
         more = None
         if excess > 0 and not alone:
-            more = acc.try_reserve(excess, WHOLE, group_limit=int(acc.budget.limit_bytes * MAX_BUDGET_SHARE))
+            more = self._try_within_share(excess)
             if more is None:
                 reservation.cancel()
                 acc.grow_unit(rss)
-                self.declined += 1
-                self.declined_s = time.monotonic()
+                self.note_declined()
                 return False
         proc.own = rss
         proc.floor = reservation.nbytes if floor else 0
@@ -238,16 +260,29 @@ class WorkerMemory:
             self.account.release(nbytes, count=0)
             proc.footprint -= nbytes
 
-    def remeasure(self, proc: _Proc, first: bool) -> None:
+    def remeasure(self, proc: _Proc, first: bool, alone: bool = True) -> bool:
         """Charge ``proc``'s real size: its first measurement after a call settles the floor (the excess
-        goes back), later ones charge growth at once."""
+        goes back), later ones charge growth at once. Growth of a worker that is not the stage's only one
+        (``alone``) is charged only where it fits now, within the workers' share (as at its start, ``started``);
+        else False, its size learned: the caller ends it (fewer workers, not a pipeline over its budget)."""
         segs = sum(size for _fd, size in proc.segments.values())
         # The segments are mapped with MAP_POPULATE, so they are inside the RSS already.
         proc.own = max(proc.own, proc.rss() - segs)
         if first:
             proc.floor = 0
         delta = max(proc.floor, proc.own + segs) - proc.footprint
-        if delta > 0:  # a worker that grew past what the budget can ever hold ends the pipeline, not overdraws
+        if delta > 0 and not alone:
+            try:
+                more = self._try_within_share(delta)
+            except MemoryBudgetError:  # (the workers held now and this growth exceed the budget)
+                more = None
+            if more is None:
+                self.account.grow_unit(proc.own + segs)
+                self.note_declined()
+                return False
+            more.settle(delta, count=0, unit=False, refuse=False)
+            proc.footprint += delta
+        elif delta > 0:  # a worker that grew past what the budget can ever hold ends the pipeline, not overdraws
             self.account.force(delta, refuse=self.refuse_growth)
             proc.footprint += delta
         elif delta < 0 and first:
@@ -255,6 +290,7 @@ class WorkerMemory:
         self.account.grow_unit(proc.footprint)
         self.measured = True
         self.account.promised_bytes = self.estimate()
+        return True
 
     def release(self, proc: _Proc) -> None:
         self.account.release(proc.footprint, count=1 if proc.ready else 0)
@@ -301,5 +337,16 @@ class WorkerMemory:
                 f"budget of {format_bytes(limit)} ({limit} bytes); raise Options(memory_budget=...), make elements "
                 "smaller, or use map_executor='thread'" + (" for some of the stages" if any(others) else ""))
 
+    def shed_by(self, shedder: Callable[[], int]) -> None:
+        """``shedder`` ends this stage's idle workers at a stall of the budget (``MemoryBudget.shed``) until
+        ``close``."""
+        self.shedder = shedder
+        with self.account.budget.cv:
+            self.account.budget.shedders.append(shedder)
+
     def close(self) -> None:
+        budget = self.account.budget
+        with budget.cv:
+            if self.shedder in budget.shedders:
+                budget.shedders.remove(self.shedder)
         self.account.close()

@@ -1,8 +1,9 @@
 """Worker processes for ``map`` functions that hold the GIL: start, call, crash detection, shutdown.
 
 The coordinator stays :class:`~headrace._engine.pool.parallel.ParallelApplier` (ordering, window, reservations,
-state, stop flags): each of its worker threads hands its element to a worker process checked out of
-:class:`ProcessWorkers` and waits, in timed slices, for the result. This module is the function side.
+state, stop flags): each of its worker threads hands its element, or a run of consecutive elements in one
+message (:meth:`_Proc.run`), to a worker process checked out of :class:`ProcessWorkers` and waits, in timed
+slices, for the results. This module is the function side.
 
 Processes
 ---------
@@ -21,8 +22,9 @@ stage: the stage made again for each ``repeat`` epoch reuses them (started once 
 Memory (every byte charged to the pipeline's budget, ``headrace._memory``)
 -------------------------------------------------------------------------
 A worker (its RSS and its shared-memory segments) is charged before it exists, a further worker starts
-only where its charge fits the budget now and the workers of all stages stay within half of it, and a
-segment that must grow ends idle workers before it waits for room: :mod:`headrace._engine.pool.process_memory`.
+only where its charge fits the budget now and the workers of all stages stay within half of it, a
+segment that must grow ends idle workers before it waits for room, and a stall of the budget ends an idle
+worker beyond the stage's first before anything is overdrawn: :mod:`headrace._engine.pool.process_memory`.
 An element's own bytes are in the parallel stage's account as with threads, plus one more output for the
 copy the worker holds while it is sent (``process_extra_bytes``). So the sum of the parent's and the
 workers' RSS stays inside the budget.
@@ -30,9 +32,9 @@ workers' RSS stays inside the budget.
 Reliability
 -----------
 - A call waits for its result in ``WAIT_SLICE_S`` slices, checking the stop flag and whether the process
-  is alive: a worker that dies raises :class:`~headrace.WorkerError` naming the stage, the element and the
-  signal (or exit status) within a slice or two of the death, never a hang. The dead worker is reaped and
-  replaced on the next call.
+  is alive: a worker that dies raises :class:`~headrace.WorkerError` naming the stage, the element (in a run:
+  the one its progress word names) and the signal (or exit status) within a slice or two of the death, never
+  a hang. The dead worker is reaped and replaced on the next call.
 - An exception in the function comes back as the same type (``cloudpickle``; else ``RuntimeError`` with
   its type and message) with the worker's traceback as ``__cause__`` (:class:`~headrace.RemoteTraceback`).
 - A call abandoned by ``close()`` / ``set_state()`` kills its worker (its answer would be out of step).
@@ -45,239 +47,21 @@ Reliability
 
 from __future__ import annotations
 
-import os
-import pickle
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from typing import Any
 
-import psutil
-
-from ..._errors import MemoryBudgetError, RemoteTraceback, WorkerError
+from ..._errors import MemoryBudgetError, WorkerError
 from ..._memory import WAIT_SLICE_S, Cancelled, MemoryBudget, Reservation
 from ..._sync import Condition
-from .process_child import child_command, encode, receive_frames, send_value
-from .process_memory import REMEASURE_S, WorkerMemory, create_segment, read_into, segment_size, write_all
+from .process_memory import WorkerMemory
+from .process_worker import START_TIMEOUT_S, RunFault, RunResult, _Proc, _reap, end_all
 
-START_TIMEOUT_S = 60.0
-"""A worker that has not loaded the function after this long fails the call (``WorkerError``)."""
+__all__ = ["EXIT_GRACE_S", "RETIRE_S", "START_TIMEOUT_S", "ProcessWorkers", "RunFault", "RunResult", "_Proc"]
+
 EXIT_GRACE_S = 0.2
 RETIRE_S = 5.0
 """Idle workers beyond a lowered ``target`` end after this long (see ``ProcessWorkers.set_target``)."""
-
-
-def _signal_text(code: int) -> tuple[str, int | None, int | None]:
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed by {name}", -code, None
-    return f"exited with status {code}", None, code
-
-
-def rebuild_exception(payload: bytes, type_name: str, message: str, text: str) -> BaseException:
-    """The worker's exception (same type when it unpickles) with its traceback as ``__cause__``."""
-    exc: BaseException | None = None
-    if payload:
-        try:
-            exc = pickle.loads(payload)
-        except Exception:
-            exc = None
-    if not isinstance(exc, BaseException):
-        exc = RuntimeError(f"{type_name}: {message}")
-    exc.__cause__ = RemoteTraceback(text)
-    return exc
-
-
-# ---- one worker --------------------------------------------------------------------------------------
-class _Proc:
-    """One worker process, its socket and its two segments (see ``proc_child``)."""
-
-    def __init__(self, owner: ProcessWorkers) -> None:
-        self.owner = owner
-        parent, child = socket.socketpair()
-        self.sock = parent
-        self.conn = Connection(os.dup(parent.fileno()))
-        env = dict(os.environ)
-        if env.get("HEADRACE_MALLOC", "").lower() not in ("keep", "0", "off", "no"):
-            env.setdefault("MALLOC_MMAP_THRESHOLD_", str(4 << 20))
-            env.setdefault("MALLOC_TRIM_THRESHOLD_", str(4 << 20))
-            env.setdefault("MALLOC_ARENA_MAX", "4")
-        try:
-            # a process group of its own: a Ctrl-C in the terminal (SIGINT to the foreground group) reaches the
-            # parent, which decides, and never a worker still importing (which would die with a traceback)
-            self.popen = subprocess.Popen(child_command(child.fileno()), pass_fds=[child.fileno()],
-                                          stdin=subprocess.DEVNULL, env=env, close_fds=True, process_group=0)
-        finally:
-            child.close()
-        self.pid = self.popen.pid
-        self.segments: dict[str, tuple[int, int]] = {}  # role -> (fd, size)
-        self.footprint = 0   # bytes charged in the owner's workers account
-        self.floor = 0       # reserved on an estimate until the first call is measured (proc_memory)
-        self.own = 0         # RSS without the segments
-        self.ready = False
-        self.cpu_s = 0.0
-        self.calls = 0
-        self._measured_s = 0.0
-        try:
-            self.conn.send_bytes(pickle.dumps(("init", list(sys.path), list(sys.argv), owner.fn_bytes, owner.stage),
-                                              protocol=5))
-        except OSError:
-            pass  # it died while starting (killed, OOM): wait_ready's receive sees the EOF and says how
-
-    # -- messages -------------------------------------------------------------------------------------
-    def _recv(self, stop: Any, index: int | None, deadline: float | None = None) -> Any:
-        while True:
-            try:
-                if self.conn.poll(WAIT_SLICE_S):
-                    return pickle.loads(self.conn.recv_bytes())
-            except (EOFError, OSError):
-                raise self._died(index) from None
-            if stop is not None and stop.is_set():
-                raise Cancelled()
-            if self.popen.poll() is not None:
-                raise self._died(index)
-            if deadline is not None and time.monotonic() > deadline:
-                raise WorkerError(f"{self.owner.stage}: worker process {self.pid} did not load the function within "
-                                  f"{START_TIMEOUT_S:.0f} s", stage=self.owner.stage, index=index)
-
-    def _died(self, index: int | None) -> WorkerError:
-        try:
-            code = self.popen.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            code = self.popen.wait(timeout=2.0)
-        how, sig, status = _signal_text(code)
-        where = f"while computing element {index}" if index is not None else "while starting"
-        return WorkerError(
-            f"{self.owner.stage}: worker process {self.pid} {how} {where} (a crash in native code, the OOM "
-            "killer or os._exit in the function); the element is lost and the next element gets a new worker",
-            stage=self.owner.stage, index=index, signal=sig, exitcode=status)
-
-    def wait_ready(self, stop: Any) -> None:
-        if self.ready:
-            return
-        msg = self._recv(stop, None, time.monotonic() + START_TIMEOUT_S)
-        if msg[0] == "init_error":
-            raise WorkerError(f"{self.owner.stage}: the worker process could not load the function:\n{msg[1]}"
-                              "\nA process executor needs a function that pickles (cloudpickle) and modules "
-                              "importable from sys.path; use map_executor='thread' otherwise",
-                              stage=self.owner.stage)
-        self.ready = True
-
-    def send_segment(self, role: str, size: int, stop: Any, index: int) -> None:
-        """Replace the ``role`` segment by a new one of ``size`` bytes (reserved first); a worker that died
-        meanwhile raises its WorkerError (for element ``index``)."""
-        old = self.segments.get(role)
-        grow = self.owner.memory.segment_need(self, size - (old[1] if old else 0))
-        self.owner.charge(self, grow, stop)
-        try:
-            fd = create_segment(size, self.owner.stage, self.owner.target)
-        except BaseException:
-            self.owner.uncharge(self, grow)
-            raise
-        try:
-            self.conn.send_bytes(pickle.dumps(("seg", role, size), protocol=5))
-            socket.send_fds(self.sock, [b"S"], [fd])
-        except OSError:
-            os.close(fd)
-            self.owner.uncharge(self, grow)
-            raise self._died(index) from None
-        self.segments[role] = (fd, size)
-        if old is not None:
-            os.close(old[0])
-
-    # -- a call ---------------------------------------------------------------------------------------
-    def call(self, x: Any, index: int, stop: Any) -> Any:
-        header, places, frames, parts, need = encode(x)
-        seg = self.segments.get("in")
-        if need and (seg is None or seg[1] < need):
-            self.send_segment("in", segment_size(need), stop, index)
-            seg = self.segments["in"]
-        for off, data in parts:
-            write_all(seg[0], data, off)  # type: ignore[index]
-        del parts
-        try:
-            send_value(self.conn, ("call", header, places), frames)
-        except OSError:
-            raise self._died(index) from None
-        del frames, header
-        while True:
-            msg = self._recv(stop, index)
-            tag = msg[0]
-            if tag == "grow":
-                self.send_segment("out", segment_size(msg[1]), stop, index)
-                continue
-            if tag == "error":
-                self._account_cpu(msg[5])
-                raise rebuild_exception(msg[1], msg[2], msg[3], msg[4])
-            _tag, out_header, out_places, cpu = msg
-            self._account_cpu(cpu)
-            out_fd = self.segments["out"][0] if "out" in self.segments else -1
-            try:
-                buffers = receive_frames(self.conn, out_places,
-                                         lambda off, n, fd=out_fd: read_into(fd, n, off))
-            except (EOFError, OSError):
-                raise self._died(index) from None
-            return pickle.loads(out_header, buffers=buffers)
-
-    def _account_cpu(self, cpu: float) -> None:
-        self.cpu_s += cpu
-        self.owner.cpu_s += cpu
-
-    def rss(self) -> int:
-        try:
-            return int(psutil.Process(self.pid).memory_info().rss)
-        except psutil.Error:
-            return 0
-
-    def remeasure(self) -> None:
-        """Charge the worker's real size after a call: always after its first, then at most every
-        ``REMEASURE_S`` (``WorkerMemory.remeasure``)."""
-        self.calls += 1
-        now = time.monotonic()
-        if self.calls > 1 and now - self._measured_s < REMEASURE_S:
-            return
-        self._measured_s = now
-        self.owner.memory.remeasure(self, first=self.calls == 1)
-
-    def kill(self) -> None:
-        try:
-            self.popen.kill()
-        except OSError:
-            pass
-
-    def close_files(self) -> None:
-        for fd, _size in self.segments.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.segments.clear()
-        for f in (self.conn, self.sock):
-            try:
-                f.close()
-            except OSError:
-                pass
-
-
-def _reap(proc: _Proc, grace_s: float = 0.0) -> None:
-    """Close ``proc``'s files and wait for it (``grace_s``, then ``SIGKILL``)."""
-    proc.close_files()
-    try:
-        proc.popen.wait(timeout=max(grace_s, 0.001))
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        try:
-            proc.popen.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a process that ignores SIGKILL
-            pass
 
 
 # ---- the workers of one stage ------------------------------------------------------------------------
@@ -312,26 +96,36 @@ class ProcessWorkers:
         self.started = 0
         self.crashes = 0
         self.cpu_s = 0.0
+        self.elements = 0  # computed (their CPU time is cpu_s)
+        self.runs = 0      # messages that carried them
         self.start_s: list[float] = []
+        self.memory.shed_by(self.shed_idle)
 
-    # -- memory ---------------------------------------------------------------------------------------
-    def check_fits(self, call_bytes: int) -> None:
-        """``MemoryBudgetError`` when one worker and one call's bytes cannot fit the budget at all."""
-        self.memory.check_fits(call_bytes)
+    # -- memory (what each worker is charged: ``self.memory``) ------------------------------------------
+    def shed_idle(self) -> int:
+        """At a stall of the budget (``MemoryBudget.shed``, its lock let go): end an idle worker beyond the
+        stage's first (``_shed``); the bytes given back (0: this lock is busy, none is idle, or one is left)."""
+        lock = self._cv.lock
+        if not lock.acquire(False):  # (never waits: the thread at the stall may hold it)
+            return 0
+        try:
+            if self._closed or not self._idle or len(self._all) < 2:
+                return 0
+            return self._shed(self._idle.pop(0))
+        finally:
+            lock.release()
 
-    def memory_limited(self, within_s: float) -> bool:
-        """A worker start was refused for lack of budget in the last ``within_s`` s."""
-        return self.memory.memory_limited(within_s)
+    def _shed(self, proc: _Proc) -> int:
+        """Lock held: end ``proc`` (idle, or its run done) for lack of budget, at most the others from now on
+        (``WorkerMemory.shed_to``); the bytes it gave back."""
+        freed = proc.footprint
+        if proc in self._all:
+            self._all.remove(proc)
+        self._drop(proc, graceful=True)
+        self.memory.shed_to(len(self._all))
+        return freed
 
-    def charge(self, proc: _Proc, nbytes: int, stop: Any) -> None:
-        """Reserve ``nbytes`` for a segment of ``proc`` before it is created (idle workers end first when the
-        budget is short)."""
-        self.memory.charge(proc, nbytes, stop, self._retire_one_idle)
-
-    def uncharge(self, proc: _Proc, nbytes: int) -> None:
-        self.memory.uncharge(proc, nbytes)
-
-    def _retire_one_idle(self) -> bool:
+    def retire_one_idle(self) -> bool:
         """End one idle worker (its bytes go back); False when none is idle."""
         with self._cv:
             if not self._idle:
@@ -344,7 +138,8 @@ class ProcessWorkers:
     def _admit(self) -> tuple[bool, Reservation | None]:
         """Lock held: whether one more worker may start, and its reservation (None: the stage's first
         worker, which waits for its reservation in ``_start``)."""
-        if len(self._all) + self._starting >= self.target:
+        cap = self.target if self.memory.cap is None else min(self.target, self.memory.cap)
+        if len(self._all) + self._starting >= cap:
             return False, None
         if not self._all and not self._starting:
             return True, None
@@ -489,10 +284,7 @@ class ProcessWorkers:
 
     def _drop(self, proc: _Proc, graceful: bool = False) -> None:
         if graceful:
-            try:
-                proc.conn.send_bytes(pickle.dumps(("exit",)))
-            except OSError:
-                pass
+            proc.ask_exit()
         else:
             proc.kill()
         _reap(proc, EXIT_GRACE_S if graceful else 0.0)
@@ -505,36 +297,44 @@ class ProcessWorkers:
         proc = self.checkout(stop)
         if proc is None:  # draining: only an "auto" executor drains, and it does not call this
             raise Cancelled()
-        return self.call_on(proc, x, index, stop)
+        values, errors, _times = self.run_on(proc, [x], [index], stop)
+        if errors:
+            raise errors[0]
+        return values[0]
 
-    def call_on(self, proc: _Proc, x: Any, index: int, stop: Any) -> Any:
+    def run_on(self, proc: _Proc, xs: list[Any], indices: list[int], stop: Any) -> RunResult:
+        """``proc.run`` on a checked-out worker, which is checked in again (or discarded: it died, the call was
+        abandoned, or it grew past the budget)."""
         try:
-            value = proc.call(x, index, stop)
-        except WorkerError:
-            self.crashes += 1
-            self.discard(proc)
-            raise
-        except Cancelled:
-            self.discard(proc)
-            raise
-        except BaseException as e:
-            if isinstance(e.__cause__, RemoteTraceback):
-                self._remeasure(proc)
-                self.checkin(proc)  # the function raised: the worker is fine
-            else:
+            out = proc.run(xs, indices, stop)
+        except RunFault as fault:
+            if isinstance(fault.error, WorkerError):
+                self.crashes += 1
                 self.discard(proc)
+            else:  # nothing was sent: the worker is fine
+                self.checkin(proc)
             raise
-        self._remeasure(proc)
-        self.checkin(proc)
-        return value
+        except BaseException:
+            self.discard(proc)
+            raise
+        if self._remeasure(proc):
+            self.checkin(proc)
+        return out
 
-    def _remeasure(self, proc: _Proc) -> None:
-        """``proc.remeasure()``; a worker grown past what the budget can hold (``MemoryBudgetError``) is ended."""
+    def _remeasure(self, proc: _Proc) -> bool:
+        """``proc.remeasure()``: whether it stays. One grown past what fits beside the others now is ended when
+        the stage has another (``_shed``); one grown past what the budget can hold (``MemoryBudgetError``) too."""
+        with self._cv:
+            alone = len(self._all) < 2
         try:
-            proc.remeasure()
+            if proc.remeasure(alone):
+                return True
         except MemoryBudgetError:
             self.discard(proc)
             raise
+        with self._cv:
+            self._shed(proc)
+        return False
 
     # -- reporting / shutdown -------------------------------------------------------------------------
     def pids(self) -> list[int]:
@@ -563,18 +363,5 @@ class ProcessWorkers:
             self._closed = True
             procs, self._all, self._idle = list(self._all), [], []
             self._cv.notify_all()
-        for p in procs:
-            try:
-                p.conn.send_bytes(pickle.dumps(("exit",)))
-            except OSError:
-                pass
-        deadline = time.monotonic() + EXIT_GRACE_S
-        for p in procs:
-            try:
-                p.popen.wait(timeout=max(0.001, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for p in procs:
-            _reap(p)
-            p.footprint = 0
+        end_all(procs, EXIT_GRACE_S)
         self.memory.close()

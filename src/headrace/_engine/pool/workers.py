@@ -1,15 +1,17 @@
 """The worker threads of a parallel stage (``headrace._engine.pool.parallel``): their loop, their reservations and
 their shutdown.
 
-A worker claims the next sequence number under the input lock once the window has room, reserves, pulls,
-applies ``fn`` outside the lock and stores the result in the results window (``headrace._engine.pool.order``);
-the steps themselves live in ``headrace._engine.pool.steps``. Every element in flight is covered by the stage's
-memory account *before it exists* (as torchdata's ``_SingleThreadedMapper`` bounds work in flight, in bytes as
-well as count): a worker reserves its input's and output's largest sizes before it pulls, settles to the real
-output size when ``fn`` returns, and the result holds its bytes until the consumer takes it; an input that
-delivers charged hands its element into the reservation (``headrace._handoff``). Workers above ``active``
-park, holding nothing. ``signal_stop()`` never blocks; every wait is timed and re-checks the stop event; a
-defect in the pool's own machinery is stored (``crash``) and re-raised to the consumer.
+A worker claims the next sequence numbers under the input lock once the window has room (a run of them once the
+element size is known, with ``fn`` on threads or the run in one message to a worker process: docs/design/pool.md),
+reserves, pulls, applies ``fn`` outside the lock and stores the results in the results window
+(``headrace._engine.pool.order``), each step once per run; the
+steps themselves live in ``headrace._engine.pool.steps``. Every element in flight is covered by the stage's memory
+account *before it exists* (as torchdata's ``_SingleThreadedMapper`` bounds work in flight, in bytes as well as
+count): a worker reserves its input's and output's largest sizes before it pulls, settles to the real output size
+when ``fn`` returns, and the result holds its bytes until the consumer takes it; an input that delivers charged
+hands its element into the reservation (``headrace._handoff``). Workers above ``active`` park, holding nothing.
+``signal_stop()`` never blocks; every wait is timed and re-checks the stop event; a defect in the pool's own
+machinery is stored (``crash``) and re-raised to the consumer.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..._errors import MemoryBudgetError
-from ..._handoff import delivers_charged, pulling_for, taking
+from ..._handoff import delivers_charged, pulling_for
 from ..._memory import READ_AHEAD, TOP_UP, WAIT_SLICE_S, Cancelled, Reservation
 from ..._structure import nbytes
 from ..._sync import Flag
 from ..stage_support import join_threads, mark_crash, start_thread
-from .order import DONE, Result, urgency
+from .order import DONE, urgency
 from .stats import PoolStats
 
 if TYPE_CHECKING:
@@ -54,6 +56,7 @@ class WorkerThreads:
         # at a stall, a process map whose worker, call and one result cannot fit is refused, not overdrawn
         self._policy = replace(READ_AHEAD.with_headroom(pool.window.headroom), refuse=self._stall_refusal)
         self._top_up_policy = replace(TOP_UP, refuse=self._stall_refusal)
+        self._run_policy = replace(self._policy, unit=False)  # a run: several units of the stage's work at once
         self.stats: list[PoolStats] = []
 
     def wire(self) -> None:
@@ -143,7 +146,7 @@ class WorkerThreads:
 
     def _work_loop(self, gen: int, stop: Flag, index: int, stats: PoolStats) -> None:
         pool, window, snapshots = self.pool, self.window, self.snapshots
-        account, source, input_lock = pool.account, pool.source, pool.input_lock
+        input_lock = pool.input_lock
         clock = time.perf_counter
         while not stop.is_set():
             self._park(stop, index)
@@ -153,7 +156,9 @@ class WorkerThreads:
             reservation = None
             try:
                 t1 = clock()
-                seq = window.claim_with_room(stop, index)
+                (mode, most), run = self.steps.run_mode(self._estimate), list[Any]()
+                seq, count = (window.claim_with_room(stop, index, most, functools.partial(self._fit, run))
+                              if mode else window.claim_with_room(stop, index))
                 if seq < 0:
                     if seq == DONE:
                         return
@@ -161,29 +166,11 @@ class WorkerThreads:
                 if snapshots.inline_dirty:
                     snapshots.resnapshot_after_inline(seq)
                 t2 = clock()
-                seen = account.seen
-                estimate = self._estimate()
-                # an input that delivers its element charged hands it into this reservation (_handoff):
-                # room for it is checked against this stage's share only, not taken from the budget again
-                charged = (estimate if pool.identity else self._in_max) if (
-                    not pool.input_charged and delivers_charged(source)) else None
-                urgent = urgency(window, seq)
-                reservation = account.reserve(estimate - (charged or 0), stop, self._policy, urgent=urgent,
-                                              charged_in=charged or 0)
-                ready = None
-                if not seen:  # taken on a guess: topped up to the probe's size once known, before the call
-                    ready = self._topping_up(reservation, charged or 0, stop, urgent)
-                    if account.seen:
-                        ready(True)
-                        ready = None
+                reservation, charged, ready, urgent = self._reserve(seq, stop, run)
                 t3 = clock()
                 with pulling_for(urgent):
-                    if charged is None:
-                        x, error, ended = self._pull(gen, seq)
-                    else:
-                        with taking(reservation, source):  # (it grows by the element handed in)
-                            x, error, ended = self._pull(gen, seq)
-                if ended:
+                    pulled, ended = self.steps.pull_run(gen, seq, count, None if charged is None else reservation)
+                if not pulled:
                     reservation.cancel()
                     return
             except BaseException:
@@ -196,8 +183,54 @@ class WorkerThreads:
             stats.room_s += t2 - t1
             stats.budget_s += t3 - t2
             stats.input_s += (t1 - t0) + (t4 - t3)
-            self._finish(gen, stop, seq, x, error, reservation, stats, ready)
-            x = error = None  # no reference to the element while this worker waits for room
+            self._finish(gen, stop, seq, pulled, reservation, stats, ready, mode)
+            pulled = []  # no reference to the elements while this worker waits for room
+            if ended:
+                return
+
+    def _sizes(self) -> tuple[int, int | None]:
+        """What one element reserves now and what of it the input hands in charged (``_handoff``: room for that
+        is checked against this stage's share only, not taken from the budget again), or None."""
+        pool = self.pool
+        estimate = self._estimate()
+        charged = (estimate if pool.identity else self._in_max) if (
+            not pool.input_charged and delivers_charged(pool.source)) else None
+        return estimate - (charged or 0), charged
+
+    def _fit(self, run: list[Any], seq: int, count: int) -> int:
+        """(``claim_with_room``'s ``fit``, the input and results locks held.) One reservation for a run of ``count``,
+        halved until the budget admits it at once (appended to ``run`` with the charged size), else 1. Never the
+        budget's reserve or the consumer's headroom (that element waits alone: ``_reserve``), never a unit size."""
+        account = self.pool.account
+        own, charged = self._sizes()
+        limit = account.budget.limit_bytes
+        while count > 1 and own <= account.max_reserved_bytes:
+            if own * count <= limit:
+                reservation = account.try_reserve(own * count, self._run_policy, charged_in=(charged or 0) * count)
+                if reservation is not None:
+                    run += (reservation, charged)
+                    return count
+            count //= 2
+        return 1
+
+    def _reserve(self, seq: int, stop: Flag, run: list[Any]
+                 ) -> tuple[Reservation, int | None, Callable[[bool], bool] | None, Callable[[], bool]]:
+        """Input lock held, numbers claimed from ``seq``: the run's reservation (``_fit``) or one element's, waited
+        for as ever: ``(reservation, charged per element, ready, urgency)``."""
+        urgent = urgency(self.window, seq)
+        if run:
+            return run[0], run[1], None, urgent
+        account = self.pool.account
+        seen = account.seen
+        own, charged = self._sizes()
+        reservation = account.reserve(own, stop, self._policy, urgent=urgent, charged_in=charged or 0)
+        ready = None
+        if not seen:  # taken on a guess: topped up to the probe's size once known, before the call
+            ready = self._topping_up(reservation, charged or 0, stop, urgent)
+            if account.seen:
+                ready(True)
+                ready = None
+        return reservation, charged, ready, urgent
 
     def _topping_up(self, reservation: Reservation, charged: int, stop: Flag, urgent: Any
                     ) -> Callable[[bool], bool]:
@@ -218,51 +251,39 @@ class WorkerThreads:
             return True
         return top_up
 
-    def _pull(self, gen: int, seq: int) -> tuple[Any, BaseException | None, bool]:
-        """Input lock held: snapshot if due, pull element ``seq``; ``(x, error, ended)``."""
-        snapshots = self.snapshots
-        prepulled = seq < snapshots.prepull_end
-        record = snapshots.record_state and not prepulled
-        every = snapshots.every
-        if record and every > 1 and seq % every == 0 and seq:
-            snapshots.snapshot_at(gen, seq)
-        try:
-            x = self.steps.next_input(seq, gen)
-        except StopIteration:
-            return None, None, True
-        except Exception as e:
-            # an element that raised is a position too: a replay event while pulling it counts from it
-            if record:
-                snapshots.snapshot_after_replay_event(gen, seq)
-            return None, e, False
-        if record:
-            snapshots.snapshot_after_replay_event(gen, seq)
-        return x, None, False
-
-    def _finish(self, gen: int, stop: Flag, seq: int, x: Any, error: BaseException | None,
-                reservation: Reservation, stats: PoolStats, ready: Callable[[bool], bool] | None = None) -> None:
+    def _finish(self, gen: int, stop: Flag, seq: int, pulled: list[Any], reservation: Reservation,
+                stats: PoolStats, ready: Callable[[bool], bool] | None, mode: int) -> None:
+        """Apply ``fn`` to the run pulled from ``seq`` as ``mode`` says (``ElementSteps.run_mode``), settle its
+        reservation once and store its results in the window under one lock (numbers a restore skips are dropped
+        first)."""
         pool, window = self.pool, self.window
-        if seq in window.skip:  # delivered before the state this run was restored from
-            reservation.cancel()
-            if error is None and pool.release_input is not None:
-                pool.release_input(x)
-            window.drop_skipped(seq)
-            return
-        value, n = None, 0
-        if error is None:
-            if not (pool.identity or pool.input_charged):
+        skip, measure = window.skip, not (pool.identity or pool.input_charged)
+        for i, entry in enumerate(pulled):
+            x, error = entry
+            if skip and seq + i in skip:  # delivered before the state this run was restored from
+                if error is None and pool.release_input is not None:
+                    pool.release_input(x)
+                window.drop_skipped(seq + i)
+                pulled[i] = None
+            elif measure and error is None:
                 n_in = nbytes(x)
                 if n_in > self._in_max:
                     self._in_max = n_in
-            try:
-                value, n, error = self.steps.apply(x, seq, stop, stats, ready=ready)
-            except (Cancelled, MemoryBudgetError):
-                reservation.cancel()
-                raise
-            x = None
-        if error is None:
+            x = entry = None
+        try:
+            results = self.steps.apply_pulled(pulled, seq, stop, stats, ready, mode)
+        except (Cancelled, MemoryBudgetError):
+            reservation.cancel()
+            raise
+        if results is None:  # stopped inside the run
+            reservation.cancel()
+            return
+        stored = [(seq + i, r) for i, r in enumerate(results) if r is not None]
+        sizes = [r.nbytes for _, r in stored if r.error is None]
+        done, total, largest = len(sizes), sum(sizes), max(sizes, default=0)
+        if done:
             try:  # a call that needs more than the whole budget is refused before its excess is charged
-                reservation.settle(n, need=self._need(n))
+                reservation.settle(total, count=done, largest=largest, need=self._need(largest))
             except MemoryBudgetError:
                 reservation.cancel()
                 raise
@@ -270,10 +291,10 @@ class WorkerThreads:
             reservation.cancel()
         with window.cv:
             if gen != self.gen or stop.is_set():
-                if error is None:
-                    pool.account.release(n)
+                if done:
+                    pool.account.release(total, done)
                 return
-            window.store(seq, Result(value, n, error))
+            window.store(seq, len(results), stored)
 
     # ---- shutdown ----------------------------------------------------------------------------------
     def signal_stop(self) -> None:
