@@ -34,7 +34,7 @@ from ..._sync import Flag, Lock
 from ..context import IteratorContext
 from .executor_choice import CPU_BOUND_SHARE, Run
 from .process_memory import process_extra_bytes
-from .process_pool import ProcessWorkers, RunFault
+from .process_pool import ProcessWorkers, _RunFault
 
 __all__ = ["CPU_BOUND_SHARE", "EXECUTORS", "THREAD_WHY", "Executor", "ExecutorKind", "Finish", "Outcome",
            "ProcessExecutor", "Ready", "RunLog", "ThreadExecutor", "finished", "outcome", "pickle_function",
@@ -309,7 +309,7 @@ class ProcessExecutor:
         t0 = time.perf_counter()
         try:
             values, errors, (cpu, delay) = self.workers.run_on(proc, xs, indices, stop)
-        except RunFault as fault:
+        except _RunFault as fault:
             j = fault.position
             rest = [i for i in range(len(xs)) if i != j]
             again = self.compute_run([xs[i] for i in rest], [indices[i] for i in rest], stop, fallback) if rest else []

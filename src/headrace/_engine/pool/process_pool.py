@@ -55,9 +55,9 @@ from ..._errors import MemoryBudgetError, WorkerError
 from ..._memory import WAIT_SLICE_S, Cancelled, MemoryBudget, Reservation
 from ..._sync import Condition
 from .process_memory import WorkerMemory
-from .process_worker import START_TIMEOUT_S, RunFault, RunResult, _Proc, _reap, end_all
+from .process_worker import START_TIMEOUT_S, RunResult, _Proc, _reap, _RunFault, end_all
 
-__all__ = ["EXIT_GRACE_S", "RETIRE_S", "START_TIMEOUT_S", "ProcessWorkers", "RunFault", "RunResult", "_Proc"]
+__all__ = ["EXIT_GRACE_S", "RETIRE_S", "START_TIMEOUT_S", "ProcessWorkers", "RunResult", "_Proc", "_RunFault"]
 
 EXIT_GRACE_S = 0.2
 RETIRE_S = 5.0
@@ -307,7 +307,7 @@ class ProcessWorkers:
         abandoned, or it grew past the budget)."""
         try:
             out = proc.run(xs, indices, stop)
-        except RunFault as fault:
+        except _RunFault as fault:
             if isinstance(fault.error, WorkerError):
                 self.crashes += 1
                 self.discard(proc)

@@ -43,7 +43,7 @@ RunResult = tuple[list[Any], dict[int, BaseException], tuple[float, float]]
 """A run's results, its errors by position, and the worker's ``(cpu_s, delay_s)`` for it (``_Proc.run``)."""
 
 
-class RunFault(Exception):
+class _RunFault(Exception):
     """(Internal, never raised to the user.) The element at ``position`` of a run lost the run: the worker died
     computing it (``error``: its ``WorkerError``), or it could not be sent (``error``: why). The run's other
     elements were not lost by their own doing: the executor computes them again."""
@@ -125,7 +125,7 @@ class _Proc:
     def _recv(self, stop: Any, index: int | None, deadline: float | None = None,
               run: list[int] | None = None) -> Any:
         """The next message; a death raises ``WorkerError`` for element ``index`` (in a ``run``: the element it
-        was computing, as ``RunFault``)."""
+        was computing, as ``_RunFault``)."""
         while True:
             try:
                 if self.conn.poll(WAIT_SLICE_S):
@@ -141,7 +141,7 @@ class _Proc:
                                   f"{START_TIMEOUT_S:.0f} s", stage=self.owner.stage, index=index)
 
     def _crash(self, index: int | None, run: list[int] | None) -> BaseException:
-        """The death as ``WorkerError`` (outside a run), or as ``RunFault`` naming the element of ``run`` the
+        """The death as ``WorkerError`` (outside a run), or as ``_RunFault`` naming the element of ``run`` the
         worker was computing (its progress word)."""
         if run is None:
             return self._died(index)
@@ -150,7 +150,7 @@ class _Proc:
                       len(run) - 1)
         except OSError:
             pos = 0
-        return RunFault(pos, self._died(run[pos]))
+        return _RunFault(pos, self._died(run[pos]))
 
     def _died(self, index: int | None) -> WorkerError:
         try:
@@ -178,7 +178,7 @@ class _Proc:
 
     def send_segment(self, role: str, size: int, stop: Any, run: list[int]) -> None:
         """Replace the ``role`` segment by a new one of ``size`` bytes (reserved first); a worker that died
-        meanwhile raises its ``RunFault`` (computing an element of ``run``)."""
+        meanwhile raises its ``_RunFault`` (computing an element of ``run``)."""
         old = self.segments.get(role)
         grow = self.owner.memory.segment_need(self, size - (old[1] if old else 0))
         self.owner.memory.charge(self, grow, stop, self.owner.retire_one_idle)
@@ -203,11 +203,11 @@ class _Proc:
         """``fn`` of each element of ``xs`` (numbers ``indices``) in one message each way: ``(results,
         errors, (cpu_s, delay_s))``, ``errors`` by position (the function raised; None in ``results`` there),
         the worker's CPU time for the run and the time it waited for a core meanwhile. A death raises
-        ``RunFault`` naming the element being computed."""
+        ``_RunFault`` naming the element being computed."""
         try:
             header, places, frames, parts, need = encode(xs)
         except Exception as e:
-            raise RunFault(_unpicklable(xs), e) from e
+            raise _RunFault(_unpicklable(xs), e) from e
         seg = self.segments.get("in")
         if need and (seg is None or seg[1] < need):
             self.send_segment("in", segment_size(need), stop, indices)
