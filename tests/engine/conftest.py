@@ -14,4 +14,6 @@ def auto_picks_processes(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for name in ("CPU_BOUND_SHARE", "BACK_TO_BACK", "MIN_PROCESS_CALL_S", "GIL_WAIT_SHARE"):
         monkeypatch.setattr(executor_choice, name, 0.0)
+    monkeypatch.setattr(executor_choice, "RELEASED_CORES", float("inf"))
+    monkeypatch.setattr(auto_executor, "PAIR_MIN_S", 0.0)  # decided on the first pairs, however short
     monkeypatch.setattr(auto_executor, "RECHECK_S", 1e9)  # and no check moves it back

@@ -194,16 +194,46 @@ def test_processes_that_computed_less_than_one_core_together_were_wrong():
     assert not wrong, why
 
 
+def test_two_threads_on_more_than_one_core_together_release_the_gil_whatever_they_waited():
+    # the JPEG decode of the seed image pipeline beside its Python threads: 1.5 cores, a GIL wait of 13%
+    pair = [(s, e, 0.75 * (e - s), 0.0, 0.0) for s, e, _c, _d, _g in _overlapping(n=16, cpu_share=1.0)]
+    kind, why, figures = first_verdict(_solo(), pair)
+    assert figures["thread_cores"] == pytest.approx(1.5) and figures["gil_wait"] == pytest.approx(0.25)
+    assert kind == "thread" and "1.50 cores together" in why, why
+
+
+def test_processes_below_the_threads_measured_rate_were_wrong_with_one_run_in_flight():
+    # one worker (the budget held one): 8 elements per 10 ms, 800/s, where two threads reached 1,100/s
+    runs = _runs(10, 0.010, 1, cpu_s=0.0095)
+    wrong, why, figures = processes_wrong(runs, _solo(), threads_rate=1100.0)
+    assert wrong and "below the 1100/s of two threads" in why and figures["process_rate"] == pytest.approx(800.0)
+    assert not processes_wrong(runs, _solo(), threads_rate=850.0)[0]  # within BELOW_THREADS of it
+    assert not processes_wrong(runs, _solo())[0]  # never measured on threads: one run at a time is not judged
+
+
+def test_the_first_verdict_waits_for_calls_that_span_the_settling_time_less_each_threads_first():
+    log = CallLog("pair")
+    for i in range(10):
+        t = i * 0.05
+        log.add(t, t + 0.04, 0.04, 0.0, 0.0, thread=i % 2)
+    assert log.settled(8, 0.4) == []  # 8 calls after the two firsts, from 0.1 s to 0.49 s
+    assert log.settled(9, 0.3) == []
+    calls = log.settled(8, 0.35)
+    assert len(calls) == 8 and calls[0][0] == pytest.approx(0.1)  # the calls of t=0.0 and 0.05 are left out
+
+
 # ---- AutoExecutor applying them --------------------------------------------------------------------------
 def _auto(monkeypatch, started: list[str]) -> AutoExecutor:
     ex = AutoExecutor(lambda x: x, lambda x: x, "map(f)", IteratorContext(hr.Options(), budget_for(None)), 2, 2)
     monkeypatch.setattr(ex, "_make_processes", started.append)  # decide, start nothing
+    monkeypatch.setattr(auto_executor, "PAIR_MIN_S", 0.0)  # the synthetic pairs below span milliseconds
     return ex
 
 
 def _decide(ex: AutoExecutor, pair: list[Call]) -> None:
     ex._solo.calls[:] = _solo().calls
     ex._pair.calls[:] = pair
+    ex._pair._warm[:] = pair
     with ex._cv:
         ex._maybe_decide()
 

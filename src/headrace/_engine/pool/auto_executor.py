@@ -41,6 +41,10 @@ from .process_memory import WORKER_ESTIMATE_BYTES, process_extra_bytes
 
 SOLO_CALLS = 4
 PAIR_CALLS = 8
+PAIR_MIN_S = 0.25
+"""The calls two at a time are judged once they span this long (and number ``PAIR_CALLS``): the stage's first
+tens of milliseconds are its pipeline's start (other stages filling, a thread's first call), in which two threads
+of a JPEG decode that releases the GIL got 0.8-0.99 of a core together in 12 calls and looked GIL-bound."""
 MEASURE_MAX_S = 3.0
 """Past this long without two overlapping calls (a slow input), the first measurement stops: threads."""
 RECHECK_S = 2.0
@@ -180,7 +184,7 @@ class AutoExecutor:
             log.recording = False
             runs = log.take()
             self._check_from = self._next_check()
-            wrong, why, figures = processes_wrong(runs, self._solo)
+            wrong, why, figures = processes_wrong(runs, self._solo, self.measured.get("thread_rate"))
             self.measured["last_check"] = figures
             if wrong:
                 self._to_threads(f"moved back to threads: {why}")
@@ -204,7 +208,7 @@ class AutoExecutor:
         solo = self._solo
         if len(solo.calls) < SOLO_CALLS:
             return
-        pair = list(self._pair.calls) if len(self._pair.calls) >= PAIR_CALLS else []  # (the lock: no adds now)
+        pair = self._pair.settled(PAIR_CALLS, PAIR_MIN_S)  # (the lock: no adds now)
         kind, why, figures = first_verdict(solo, pair)
         self.measured.update(figures, calls_measured=len(solo.calls) + len(self._pair.calls))
         if kind is None:

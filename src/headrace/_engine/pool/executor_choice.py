@@ -40,6 +40,12 @@ neither on the CPU nor waiting for a core waited for the GIL: processes. ~0.5 fo
 function, ~0 for one that releases it, whatever the load: a thread that waits for a core is runnable and
 counted as such. (Judged by CPU alone, the load decides: where the machine's scheduler shares a core between
 a process's threads, two threads of numpy's sort got no more CPU than one, at load 12.)"""
+RELEASED_CORES = 1.15
+"""Threads that got together more than this many cores while calls ran at once ran the function at the same
+time: it releases the GIL (the threads of one that holds it get at most one core together, however loaded the
+machine: a thread waiting for the GIL sleeps). Checked first; the GIL-wait and scaling figures decide below it
+(a JPEG decode beside its pipeline's Python threads waited 13% of its time for the GIL while its two threads
+got 1.5 cores)."""
 THREAD_SCALING = 1.4
 """Calls that ran at once on threads and got together less than this many times the CPU one call alone got
 (``cpu / wall``, the median solo call's) were serialized, by the GIL or by a machine without a second core for
@@ -55,6 +61,10 @@ sequential: in a check, wrong whatever the figures say of the GIL."""
 PROCESS_WRONG_SHARE = 0.75
 """Worker processes that computed together less than this share of what one call alone did on a thread were
 wrong (with margin: at load 11, 2 workers of a 0.2 ms loop measured 0.82 of a core, which still beat threads)."""
+BELOW_THREADS = 0.9
+"""Worker processes whose elements per second of computing stayed below this share of what the threads did
+when they were measured were wrong, however many runs were in flight: under a budget that held one worker
+(the seed image pipeline's 256 MiB), a JPEG decode went at ~930/s on it, ~1,100/s on two threads."""
 BUSY_WORKERS = 1.5
 """Runs on processes are judged only while this many were in flight on average (the stage, not its input
 or consumer, set the pace)."""
@@ -111,6 +121,7 @@ class CallLog:
         self.calls: list[Call] = []
         self.threads: set[int] = set()  # the threads that made them
         self._last: dict[int, float] = {}  # a thread's run delay when its last timed call ended
+        self._warm: list[Call] = []  # the calls but each thread's first
 
     def add(self, start: float, end: float, cpu: float, delay0: float, delay1: float, thread: int) -> None:
         """Note one call of thread ``thread``; ``delay0`` / ``delay1``: the thread's run delay so far at its start
@@ -119,12 +130,23 @@ class CallLog:
             gap = max(0.0, delay0 - self._last.get(thread, delay0))
             self._last[thread] = delay1
             self.calls.append((start, end, cpu, max(0.0, min(delay1 - delay0, end - start - cpu)), gap))
+            if thread in self.threads:
+                self._warm.append(self.calls[-1])
             self.threads.add(thread)
+
+    def settled(self, most: int, span_s: float) -> list[Call]:
+        """The calls noted so far less each thread's first (its own start: a decoder's per-thread set-up), once
+        there are ``most`` of them and they span ``span_s`` seconds; else ``[]`` (not yet)."""
+        with self._lock:
+            warm = self._warm
+            if len(warm) < most or warm[-1][1] - warm[0][0] < span_s:
+                return []
+            return list(warm)
 
     def take(self) -> tuple[list[Call], int]:
         """The calls noted so far and how many threads made them (the log starts empty again)."""
         with self._lock:
-            calls, threads, self.calls, self.threads = self.calls, self.threads, [], set()
+            calls, threads, self.calls, self.threads, self._warm = self.calls, self.threads, [], set(), []
         return calls, len(threads)
 
 
@@ -172,6 +194,8 @@ def _threads_verdict(calls: list[Call], solo: Solo, figures: dict[str, Any],
     rates = f"{c['rate']:.0f} calls/s, {below}one thread alone {seq_rate:.0f}/s"
     if c["overlap"] >= MIN_OVERLAP:
         ran = f"{who} ran {c['overlap']:.2f} calls at once"
+        if c["cores"] >= RELEASED_CORES:
+            return "thread", f"{ran} and got {c['cores']:.2f} cores together (it releases the GIL)", figures
         if wait >= GIL_WAIT_SHARE:
             return "process", (f"{ran}, each waiting {wait:.0%} of its time for neither a core nor its own CPU work: "
                                f"the GIL (it holds the GIL); {rates}"), figures
@@ -205,12 +229,14 @@ Run = tuple[float, float, int, float, float]
 elements, the worker's CPU time for it and the time the worker waited for a core meanwhile."""
 
 
-def processes_wrong(runs: list[Run], solo: Solo) -> tuple[bool, str, dict[str, Any]]:
-    """A check of a stage on worker processes (``runs`` over a window; ``solo``: the first solo calls):
+def processes_wrong(runs: list[Run], solo: Solo, threads_rate: float | None = None) -> tuple[bool, str, dict[str, Any]]:
+    """A check of a stage on worker processes (``runs`` over a window; ``solo``: the first solo calls;
+    ``threads_rate``: the elements per second of computing two threads reached when measured, if they were):
     ``(wrong, why, figures)``. With ``BUSY_WORKERS`` runs in flight (the stage set the pace), workers that
     computed (or waited for a core) together less than ``PROCESS_WRONG_SHARE`` of the cores one call alone used
     on a thread computed fewer elements than one thread alone would have: the round trips cost more than the
-    second interpreter gained. Load-corrected, as the threads' cores are."""
+    second interpreter gained. Load-corrected, as the threads' cores are. Wrong too, whatever was in flight: a
+    rate below ``BELOW_THREADS`` of the threads' (fewer workers than threads, e.g. the budget held one)."""
     wall1 = solo.wall()
     cov = max(1e-9, covered([(r[0], r[1]) for r in runs]))
     rate = sum(r[2] for r in runs) / cov
@@ -224,4 +250,7 @@ def processes_wrong(runs: list[Run], solo: Solo) -> tuple[bool, str, dict[str, A
         why = (f"{busy:.1f} runs in flight on worker processes computed only {cores:.2f} cores' worth ({rate:.0f} "
                f"elements/s; one call alone on a thread: {one:.2f} cores, {seq_rate:.0f}/s)")
         return True, why, figures
+    if threads_rate is not None and rate < BELOW_THREADS * threads_rate:
+        return True, (f"worker processes computed {rate:.0f} elements/s ({busy:.1f} runs in flight), below the "
+                      f"{threads_rate:.0f}/s of two threads"), figures
     return False, f"worker processes computed {cores:.2f} cores' worth ({rate:.0f} elements/s)", figures
