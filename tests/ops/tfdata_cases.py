@@ -179,6 +179,12 @@ def _cases() -> list[Case]:
         add(f"interleave_test.testInterleaveDatasetError({npc})",
             "D.from_tensor_slices(np.array([1.0, np.nan, 2.0, np.nan, 3.0], np.float32))"
             f".map(lambda x: ops.check_numerics(x)).interleave(D.from_tensors, 2, 1, {npc})")
+    for npc in (None, 2):  # an error inside a slot: the parallel interleave's turn passes, the sequential's not
+        for block in (1, 2):
+            add(f"interleave.error_in_a_slot_then_ignore_errors({npc},{block})",
+                "D.from_tensor_slices(np.array([[1.0, np.nan, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0]], np.float32))"
+                f".interleave(lambda row: D.from_tensor_slices(row).map(lambda x: ops.check_numerics(x)), 2, {block}, "
+                f"{npc}).ignore_errors()")
     add("interleave_test.cycle_none_npc_1", "D.range(4).interleave(lambda x: D.from_tensors(x).repeat(2), "
         "num_parallel_calls=1)")
     add("interleave_test.infinite_parallel", "D.range(5).repeat().interleave(lambda x: D.from_tensors(x), "

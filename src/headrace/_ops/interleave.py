@@ -48,6 +48,7 @@ from .._engine.stage_support import check_state, fn_name, note_error
 from .._engine.tuning.knobs import MAX_BUFFER, KnobKind, StageStats, stage_tuning
 from .._engine.tuning.starting_values import cpu_count
 from .._handoff import delivers_charged, passing, taker_of
+from .._memory import Cancelled
 from .._options import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from .prefetch import _identity
 
@@ -247,6 +248,12 @@ class _InterleaveIterator(Stage):
             self._slots_charged = delivers_charged(it)
         return _Slot(it, before, x, epoch)
 
+    def _took_one(self) -> None:
+        """The current slot gave one element of its block (or, parallel, an error in its place)."""
+        self._block_index += 1
+        if self._block_index >= self._block_length:
+            self._advance()
+
     def _advance(self) -> None:
         self._block_index = 0
         self._cycle_index = (self._cycle_index + 1) % self._cycle_length
@@ -276,9 +283,13 @@ class _InterleaveIterator(Stage):
                     self._close_slot(self._cycle_index)
                     self._advance()
                     continue
-                self._block_index += 1
-                if self._block_index >= self._block_length:
-                    self._advance()
+                except Cancelled:
+                    raise
+                except Exception:
+                    if self._parallel:  # the error is the slot's element in its turn (tf.data's parallel
+                        self._took_one()  # interleave; its sequential one reads the same slot again)
+                    raise
+                self._took_one()
                 return x
             if not self._end_of_input:
                 before = by_value.materialize(self._source.get_state())  # kept for the slot's lifetime
