@@ -4,9 +4,10 @@ while the stage runs and undone when it proved wrong. The figures and rules: :mo
 (``headrace._engine.pool.executor_choice``); why: docs/design/pool.md.
 
 The first measurement, on the first elements the stage computes anyway (after one warm-up call, not
-counted): ``SOLO_CALLS`` calls one at a time, then ``PAIR_CALLS`` two at a time (``first_verdict``). Processes
-are chosen when the stage has at least 2 workers and ``Options(cpu_budget)`` is at least 2, a call is CPU work
-and long enough, and its calls on two threads waited for the GIL (``GIL_WAIT_SHARE``), got less than
+counted): ``SOLO_CALLS`` calls one at a time, then calls two at a time for ``PAIR_MIN_S`` (at least ``PAIR_CALLS``,
+each thread's first left out; ``first_verdict``). Processes are chosen when the stage has at least 2 workers and
+``Options(cpu_budget)`` is at least 2, a call is CPU work and long enough, its two threads got no more than
+``RELEASED_CORES`` together, and its calls on two threads waited for the GIL (``GIL_WAIT_SHARE``), got less than
 ``THREAD_SCALING`` times the CPU one call alone got, or ran back to back
 (the GIL serialized them), the function pickles (cloudpickle) and a worker process fits the memory budget
 (half of it for the estimate before a worker started; once one has computed, it and one call must fit the
@@ -15,7 +16,7 @@ budget beside one worker of every other process stage, else the stage goes back 
 The checks, every ``RECHECK_S`` for ``CHECK_S``, up to ``MAX_SWITCHES`` moves: on threads with 2 or more
 workers, every call in the window is timed and the threads' cores judged again (``threads_wrong``: a
 function that began to hold the GIL, or whose input sped up); on processes, the runs' rate against one
-thread's (``processes_wrong``: below it, processes were wrong). A move to threads drains the workers (the
+thread's and against the threads' measured rate (``processes_wrong``: below it, processes were wrong). A move to threads drains the workers (the
 runs in flight finish there); a move to processes starts them side by side (0.3-1 s) while the calls wait
 for them (computing on threads meanwhile would slow their start down).
 
