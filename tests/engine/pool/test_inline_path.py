@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 
 import pytest
@@ -169,3 +170,42 @@ def test_inline_calls_report_their_cpu_time(lean):
     p.stop()
     assert st["calls"] == 24 and st["busy_s"] > 0 and len(own) == 24
     assert 0.9 * sum(own) <= st["cpu_s"] <= sum(own) + 0.01, (st, sum(own))
+
+
+def test_a_worker_started_while_the_consumer_computes_inline_keeps_a_snapshot_at_the_prefix():
+    """The tuner can give the stage a worker while the consumer computes its first inline element (outside the
+    input lock, the prefix not yet past it): the worker claims the next numbers with that element still in
+    flight. A snapshot at the worker's first number alone named no position at or before the prefix: the next
+    snapshot failed on ``max()`` of nothing (sweep seed 1270 under load). Forced here: the stage goes inline at
+    element 10, and its first inline call starts a worker and waits until it has pulled three more elements,
+    each a replay event below (a snapshot each)."""
+    n, events = 40, set(range(40))
+    box: dict = {"armed": False}
+
+    def fn(x: int) -> int:
+        if box["armed"] and threading.current_thread() is threading.main_thread():
+            box["armed"] = False
+            box["inline"] = x
+            p = box["pool"]
+            p.set_workers(1)
+            deadline = time.monotonic() + 10
+            while p.window.next_seq < x + 4 and time.monotonic() < deadline:
+                time.sleep(0.001)
+            box["claimed"] = p.window.next_seq
+        return x * 10
+
+    p = box["pool"] = _pool(_Source(n, set(), events), fn, 2)
+    head = _take(p, {}, 10)
+    p.set_workers(0)
+    box["armed"] = True
+    mid = _take(p, {}, 12)
+    state = json.loads(json.dumps(p.state()))
+    rest = _take(p, {})
+    p.stop()
+    assert box["claimed"] >= box["inline"] + 4, box
+    assert [v for _, v, _ in head + mid + rest] == [i * 10 for i in range(n)]
+    again = _pool(_Source(n, set(), events), _fn(set()), 2)
+    again.restore(state)
+    tail = _take(again, {})
+    again.stop()
+    assert [v for _, v, _ in tail] == [i * 10 for i in range(22, n)]

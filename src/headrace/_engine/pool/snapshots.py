@@ -135,10 +135,17 @@ class InputSnapshots:
             self.record_event(self.window.prefix - 1, epoch)
 
     def resnapshot_after_inline(self, seq: int) -> None:
-        """Input lock held, nothing in flight: the inline calls took no snapshots; take one at ``seq``."""
+        """Input lock held, a worker claimed ``seq``: the inline calls took no snapshots; take one at ``seq`` once
+        nothing is in flight. The consumer computes its inline element outside the input lock, so a worker started
+        meanwhile can claim ``seq`` while ``seq - 1`` is still computed there: a snapshot at ``seq`` alone would
+        leave none at or before the prefix (a worker's next snapshot then failed on ``max()`` of nothing: sweep
+        seed 1270 under load). Then the snapshots stay as they are and the next claim with nothing in flight
+        takes it."""
         if self.epoch_stale:
             self.sync_lean_epoch()
         if seq < self.prepull_end:  # the input is ahead of seq: the restore's snapshot stays the base
+            return
+        if self.window.prefix != seq:  # an inline element is still computed: not yet
             return
         if self.inline_dirty and self.record_state:
             source = self.pool.source
