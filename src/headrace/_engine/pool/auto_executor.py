@@ -16,9 +16,9 @@ budget beside one worker of every other process stage, else the stage goes back 
 The checks, every ``RECHECK_S`` for ``CHECK_S``, up to ``MAX_SWITCHES`` moves: on threads with 2 or more
 workers, every call in the window is timed and the threads' cores judged again (``threads_wrong``: a
 function that began to hold the GIL, or whose input sped up); on processes, the runs' rate against one
-thread's and against the threads' measured rate (``processes_wrong``: below it, processes were wrong). A move to threads drains the workers (the
-runs in flight finish there); a move to processes starts them side by side (0.3-1 s) while the calls wait
-for them (computing on threads meanwhile would slow their start down).
+thread's and against the threads' measured rate (``processes_wrong``: below it, processes were wrong). A
+move to threads drains the workers (the runs in flight finish there); a move to processes starts them side by
+side (0.3-1 s) while the calls wait for them (computing on threads meanwhile would slow their start down).
 
 The decision, its figures and each move are kept for the iteration (the stage made again for each ``repeat``
 epoch reuses them and the workers) and reported by ``Iterator.explain()``.
